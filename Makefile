@@ -1,0 +1,47 @@
+# robustctl — developer entry points. `make run` and `make test` work on a fresh machine.
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.setup-stamp
+TORCH  ?= torch==2.13.0
+
+.PHONY: setup run test test-unit test-integration bench lint fmt clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q "$(TORCH)" numpy
+	$(PY) -m pip install -q -e '.[dev]'
+	@touch $(STAMP)
+
+run: setup
+	$(VENV)/bin/robustctl diagnose
+
+test: setup
+	bash scripts/testbed-deps.sh
+	$(PY) -m pytest -q
+
+test-unit: setup
+	$(PY) -m pytest -q tests/unit
+
+test-integration: setup
+	bash scripts/testbed-deps.sh
+	$(PY) -m pytest -q tests/integration
+
+bench: setup
+	bash scripts/testbed-deps.sh
+	$(PY) -m bench
+
+lint: setup
+	$(VENV)/bin/ruff check robustctl diagnostics tests bench
+	$(VENV)/bin/ruff format --check robustctl diagnostics tests bench
+	$(VENV)/bin/mypy
+
+fmt: setup
+	$(VENV)/bin/ruff format robustctl diagnostics tests bench
+	$(VENV)/bin/ruff check --fix robustctl diagnostics tests bench
+
+clean:
+	rm -rf $(VENV) build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache

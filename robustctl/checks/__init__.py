@@ -1,0 +1,1 @@
+"""Checks: node-side observations (collected by probes) judged by pure evaluate functions."""
