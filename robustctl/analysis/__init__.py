@@ -1,0 +1,1 @@
+"""Offline analysis of saved artefacts: nccl-tests output, kernel logs with XID lines, ``dcgmi diag``."""
