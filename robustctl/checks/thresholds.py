@@ -1,0 +1,318 @@
+"""Thresholds of every built-in check, as data.
+
+One frozen pydantic model, :class:`Thresholds`, read from the inventory's ``thresholds:`` key
+(unknown keys are errors). Every field documents its default and where that default comes from:
+
+- *Azure azurehpc-health-checks* (AzNHC, an extension of LBNL NHC): ``customTests/azure_gpu_ecc.nhc``
+  (row remap pending/failure, > 512 uncorrectable remapped rows, SRAM correctable ECC > 10000),
+  ``azure_gpu_xid.nhc`` (the XID list), ``azure_gpu_nvlink.nhc`` (inactive NVLink),
+  ``azure_gpu_clock_throttling.nhc`` (HW slowdown / HW thermal / power brake bits), ``conf/*.conf``
+  (``check_hw_ib 400 mlx5_ib0:1``: IB port ACTIVE, LinkUp, rate).
+- *NVIDIA DCGM* ``dcgm_gpu_hardware_limits.h``: ``DCGM_LIMIT_MAX_RETIRED_PAGES 63`` (SBE + DBE),
+  ``DCGM_LIMIT_MAX_RETIRED_PAGES_SOFT_LIMIT 15`` (DBE), ``DCGM_LIMIT_MAX_NVLINK_ERROR 1``, and "CRC
+  errors only matter at rates of 100+ per second" (so cumulative CRC counters are not judged by
+  default); the DCGM ``pcie`` plugin's ``min_pci_generation``/``min_pci_width`` (checked under load).
+- *NVIDIA docs*: NVML ``nvmlClocksEventReasons`` (bit meanings), *GPU Memory Error Management*
+  (a pending row remap or page retirement takes effect only at the next GPU reset).
+- *facebookresearch/gcm* health checks: retired pages pending is CRITICAL; NVLink error thresholds.
+- *nccl-tests* ``doc/PERFORMANCE.md``: busbw definition (see ``robustctl.checks.allreduce``).
+
+Inventory data is **not** here: the expected GPU count comes from the inventory
+(``gpus_per_host``) and the diagnose engine injects it into the ``nvml`` probe's data as
+``data["expected_gpus"]`` before calling the ``nvml.*`` evaluators; likewise it injects the
+control-side clock as ``data["control_time"] = {"sent_at": s, "received_at": s}`` into the ``host``
+probe's data for ``host.clock``.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+Severity = Literal["ignore", "warning", "critical"]
+"""How a condition is judged: not at all, WARNING, or CRITICAL."""
+
+THROTTLE_REASONS: dict[str, int] = {
+    "gpu_idle": 0x1,
+    "applications_clocks_setting": 0x2,
+    "sw_power_cap": 0x4,
+    "hw_slowdown": 0x8,
+    "sync_boost": 0x10,
+    "sw_thermal_slowdown": 0x20,
+    "hw_thermal_slowdown": 0x40,
+    "hw_power_brake_slowdown": 0x80,
+    "display_clock_setting": 0x100,
+}
+"""NVML clocks event (throttle) reason bits, from ``nvmlClocksEventReasons`` in nvml.h / pynvml."""
+
+
+class Thresholds(BaseModel):
+    """Every threshold of the built-in checks. Frozen; unknown keys are errors.
+
+    Units are in the field names (``_pct``, ``_gib``, ``_s``, ``_c``, ``_gbps``, ``_tflops``).
+    ``None`` switches a rule off. Fields are grouped by check: ``disk_*``/``readonly_*``
+    (``host.disk``), ``memory_*`` (``host.memory``), ``load_*`` (``host.load``), ``clock_*``
+    (``host.clock``), ``xid_*`` (``host.xid``), ``nic_*``/``ib_*`` (``host.nic``, ``host.ib``),
+    ``gpu_temp_*`` … ``nvlink_*`` (``nvml.*``), ``burn_*`` (``burn.*``), ``allreduce_*``
+    (``allreduce.*``), ``peer_*`` (the peer-relative rule of ``robustctl.checks.peer``).
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    # --- host.disk -------------------------------------------------------------------------------
+    disk_warn_free_pct: float = Field(
+        10.0,
+        ge=0,
+        le=100,
+        description="WARNING when a filesystem has less than this percent free (space available to "
+        "non-root users, statvfs f_bavail). Source: LBNL NHC check_fs_used examples (90% used).",
+    )
+    disk_crit_free_pct: float = Field(
+        5.0,
+        ge=0,
+        le=100,
+        description="CRITICAL below this percent free: checkpoints and NCCL shared memory fail to "
+        "write. Source: AzNHC/NHC check_fs_used practice (95% used).",
+    )
+    disk_crit_free_gib: float | None = Field(
+        1.0,
+        ge=0,
+        description="CRITICAL below this many GiB free whatever the percentage (small /dev/shm, /tmp). "
+        "None: off. Source: robustctl default.",
+    )
+    disk_ignore_mounts: tuple[str, ...] = Field(
+        (),
+        description="fnmatch patterns of mount points not judged at all (space and read-only).",
+    )
+    readonly_allowed_mounts: tuple[str, ...] = Field(
+        ("/usr", "/nix/store", "/snap/*", "/boot/efi", "/etc/*", "/run/*", "/var/run/*"),
+        description="fnmatch patterns of mount points that may legitimately be read-only (container "
+        "bind mounts of /etc files, immutable /usr). Any other read-only local filesystem is CRITICAL: "
+        "the classic failure is ext4 remounting itself read-only after I/O errors (errors=remount-ro). "
+        "Source: LBNL NHC check_fs_mount_rw.",
+    )
+
+    # --- host.memory -----------------------------------------------------------------------------
+    memory_warn_available_pct: float = Field(
+        10.0,
+        ge=0,
+        le=100,
+        description="WARNING below this percent of MemAvailable/MemTotal (/proc/meminfo). At stop time "
+        "low memory usually means leftover processes of the failed job. Source: robustctl default.",
+    )
+    memory_crit_available_pct: float = Field(
+        5.0,
+        ge=0,
+        le=100,
+        description="CRITICAL below this percent available. Source: AzNHC check_hw_physmem uses a 5% "
+        "tolerance.",
+    )
+    memory_min_total_gib: float | None = Field(
+        None,
+        ge=0,
+        description="CRITICAL when MemTotal is below this (a missing DIMM). None: off. Source: AzNHC "
+        "check_hw_physmem (expected total minus 5%).",
+    )
+
+    # --- host.load -------------------------------------------------------------------------------
+    load_warn_per_cpu: float | None = Field(
+        2.0,
+        gt=0,
+        description="WARNING when the 5-minute load average per CPU exceeds this (runaway or D-state "
+        "processes, e.g. hung NFS). None: off. Source: robustctl default.",
+    )
+    load_crit_per_cpu: float | None = Field(
+        None, gt=0, description="CRITICAL above this 5-minute load per CPU. None: off."
+    )
+
+    # --- host.clock ------------------------------------------------------------------------------
+    clock_warn_skew_s: float | None = Field(
+        2.0,
+        gt=0,
+        description="WARNING when the host clock lies more than this many seconds outside the "
+        "control side's [sent, received] window. None: off. Source: chrony makestep 1 s, plus margin.",
+    )
+    clock_crit_skew_s: float | None = Field(
+        None,
+        gt=0,
+        description="CRITICAL beyond this skew (e.g. 300: Kerberos' default tolerance). None: off.",
+    )
+
+    # --- host.xid --------------------------------------------------------------------------------
+    xid_ignore: tuple[int, ...] = Field(
+        (),
+        description="XID codes not reported at all. Every other XID is judged by robustctl.analysis.xid "
+        "(hardware and reset-GPU XIDs CRITICAL, application/investigate XIDs WARNING). Source: AzNHC "
+        "azure_gpu_xid.nhc checks 48 56 57 58 62 63 64 65 68 69 73 74 79 80 81 92 119 120.",
+    )
+
+    # --- host.nic / host.ib ----------------------------------------------------------------------
+    nic_ignore: tuple[str, ...] = Field(
+        (), description="fnmatch patterns of network interface names not judged (e.g. 'eno2')."
+    )
+    nic_min_speed_mbps: int | None = Field(
+        None,
+        ge=1,
+        description="CRITICAL when a physical NIC that is up reports a lower speed (a link that "
+        "negotiated down). None: off. Source: NHC check_hw_eth.",
+    )
+    ib_ignore: tuple[str, ...] = Field(
+        (),
+        description="fnmatch patterns of InfiniBand ports not judged, as 'device' or 'device/port' "
+        "(e.g. 'mlx5_bond_*', 'mlx5_4/1').",
+    )
+    ib_min_rate_gbps: float | None = Field(
+        None,
+        gt=0,
+        description="CRITICAL when an active IB port's rate is below this, e.g. 400 for NDR. None: off. "
+        "Source: AzNHC conf 'check_hw_ib 400 mlx5_ib0:1'.",
+    )
+
+    # --- nvml.* ----------------------------------------------------------------------------------
+    gpu_temp_warn_c: float = Field(
+        85.0,
+        description="WARNING at or above this GPU temperature (°C). At stop time GPUs idle near 30-45 °C. "
+        "Source: gcm gpu_temperature examples (80/85 °C).",
+    )
+    gpu_temp_crit_c: float = Field(
+        90.0,
+        description="CRITICAL at or above this temperature, or at or above the GPU's own NVML slowdown "
+        "threshold when the probe reports it. Source: NVML NVML_TEMPERATURE_THRESHOLD_SLOWDOWN "
+        "(H100/A100 about 87-92 °C).",
+    )
+    ecc_uncorrected_volatile_max: int = Field(
+        0,
+        ge=0,
+        description="CRITICAL when volatile (since driver load) uncorrectable ECC errors exceed this: the "
+        "GPU needs at least a reset. Source: AzNHC azure_gpu_ecc.nhc (uncorrectable SRAM > 0), NVIDIA "
+        "XID 48/94/95.",
+    )
+    ecc_uncorrected_aggregate_max: int | None = Field(
+        None,
+        ge=0,
+        description="WARNING when lifetime uncorrectable ECC errors exceed this. None (default): off, "
+        "because aggregate counts survive repairs and row remapping (AzNHC tolerates 20,000,000 DRAM "
+        "errors on ND H100 v5).",
+    )
+    ecc_corrected_volatile_max: int | None = Field(
+        10000,
+        ge=0,
+        description="WARNING when volatile correctable ECC errors exceed this. Source: AzNHC "
+        "azure_gpu_ecc.nhc SRAM correctable threshold 10000 (applied here to the total).",
+    )
+    row_remap_pending: Severity = Field(
+        "critical",
+        description="Verdict for a pending row remap (applied only at the next GPU reset). Source: AzNHC "
+        "azure_gpu_ecc.nhc 'Row remap pending'; NVIDIA GPU Memory Error Management.",
+    )
+    row_remap_failure: Severity = Field(
+        "critical",
+        description="Verdict for a past row-remapping failure (no spare rows: RMA). Source: AzNHC "
+        "'Row remap error', gcm row_remap_failed.",
+    )
+    row_remap_uncorrectable_max: int = Field(
+        512,
+        ge=0,
+        description="CRITICAL above this many rows remapped for uncorrectable errors. Source: AzNHC "
+        "azure_gpu_ecc.nhc (> 512).",
+    )
+    retired_pages_pending: Severity = Field(
+        "critical",
+        description="Verdict for a pending page retirement (pre-Ampere; needs a reset). Source: gcm "
+        "gpu_retired_pages (pending > 0 is CRITICAL).",
+    )
+    retired_pages_total_crit: int = Field(
+        63,
+        ge=1,
+        description="CRITICAL at or above this many retired pages (SBE + DBE). Source: DCGM "
+        "DCGM_LIMIT_MAX_RETIRED_PAGES = 63.",
+    )
+    retired_pages_dbe_warn: int = Field(
+        15,
+        ge=1,
+        description="WARNING at or above this many pages retired for double-bit errors. Source: DCGM "
+        "DCGM_LIMIT_MAX_RETIRED_PAGES_SOFT_LIMIT = 15.",
+    )
+    throttle_critical_reasons: tuple[str, ...] = Field(
+        ("hw_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown"),
+        description="Clock event reasons that are CRITICAL (hardware forcing clocks down by 2x or more). "
+        f"Names: {', '.join(THROTTLE_REASONS)}. Source: AzNHC azure_gpu_clock_throttling.nhc, NVML docs.",
+    )
+    throttle_warning_reasons: tuple[str, ...] = Field(
+        ("sw_thermal_slowdown",),
+        description="Clock event reasons that are a WARNING. Idle, application clocks, SW power cap, "
+        "sync boost and display clocks are normal and never judged.",
+    )
+    pcie_width_degraded: Severity = Field(
+        "critical",
+        description="Verdict when a GPU's current PCIe link width is below its max (a link trained "
+        "down: reseat/replace). Source: DCGM pcie plugin min_pci_width.",
+    )
+    pcie_gen_degraded: Severity = Field(
+        "warning",
+        description="Verdict when the current PCIe generation is below max while the GPU is not idle "
+        "(idle GPUs downshift the link to save power, so idle GPUs are not judged). Source: DCGM pcie "
+        "plugin min_pci_generation.",
+    )
+    nvlink_inactive: Severity = Field(
+        "critical",
+        description="Verdict for an inactive NVLink on a GPU that has NVLinks. Source: AzNHC "
+        "azure_gpu_nvlink.nhc.",
+    )
+    nvlink_error_max: int | None = Field(
+        0,
+        ge=0,
+        description="WARNING when a link's replay or recovery error counter exceeds this (cumulative "
+        "counters, so not CRITICAL by default). None: off. Source: DCGM DCGM_LIMIT_MAX_NVLINK_ERROR, "
+        "gcm nvlink thresholds (0).",
+    )
+    nvlink_crc_error_max: int | None = Field(
+        None,
+        ge=0,
+        description="WARNING when a link's CRC flit/data error counter exceeds this. None (default): off, "
+        "DCGM: 'CRC errors only matter at rates of 100+ per second'.",
+    )
+
+    # --- burn.* ----------------------------------------------------------------------------------
+    burn_max_mismatches: int = Field(
+        0,
+        ge=0,
+        description="CRITICAL when a device produced more wrong matmul results than this (silent data "
+        "corruption). Source: gpu-burn / DCGM diag (any miscompare fails).",
+    )
+    burn_min_tflops: float | None = Field(
+        None,
+        gt=0,
+        description="Absolute floor per device (TFLOP/s); below it CRITICAL. None (default): only the "
+        "peer-relative rule applies, because the right floor depends on GPU model and dtype.",
+    )
+    burn_peer_ratio: float = Field(
+        0.9,
+        gt=0,
+        le=1,
+        description="A device (within a host) or a host (across the fleet) below this fraction of the "
+        "median TFLOP/s of its peers is a suspect. Source: ByteRobust §4.2 / issue #2 (0.9x median).",
+    )
+
+    # --- allreduce.* -----------------------------------------------------------------------------
+    allreduce_min_busbw_gbps: float | None = Field(
+        None,
+        gt=0,
+        description="Absolute busbw floor (GB/s, 1e9) at the largest message size; below it CRITICAL. "
+        "None (default): peer-relative only. Source: AzNHC check_nccl_allreduce (e.g. 460 on ND H100).",
+    )
+    allreduce_peer_ratio: float = Field(
+        0.9,
+        gt=0,
+        le=1,
+        description="A host (L2) or pair (L3) below this fraction of the fleet median busbw is a suspect.",
+    )
+
+    # --- peer rule -------------------------------------------------------------------------------
+    peer_min_peers: int = Field(
+        3,
+        ge=2,
+        description="The peer-relative rule needs at least this many values (a median of 2 cannot tell "
+        "which one is slow); with fewer it names no outlier. See robustctl.checks.peer.",
+    )
