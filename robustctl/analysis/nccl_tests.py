@@ -1,0 +1,720 @@
+"""Parse and judge nccl-tests output (``all_reduce_perf``, ``all_gather_perf``, ``alltoall_perf``, ...).
+
+The parser takes the text as people save it: with or without the ``# nThread ...`` header and the
+``# Using devices`` rank lines, with MPI output prefixes (``[0]``, ``[1,0]<stdout>:``) or indentation,
+the current ``#wrong`` column or the old ``error`` column (max absolute error), ``N/A`` cells, and
+tables cut at either end (no column header, no ``# Avg bus bandwidth`` line).
+
+Bus bandwidth (nccl-tests ``doc/PERFORMANCE.md``, https://github.com/NVIDIA/nccl-tests/blob/master/doc/PERFORMANCE.md):
+``busbw = algbw x factor`` with factor ``2(n-1)/n`` for all-reduce, ``(n-1)/n`` for reduce-scatter,
+all-gather and all-to-all, ``1`` for broadcast and reduce. With one rank the factor is 0, so
+``busbw`` is 0 by definition (NVIDIA/nccl-tests#287): the bandwidth verdict is "not applicable".
+
+Verdict (:func:`evaluate`), most severe first:
+
+- wrong values -> CRITICAL: any ``#wrong`` > 0, an old ``error`` value above the data type's
+  tolerance (nccl-tests' ``DeltaMaxValue``: 5e-2 for 16-bit floats, 1e-5 for float, 1e-12 for
+  double, any non-zero for integers), or ``# Out of bounds values : N FAILED`` (NVIDIA/nccl-tests#37);
+- the run aborted (``Test NCCL failure``, ``Test CUDA failure``) -> CRITICAL;
+- busbw 0 at every size with more than one rank -> CRITICAL (invalid measurement);
+- one rank -> NOT_APPLICABLE for bandwidth;
+- an expected busbw given: peak busbw below it -> WARNING, below ``critical_fraction`` (default 0.8)
+  of it -> CRITICAL. 20% is well above nccl-tests' run-to-run noise (a few %) and is what a lost
+  NVLink, a PCIe link trained down or a fallback to a slower path (``NCCL_P2P_DISABLE``, SYS) looks
+  like; a small shortfall is reported but does not name the host a suspect;
+- no table rows -> UNKNOWN.
+
+The figure compared is the **peak** busbw (max over every row, out-of-place and in-place), not the
+``# Avg bus bandwidth`` line: a sweep from 8 B averages in latency-bound sizes and reads far below
+the link rate (e.g. 50.7 GB/s average for a 137 GB/s peak). In-place figures whose ``#wrong`` is
+``N/A`` while the out-of-place figure was checked were not validated by nccl-tests (e.g. in-place
+all-to-all, whose in-place figure on one rank reads 43046 GB/s in nccl-tests#287) and are left out
+of the peak.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+
+from robustctl.analysis import Finding, Verdict, sort_findings
+from robustctl.models import Status, to_jsonable
+
+__all__ = [
+    "BUSBW_FACTOR_FAMILY",
+    "NcclMeasurement",
+    "NcclRank",
+    "NcclRow",
+    "NcclTestsResult",
+    "busbw_factor",
+    "evaluate",
+    "infer_rank_count",
+    "looks_like_nccl_tests",
+    "parse_nccl_tests",
+]
+
+COLLECTIVES = (
+    "all_reduce",
+    "all_gather",
+    "alltoall",
+    "alltoallv",
+    "broadcast",
+    "reduce_scatter",
+    "reduce",
+    "sendrecv",
+    "scatter",
+    "gather",
+    "hypercube",
+)
+
+BUSBW_FACTOR_FAMILY: dict[str, str] = {
+    "all_reduce": "2(n-1)/n",
+    "reduce_scatter": "(n-1)/n",
+    "all_gather": "(n-1)/n",
+    "alltoall": "(n-1)/n",
+    "alltoallv": "(n-1)/n",
+    "scatter": "(n-1)/n",
+    "gather": "(n-1)/n",
+    "broadcast": "1",
+    "reduce": "1",
+    "sendrecv": "1",
+}
+"""busbw/algbw factor of each collective, from nccl-tests ``doc/PERFORMANCE.md`` and its sources."""
+
+# nccl-tests' DeltaMaxValue(): the largest absolute error tolerated per data type (old `error` column).
+_TOLERANCE = {
+    "half": 5e-2,
+    "float16": 5e-2,
+    "bfloat16": 5e-2,
+    "float": 1e-5,
+    "float32": 1e-5,
+    "double": 1e-12,
+    "float64": 1e-12,
+}
+_INT_TOLERANCE = 0.0
+
+
+@dataclass(frozen=True)
+class NcclMeasurement:
+    """One half (out-of-place or in-place) of a table row.
+
+    Attributes:
+        time_us: average time of one operation, microseconds.
+        algbw_gbps: algorithm bandwidth, GB/s (size / time).
+        busbw_gbps: bus bandwidth, GB/s.
+        wrong: the ``#wrong`` count, or the old ``error`` column's max absolute error; ``None``
+            when the cell is ``N/A`` (not validated).
+    """
+
+    time_us: float
+    algbw_gbps: float
+    busbw_gbps: float
+    wrong: float | None
+
+    @property
+    def validated(self) -> bool:
+        """True when nccl-tests checked this result (the wrong/error cell is not ``N/A``)."""
+        return self.wrong is not None
+
+
+@dataclass(frozen=True)
+class NcclRow:
+    """One table row: one message size.
+
+    Attributes:
+        size_bytes: message size in bytes. count: elements. dtype: ``"float"``, ``"half"``, ...
+        redop: reduction (``"sum"``, ``"none"``) or ``None`` in the old format.
+        root: root rank, ``-1`` for rootless collectives, ``None`` in the old format.
+        out_of_place: the out-of-place measurement. in_place: the in-place one, when printed.
+        line: 1-based line number in the text.
+    """
+
+    size_bytes: int
+    count: int
+    dtype: str
+    redop: str | None
+    root: int | None
+    out_of_place: NcclMeasurement
+    in_place: NcclMeasurement | None
+    line: int
+
+
+@dataclass(frozen=True)
+class NcclRank:
+    """One ``#  Rank  0 Group  0 Pid 1623025 on host device  0 [0x1b] NVIDIA H100`` line."""
+
+    rank: int
+    pid: int | None
+    host: str
+    device: int
+    bus_id: str
+    name: str
+
+
+@dataclass(frozen=True)
+class NcclTestsResult:
+    """Everything parsed from one nccl-tests output.
+
+    Attributes:
+        collective: ``"all_reduce"``, ``"alltoall"``, ... from the command line, else guessed from
+            the columns (``"all_reduce"`` when busbw > algbw), else ``None``.
+        collective_source: ``"command"``, ``"columns"`` or ``None``.
+        rows: every table row, in order.
+        error_column: ``"#wrong"`` (current format), ``"error"`` (old format) or ``None`` (no header).
+        header: the ``# nThread 1 nGpus 8 minBytes ...`` values as strings (``{"nGpus": "8", ...}``).
+        ranks: the ``# Using devices`` lines.
+        rank_count: number of ranks; ``None`` when it cannot be known.
+        rank_count_source: ``"devices"`` (rank lines), ``"command"`` (``-g``/``-t``/``-np`` of a
+            command line), ``"busbw/algbw"`` (inferred from the ratio) or ``None``.
+        hosts: distinct host names of the rank lines, in order.
+        out_of_bounds: the ``# Out of bounds values : N`` count. out_of_bounds_ok: ``OK`` -> True,
+            ``FAILED`` -> False; ``None`` when the line is missing.
+        avg_busbw_gbps: the ``# Avg bus bandwidth`` line, ``None`` when missing.
+        failures: ``Test NCCL failure ...`` / ``Test CUDA failure ...`` lines.
+        truncated: True when the column header or the Avg line is missing.
+    """
+
+    collective: str | None
+    collective_source: str | None
+    rows: tuple[NcclRow, ...]
+    error_column: str | None
+    header: dict[str, str]
+    ranks: tuple[NcclRank, ...]
+    rank_count: int | None
+    rank_count_source: str | None
+    hosts: tuple[str, ...]
+    out_of_bounds: int | None
+    out_of_bounds_ok: bool | None
+    avg_busbw_gbps: float | None
+    failures: tuple[str, ...]
+    truncated: bool
+
+    def peak(self) -> tuple[float, NcclRow, str] | None:
+        """The peak busbw, the row it was measured on and ``"out-of-place"``/``"in-place"``.
+
+        In-place figures that nccl-tests did not validate (``N/A`` while out-of-place was checked)
+        are left out. ``None`` when there are no rows.
+        """
+        best: tuple[float, NcclRow, str] | None = None
+        for row in self.rows:
+            for placement, m in _measurements_for_peak(row):
+                if best is None or m.busbw_gbps > best[0]:
+                    best = (m.busbw_gbps, row, placement)
+        return best
+
+
+def _measurements_for_peak(row: NcclRow) -> list[tuple[str, NcclMeasurement]]:
+    out = [("out-of-place", row.out_of_place)]
+    ip = row.in_place
+    if ip is not None and (ip.validated or not row.out_of_place.validated):
+        out.append(("in-place", ip))
+    return out
+
+
+# --- parsing -----------------------------------------------------------------------------------
+
+# MPI/launcher output prefixes: `[0] `, `[1,0]<stdout>:`, `[1,0]<stderr>:`, srun -l `0: `.
+_PREFIX_RE = re.compile(r"^\s*(?:\[\d+(?:,\d+)*\](?:<std(?:out|err)>)?:?|\d+:(?=\s))\s?")
+_NUM = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
+_NUM_RE = re.compile(rf"^{_NUM}$")
+_INT_RE = re.compile(r"^-?\d+$")
+_WORD_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_RANK_RE = re.compile(
+    r"Rank\s+(?P<rank>\d+)\s+(?:Group\s+\d+\s+)?(?:Pid\s+(?P<pid>\d+)\s+)?on\s+(?P<host>\S+)\s+"
+    r"device\s+(?P<device>\d+)\s+\[(?P<bus>[^\]]*)\]\s*(?P<name>.*)$"
+)
+_HEADER_KV_RE = re.compile(
+    r"(nThread|nGpus|minBytes|maxBytes|step:|warmup iters:|iters:|agg iters:|"
+    r"validation:|graph:)\s*(\S+)"
+)
+_OOB_RE = re.compile(r"Out of bounds values\s*:\s*(\d+)\s*(OK|FAILED)?", re.IGNORECASE)
+_AVG_RE = re.compile(rf"Avg bus bandwidth\s*:\s*({_NUM})", re.IGNORECASE)
+_COLLECTIVE_RE = re.compile(r"(?:^|[\s/])(" + "|".join(COLLECTIVES) + r")_perf(?:_mpi)?\b")
+_FAILURE_RE = re.compile(r"Test (?:NCCL|CUDA) failure|NCCL failure common|Test failure\b")
+_FLAG_RE = {
+    "g": re.compile(r"(?:^|\s)(?:-g|--ngpus)(?:\s+|=)(\d+)"),
+    "t": re.compile(r"(?:^|\s)(?:-t|--nthreads)(?:\s+|=)(\d+)"),
+    "np": re.compile(r"(?:^|\s)(?:-np|-n|--np|--ntasks)(?:\s+|=)(\d+)"),
+}
+_LAUNCHER_RE = re.compile(r"\b(?:mpirun|mpiexec|srun|orterun)\b")
+
+
+def _strip_prefix(line: str) -> str:
+    return _PREFIX_RE.sub("", line, count=1).strip()
+
+
+def _num(tok: str) -> float | None:
+    if _NUM_RE.match(tok):
+        try:
+            v = float(tok)
+        except ValueError:  # pragma: no cover - the regex already guarantees a float
+            return None
+        return v if math.isfinite(v) else None
+    return None
+
+
+def _measurement(toks: list[str]) -> NcclMeasurement | None:
+    time_us, algbw, busbw = (_num(t) for t in toks[:3])
+    if time_us is None or algbw is None or busbw is None:
+        return None
+    wrong_tok = toks[3]
+    wrong: float | None
+    if wrong_tok.upper() == "N/A":
+        wrong = None
+    else:
+        wrong = _num(wrong_tok)
+        if wrong is None:
+            return None
+    return NcclMeasurement(time_us, algbw, busbw, wrong)
+
+
+def _parse_row(text: str, line_no: int) -> NcclRow | None:
+    toks = text.split()
+    if len(toks) < 7 or not _INT_RE.match(toks[0]) or not _INT_RE.match(toks[1]):
+        return None
+    if not _WORD_RE.match(toks[2]):
+        return None
+    i = 3
+    redop: str | None = None
+    root: int | None = None
+    if i < len(toks) and _WORD_RE.match(toks[i]) and toks[i].upper() != "N/A":
+        redop = toks[i]
+        i += 1
+    if redop is not None and i < len(toks) and _INT_RE.match(toks[i]) and len(toks) - (i + 1) in (4, 8):
+        root = int(toks[i])
+        i += 1
+    rest = toks[i:]
+    if len(rest) not in (4, 8):
+        return None
+    oop = _measurement(rest[:4])
+    if oop is None:
+        return None
+    ip: NcclMeasurement | None = None
+    if len(rest) == 8:
+        ip = _measurement(rest[4:])
+        if ip is None:
+            return None
+    size, count = int(toks[0]), int(toks[1])
+    if size < 0 or count < 0:
+        return None
+    return NcclRow(size, count, toks[2], redop, root, oop, ip, line_no)
+
+
+def looks_like_nccl_tests(text: str) -> bool:
+    """True when ``text`` holds an nccl-tests table (a column header, an Avg line or a row)."""
+    for raw in text.splitlines()[:20000]:
+        line = _strip_prefix(raw)
+        low = line.lower()
+        if "avg bus bandwidth" in low or ("busbw" in low and "algbw" in low):
+            return True
+        if line and not line.startswith("#") and _parse_row(line, 0) is not None:
+            return True
+    return False
+
+
+def busbw_factor(collective: str | None, n: int) -> float | None:
+    """busbw/algbw for ``collective`` on ``n`` ranks (nccl-tests PERFORMANCE.md), ``None`` if unknown."""
+    family = BUSBW_FACTOR_FAMILY.get(collective or "")
+    if family is None or n < 1:
+        return None
+    if family == "2(n-1)/n":
+        return 2.0 * (n - 1) / n
+    if family == "(n-1)/n":
+        return (n - 1) / n
+    return 1.0
+
+
+def infer_rank_count(rows: tuple[NcclRow, ...] | list[NcclRow], family: str) -> int | None:
+    """Infer the rank count from busbw/algbw, the factor of ``family`` (``"2(n-1)/n"`` or ``"(n-1)/n"``).
+
+    Uses the row with the largest algbw (the most precise ratio) and the printed precision (0.01
+    GB/s): returns ``n`` only when exactly one integer is consistent with the rounded figures, so
+    large rank counts whose factors differ by less than the rounding give ``None``. busbw 0 with
+    algbw > 0 gives 1.
+    """
+    best: NcclMeasurement | None = None
+    for row in rows:
+        for m in (row.out_of_place, row.in_place):
+            if m is not None and (best is None or m.algbw_gbps > best.algbw_gbps):
+                best = m
+    if best is None or best.algbw_gbps <= 0.05:
+        return None
+    if best.busbw_gbps == 0:
+        return 1
+    half_ulp = 0.005
+    r_lo = max(0.0, (best.busbw_gbps - half_ulp) / (best.algbw_gbps + half_ulp))
+    r_hi = (best.busbw_gbps + half_ulp) / (best.algbw_gbps - half_ulp)
+    top = 2.0 if family == "2(n-1)/n" else 1.0 if family == "(n-1)/n" else None
+    if top is None:
+        return None
+
+    def n_of(r: float) -> float:
+        return math.inf if r >= top else top / (top - r)
+
+    n_lo, n_hi = n_of(r_lo), n_of(r_hi)
+    if math.isinf(n_hi):
+        return None
+    lo, hi = math.ceil(n_lo - 1e-9), math.floor(n_hi + 1e-9)
+    if lo == hi and lo >= 1:
+        return lo
+    return None
+
+
+def _collective_from_columns(rows: list[NcclRow]) -> str | None:
+    """all_reduce when busbw > algbw (factor 2(n-1)/n > 1 only for all-reduce), else ``None``."""
+    for row in rows:
+        m = row.out_of_place
+        if m.algbw_gbps > 0.05 and m.busbw_gbps > m.algbw_gbps + 0.011:
+            return "all_reduce"
+    return None
+
+
+def _family_from_columns(rows: list[NcclRow]) -> str | None:
+    """Factor family guessed from redop/root when the collective is unknown."""
+    if not rows:
+        return None
+    row = rows[-1]
+    if row.root is not None and row.root >= 0:
+        return "1"
+    if row.redop is not None and row.redop.lower() == "none":
+        return "(n-1)/n"  # all_gather, alltoall: rootless, no reduction
+    return None
+
+
+def _ranks_from_command(launcher: str, args: str) -> int | None:
+    """Ranks of a command line: ``-np`` of the launcher x ``-g`` x ``-t`` of the test binary."""
+    g = _FLAG_RE["g"].search(args)
+    t = _FLAG_RE["t"].search(args)
+    per_process = (int(g.group(1)) if g else 1) * (int(t.group(1)) if t else 1)
+    if _LAUNCHER_RE.search(launcher):
+        np_ = _FLAG_RE["np"].search(launcher)
+        if np_ is None:
+            return None
+        return int(np_.group(1)) * per_process
+    if g is None and t is None:
+        return None
+    return per_process
+
+
+def parse_nccl_tests(text: str) -> NcclTestsResult:
+    """Parse one nccl-tests output. Never raises; unknown lines are ignored.
+
+    Args:
+        text: the output as saved (any prefix, indentation, old or new columns, truncated).
+
+    Returns:
+        The parsed result; ``rows`` is empty when no table row was found.
+    """
+    rows: list[NcclRow] = []
+    ranks: dict[int, NcclRank] = {}
+    header: dict[str, str] = {}
+    error_column: str | None = None
+    out_of_bounds: int | None = None
+    oob_ok: bool | None = None
+    avg: float | None = None
+    failures: list[str] = []
+    collective: str | None = None
+    collective_source: str | None = None
+    command_ranks: int | None = None
+    saw_column_header = False
+
+    for line_no, raw in enumerate(text.splitlines(), start=1):
+        line = _strip_prefix(raw)
+        if not line:
+            continue
+        body = line.lstrip("#").strip()
+        low = body.lower()
+        if collective is None:
+            cm = _COLLECTIVE_RE.search(line)
+            if cm is not None:
+                collective, collective_source = cm.group(1), "command"
+                command_ranks = _ranks_from_command(line[: cm.start()], line[cm.end() :])
+        if _FAILURE_RE.search(line):
+            failures.append(line)
+            continue
+        om = _OOB_RE.search(body)
+        if om is not None:
+            out_of_bounds = int(om.group(1))
+            if om.group(2):
+                oob_ok = om.group(2).upper() == "OK"
+            continue
+        am = _AVG_RE.search(body)
+        if am is not None:
+            avg = float(am.group(1))
+            continue
+        rm = _RANK_RE.search(body)
+        if rm is not None and line.startswith("#"):
+            rank = int(rm.group("rank"))
+            ranks[rank] = NcclRank(
+                rank=rank,
+                pid=int(rm.group("pid")) if rm.group("pid") else None,
+                host=rm.group("host"),
+                device=int(rm.group("device")),
+                bus_id=rm.group("bus"),
+                name=rm.group("name").strip(),
+            )
+            continue
+        if low.startswith("nthread") or "minbytes" in low:
+            for k, v in _HEADER_KV_RE.findall(body):
+                header[k.rstrip(":").strip()] = v
+            continue
+        if "algbw" in low and "busbw" in low:
+            saw_column_header = True
+            if "#wrong" in low or "wrong" in low.split():
+                error_column = "#wrong"
+            elif "error" in low:
+                error_column = "error"
+            continue
+        if line.startswith("#"):
+            continue
+        row = _parse_row(line, line_no)
+        if row is not None:
+            rows.append(row)
+
+    if collective is None and rows:
+        guessed = _collective_from_columns(rows)
+        if guessed is not None:
+            collective, collective_source = guessed, "columns"
+
+    rank_count: int | None = None
+    rank_source: str | None = None
+    if ranks:
+        rank_count, rank_source = len(ranks), "devices"
+    elif command_ranks is not None:
+        rank_count, rank_source = command_ranks, "command"
+    else:
+        family = BUSBW_FACTOR_FAMILY.get(collective or "") or _family_from_columns(rows)
+        if family is not None and family != "1":
+            inferred = infer_rank_count(rows, family)
+            if inferred is not None:
+                rank_count, rank_source = inferred, "busbw/algbw"
+
+    hosts: list[str] = []
+    for r in sorted(ranks.values(), key=lambda r: r.rank):
+        if r.host not in hosts:
+            hosts.append(r.host)
+
+    if error_column is None and rows:
+        # No header: a `#wrong` count is an integer; the old `error` column is a float like 1e+00.
+        wrongs = [m.wrong for row in rows for m in (row.out_of_place, row.in_place) if m and m.wrong]
+        error_column = None if not wrongs else ("#wrong" if all(w == int(w) for w in wrongs) else "error")
+
+    return NcclTestsResult(
+        collective=collective,
+        collective_source=collective_source,
+        rows=tuple(rows),
+        error_column=error_column,
+        header=header,
+        ranks=tuple(sorted(ranks.values(), key=lambda r: r.rank)),
+        rank_count=rank_count,
+        rank_count_source=rank_source,
+        hosts=tuple(hosts),
+        out_of_bounds=out_of_bounds,
+        out_of_bounds_ok=oob_ok,
+        avg_busbw_gbps=avg,
+        failures=tuple(failures),
+        truncated=not saw_column_header or avg is None,
+    )
+
+
+# --- verdict -----------------------------------------------------------------------------------
+
+
+def _tolerance(dtype: str) -> float:
+    d = dtype.lower()
+    if d in _TOLERANCE:
+        return _TOLERANCE[d]
+    if "int" in d:
+        return _INT_TOLERANCE
+    if d.startswith(("fp8", "f8", "e4m3", "e5m2")):
+        return 1e-1
+    return _TOLERANCE["float"]
+
+
+def _size(n: int) -> str:
+    for unit, div in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= div and n % div == 0:
+            return f"{n // div} {unit}"
+    return f"{n} B"
+
+
+def _wrong_findings(result: NcclTestsResult) -> list[Finding]:
+    findings: list[Finding] = []
+    old_format = result.error_column == "error"
+    bad: list[dict[str, object]] = []
+    for row in result.rows:
+        for placement, m in (("out-of-place", row.out_of_place), ("in-place", row.in_place)):
+            if m is None or m.wrong is None:
+                continue
+            limit = _tolerance(row.dtype) if old_format else 0.0
+            if m.wrong > limit:
+                bad.append(
+                    {
+                        "size_bytes": row.size_bytes,
+                        "placement": placement,
+                        "value": m.wrong,
+                        "tolerance": limit,
+                        "line": row.line,
+                    }
+                )
+    if bad:
+        first = bad[0]
+        what = "max error" if old_format else "#wrong"
+        findings.append(
+            Finding(
+                Status.CRITICAL,
+                f"wrong values: {what} {first['value']:g} at {_size(int(str(first['size_bytes'])))} "
+                f"({first['placement']})" + (f" and {len(bad) - 1} more" if len(bad) > 1 else ""),
+                {"column": result.error_column, "rows": bad},
+            )
+        )
+    if result.out_of_bounds_ok is False or (
+        result.out_of_bounds_ok is None and (result.out_of_bounds or 0) > 0
+    ):
+        findings.append(
+            Finding(
+                Status.CRITICAL,
+                f"Out of bounds values: {result.out_of_bounds} FAILED (results differ from the expected)",
+                {"out_of_bounds": result.out_of_bounds},
+            )
+        )
+    return findings
+
+
+def evaluate(
+    result: NcclTestsResult,
+    *,
+    expected_busbw_gbps: float | None = None,
+    critical_fraction: float = 0.8,
+) -> Verdict:
+    """Judge one parsed nccl-tests output (rules and sources in the module docstring).
+
+    Args:
+        result: from :func:`parse_nccl_tests`.
+        expected_busbw_gbps: the peak busbw the fabric should deliver, GB/s; ``None`` skips the
+            bandwidth-floor rule.
+        critical_fraction: below ``critical_fraction x expected`` is CRITICAL, between it and the
+            expected value WARNING.
+
+    Returns:
+        The verdict; ``details`` holds the parsed result plus ``peak_busbw_gbps``,
+        ``peak_size_bytes`` and ``peak_placement``.
+    """
+    findings: list[Finding] = []
+    details = dict(to_jsonable(result))
+    peak = result.peak()
+    details["peak_busbw_gbps"] = peak[0] if peak else None
+    details["peak_size_bytes"] = peak[1].size_bytes if peak else None
+    details["peak_placement"] = peak[2] if peak else None
+    details["expected_busbw_gbps"] = expected_busbw_gbps
+
+    name = result.collective or "nccl-tests"
+    if not result.rows:
+        if result.failures:
+            findings.append(
+                Finding(
+                    Status.CRITICAL,
+                    f"the run failed: {result.failures[0]}",
+                    {"failures": list(result.failures)},
+                )
+            )
+            return Verdict(Status.CRITICAL, f"{name}: run failed before any result", tuple(findings), details)
+        return Verdict(Status.UNKNOWN, f"{name}: no result rows found", (), details)
+
+    findings.extend(_wrong_findings(result))
+    if result.failures:
+        findings.append(
+            Finding(
+                Status.CRITICAL, f"the run failed: {result.failures[0]}", {"failures": list(result.failures)}
+            )
+        )
+
+    ranks = result.rank_count
+    assert peak is not None
+    peak_bw, peak_row, placement = peak
+    evidence: dict[str, object] = {
+        "peak_busbw_gbps": peak_bw,
+        "peak_size_bytes": peak_row.size_bytes,
+        "peak_placement": placement,
+        "avg_busbw_gbps": result.avg_busbw_gbps,
+        "rank_count": ranks,
+        "rank_count_source": result.rank_count_source,
+    }
+    if ranks == 1:
+        findings.append(
+            Finding(
+                Status.NOT_APPLICABLE,
+                "one rank: busbw is 0 by definition (busbw = algbw x "
+                f"{BUSBW_FACTOR_FAMILY.get(result.collective or '', '(n-1)/n')}), bandwidth not applicable",
+                evidence,
+            )
+        )
+    elif peak_bw <= 0.0:
+        if ranks is None and all(
+            m.algbw_gbps <= 0 for r in result.rows for m in (r.out_of_place, r.in_place) if m
+        ):
+            findings.append(
+                Finding(Status.CRITICAL, "busbw and algbw are 0 at every size: invalid measurement", evidence)
+            )
+        else:
+            findings.append(
+                Finding(
+                    Status.CRITICAL,
+                    f"busbw is 0 at every size with {ranks if ranks is not None else 'more than one'} ranks: "
+                    "invalid measurement",
+                    evidence,
+                )
+            )
+    elif expected_busbw_gbps is not None and expected_busbw_gbps > 0:
+        evidence["expected_busbw_gbps"] = expected_busbw_gbps
+        evidence["critical_fraction"] = critical_fraction
+        ratio = peak_bw / expected_busbw_gbps
+        if ratio < critical_fraction:
+            findings.append(
+                Finding(
+                    Status.CRITICAL,
+                    f"peak busbw {peak_bw:.2f} GB/s is {ratio:.0%} of the expected "
+                    f"{expected_busbw_gbps:g} GB/s",
+                    evidence,
+                )
+            )
+        elif ratio < 1.0:
+            findings.append(
+                Finding(
+                    Status.WARNING,
+                    f"peak busbw {peak_bw:.2f} GB/s is below the expected "
+                    f"{expected_busbw_gbps:g} GB/s ({ratio:.0%})",
+                    evidence,
+                )
+            )
+        else:
+            findings.append(
+                Finding(
+                    Status.OK,
+                    f"peak busbw {peak_bw:.2f} GB/s meets the expected {expected_busbw_gbps:g} GB/s",
+                    evidence,
+                )
+            )
+    else:
+        findings.append(
+            Finding(Status.OK, f"peak busbw {peak_bw:.2f} GB/s (no expected value given)", evidence)
+        )
+
+    status = Status.worst(f.status for f in findings)
+    parts = [name]
+    if ranks is not None:
+        parts.append(f"{ranks} rank{'s' if ranks != 1 else ''}")
+    if result.hosts:
+        parts.append(f"{len(result.hosts)} host{'s' if len(result.hosts) != 1 else ''}")
+    summary = ", ".join(parts) + f": peak busbw {peak_bw:.2f} GB/s at {_size(peak_row.size_bytes)}"
+    if result.avg_busbw_gbps is not None:
+        summary += f", avg {result.avg_busbw_gbps:g} GB/s"
+    wrong_total = sum(1 for f in findings if f.message.startswith(("wrong values", "Out of bounds")))
+    if wrong_total:
+        summary += ", WRONG VALUES"
+    if ranks == 1:
+        summary += " (one rank: not applicable)"
+    if result.truncated:
+        summary += " [truncated]"
+    return Verdict(status, summary, sort_findings(findings), details)
