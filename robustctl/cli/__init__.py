@@ -1,0 +1,1 @@
+"""Command-line interface: thin typer apps over the core (parse → call core → render → exit code)."""

@@ -1,0 +1,119 @@
+"""``robustctl diagnose``."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from robustctl.cli.common import InventoryOpt, JsonOpt, OutputOpt, State, resolve_inventory
+from robustctl.errors import UsageError
+from robustctl.exit_codes import ExitCode
+
+
+def diagnose(
+    inventory: InventoryOpt = None,
+    hosts: Annotated[
+        str | None,
+        typer.Option(
+            "--hosts", "-H", help="Host range to check, e.g. 'node[001-064]' (default: every active host)."
+        ),
+    ] = None,
+    level: Annotated[
+        int,
+        typer.Option(
+            "--level",
+            "-l",
+            min=0,
+            max=3,
+            help="Highest level to run: 0 quick, 1 burn, 2 intra-host all-reduce, 3 inter-host all-reduce.",
+        ),
+    ] = 3,
+    all_levels: Annotated[
+        bool, typer.Option("--all-levels", help="Do not stop at the first level that names suspects.")
+    ] = False,
+    json_out: JsonOpt = False,
+    output: OutputOpt = None,
+    concurrency: Annotated[
+        int | None, typer.Option("--concurrency", "-c", min=1, help="Hosts contacted at once [default: 64].")
+    ] = None,
+    host_timeout: Annotated[
+        float | None,
+        typer.Option(
+            "--host-timeout", min=0.1, help="Per-host, per-level deadline in seconds [default: 120]."
+        ),
+    ] = None,
+    deadline: Annotated[
+        float | None,
+        typer.Option("--deadline", min=0.1, help="Deadline of the whole run in seconds [default: 900]."),
+    ] = None,
+    burn_seconds: Annotated[
+        float | None,
+        typer.Option("--burn-seconds", min=0.1, help="L1 load per device, seconds [default: 10]."),
+    ] = None,
+    accept_new_host_keys: Annotated[
+        bool,
+        typer.Option(
+            "--accept-new-host-keys",
+            help="Record unknown host keys in known_hosts (like OpenSSH accept-new); changed keys are still refused.",
+        ),
+    ] = False,
+    dry_run: Annotated[
+        bool,
+        typer.Option(
+            "--dry-run", help="Print the hosts, levels and commands that would run; connect to nothing."
+        ),
+    ] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No table or progress on stderr.")] = False,
+) -> int:
+    """Run hierarchical stop-time diagnostics and name the suspect hosts.
+
+    Levels: L0 quick host/GPU checks → L1 verified burn → L2 intra-host all-reduce → L3 inter-host
+    all-reduce between neighbour pairs. Stops at the first level that names suspects.
+    Exit: 0 healthy, 1 warning, 2 suspects found, 3 some hosts could not be checked, 64 usage, 78 config.
+    """
+    from robustctl.diagnose import DiagnoseRequest, plan_diagnose, run_diagnose
+    from robustctl.report.console import emit_json, stderr_console
+    from robustctl.report.diagnose import print_plan, render_run
+    from robustctl.report.progress import RichProgress
+    from robustctl.transport.pool import TransportPool
+
+    inv = resolve_inventory(inventory)
+    targets = inv.select(hosts)
+    if not targets:
+        raise UsageError(f"no active hosts selected from {inv.source}" + (f" by {hosts!r}" if hosts else ""))
+    updates: dict[str, object] = {}
+    if concurrency is not None:
+        updates["concurrency"] = concurrency
+    if host_timeout is not None:
+        updates["host_timeout_s"] = host_timeout
+    if deadline is not None:
+        updates["deadline_s"] = deadline
+    settings = inv.diagnose.model_copy(update=updates)
+    if burn_seconds is not None:
+        settings = settings.model_copy(
+            update={"burn": settings.burn.model_copy(update={"seconds": burn_seconds})}
+        )
+    request = DiagnoseRequest(
+        hosts=tuple(targets),
+        settings=settings,
+        thresholds=inv.thresholds,
+        max_level=level,
+        all_levels=all_levels,
+    )
+    console = stderr_console()
+    if dry_run:
+        plan = plan_diagnose(request)
+        if not quiet:
+            print_plan(plan, console)
+        emit_json(plan, to_stdout=json_out, output=output)
+        return int(ExitCode.OK)
+    pool = TransportPool(accept_new_host_keys=accept_new_host_keys)
+    try:
+        report = run_diagnose(request, pool, progress=RichProgress(console, enabled=not quiet))
+    finally:
+        pool.close()
+    if not quiet:
+        render_run(report, console, verbose=State.verbose > 0)
+    emit_json(report, to_stdout=json_out, output=output)
+    return int(report.exit_code)

@@ -1,0 +1,197 @@
+"""Configuration and inventory models (pydantic, strict).
+
+Precedence, lowest first: built-in defaults < the inventory file < environment variables
+(``ROBUSTCTL_*``, see :data:`ENV_VARS`) < command-line flags. Every model forbids unknown keys, and
+validation errors are reported as ``FILE:LINE: key.path: message`` through
+:func:`robustctl.inventory.load_inventory`.
+
+Inventory YAML (every key optional except ``hosts``)::
+
+    ssh:                       # defaults for every host, overridable per host entry
+      user: robust
+      port: 22
+      identity_file: ~/.ssh/id_ed25519
+      known_hosts: ~/.ssh/known_hosts
+      proxy_jump: bastion      # one hop, "user@host:port" or a name from ~/.ssh/config
+      connect_timeout_s: 10
+      command_timeout_s: 300
+      use_ssh_config: true
+    python: {path: python3, wrapper: [docker, exec, -i, trainer]}
+    gpus_per_host: 8
+    hosts:
+      - name: node[001-064]
+        address: 10.0.0.[1-64]   # optional; a range of the same length, or one per single host
+        labels: {rack: r1}
+        state: active          # active | standby | evicted
+    thresholds: {...}          # robustctl.checks.thresholds.Thresholds
+    diagnose: {concurrency: 64, host_timeout_s: 120, deadline_s: 900, retries: 2}
+"""
+
+from __future__ import annotations
+
+import enum
+import os
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from robustctl.checks.thresholds import Thresholds
+
+
+class StrictModel(BaseModel):
+    """Base of every config model: unknown keys are errors, instances are immutable."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+Seconds = Annotated[float, Field(gt=0, le=86_400)]
+
+
+class SshSettings(StrictModel):
+    """SSH connection settings. ``None`` means "use ~/.ssh/config, then OpenSSH's default"."""
+
+    user: str | None = Field(None, description="Login user; default: ~/.ssh/config, else the local user.")
+    port: int | None = Field(None, ge=1, le=65535, description="TCP port; default: ~/.ssh/config, else 22.")
+    identity_file: str | None = Field(None, description="Private key file; agent and default keys are tried.")
+    known_hosts: str | None = Field(None, description="known_hosts file; default ~/.ssh/known_hosts.")
+    proxy_jump: str | None = Field(None, description="One jump host, [user@]host[:port], like ssh -J.")
+    connect_timeout_s: Seconds = Field(10.0, description="TCP connect, banner and auth timeout.")
+    command_timeout_s: Seconds = Field(300.0, description="Upper bound for any one remote command.")
+    use_ssh_config: bool = Field(True, description="Honour ~/.ssh/config (HostName, User, Port, ...).")
+    accept_new_host_keys: bool = Field(
+        False, description="Trust and record unknown host keys (OpenSSH StrictHostKeyChecking=accept-new)."
+    )
+
+
+class SshOverrides(StrictModel):
+    """Per-host-entry SSH overrides: any key of :class:`SshSettings`; unset keys inherit."""
+
+    user: str | None = None
+    port: int | None = Field(None, ge=1, le=65535)
+    identity_file: str | None = None
+    known_hosts: str | None = None
+    proxy_jump: str | None = None
+    connect_timeout_s: Seconds | None = None
+    command_timeout_s: Seconds | None = None
+    use_ssh_config: bool | None = None
+    accept_new_host_keys: bool | None = None
+
+
+class PythonSettings(StrictModel):
+    """How to run Python on a host: ``wrapper + [path, "-", ...]``.
+
+    Example wrappers: ``[docker, exec, -i, trainer]`` (``-i`` is needed: the probe is streamed on
+    stdin), ``[conda, run, --no-capture-output, -n, train]``.
+    """
+
+    path: str = Field("python3", min_length=1)
+    wrapper: list[str] = Field(default_factory=list)
+
+
+class HostState(str, enum.Enum):
+    """Service state of a host as the inventory records it."""
+
+    ACTIVE = "active"
+    STANDBY = "standby"
+    EVICTED = "evicted"
+
+
+class HostEntry(StrictModel):
+    """One ``hosts:`` entry; ``name`` may be a range that expands to many hosts."""
+
+    name: str = Field(min_length=1, description="Host name or range, e.g. node[001-064].")
+    address: str | None = Field(None, description="Address or range of the same length; default: the name.")
+    transport: Literal["ssh", "local"] = "ssh"
+    labels: dict[str, str] = Field(default_factory=dict)
+    state: HostState = HostState.ACTIVE
+    ssh: SshOverrides | None = None
+    python: PythonSettings | None = None
+    gpus_per_host: int | None = Field(None, ge=0, le=64)
+    probe_root: str | None = Field(
+        None, description="Root prefix for probes' system-file reads (e.g. /host)."
+    )
+
+
+class BurnSettings(StrictModel):
+    """Level 1 (GPU/CPU burn) settings."""
+
+    seconds: Seconds = Field(10.0, description="Load duration per device.")
+    size: int | None = Field(None, ge=16, le=65536, description="Matrix size N; default 4096 GPU, 1024 CPU.")
+    threads: int | None = Field(None, ge=1, description="CPU threads for a CPU burn (torch.set_num_threads).")
+    concurrency: int | None = Field(
+        None, ge=1, description="Hosts burning at once; default: diagnose.concurrency."
+    )
+
+
+class AllreduceSettings(StrictModel):
+    """Level 2/3 (all-reduce bandwidth) settings."""
+
+    sizes: list[Annotated[int, Field(ge=4)]] | None = Field(None, description="Message sizes in bytes.")
+    iters: int = Field(5, ge=1, le=10_000)
+    warmup: int = Field(1, ge=0, le=1_000)
+    nproc: int | None = Field(None, ge=2, description="Ranks per host for L2; default: GPUs, or 2 on CPU.")
+    master_port: int = Field(29500, ge=1024, le=65000, description="First TCP port for rendezvous.")
+    use_nccl_tests: bool = Field(False, description="Run nccl-tests' all_reduce_perf for L2 where installed.")
+    concurrency: int | None = Field(None, ge=1, description="Hosts/pairs at once; default: concurrency.")
+
+
+class DiagnoseSettings(StrictModel):
+    """Fan-out and level settings of ``robustctl diagnose``."""
+
+    concurrency: int = Field(64, ge=1, le=4096, description="Hosts contacted at once.")
+    host_timeout_s: Seconds = Field(120.0, description="Per host, per level deadline.")
+    deadline_s: Seconds = Field(900.0, description="Global deadline of the whole run.")
+    retries: int = Field(2, ge=0, le=10, description="Extra connection attempts on connection errors.")
+    retry_backoff_s: float = Field(0.5, ge=0, le=60, description="Base of the jittered exponential backoff.")
+    burn: BurnSettings = Field(default_factory=BurnSettings)
+    allreduce: AllreduceSettings = Field(default_factory=AllreduceSettings)
+
+
+class InventoryFile(StrictModel):
+    """Top level of an inventory file."""
+
+    ssh: SshSettings = Field(default_factory=SshSettings)
+    python: PythonSettings = Field(default_factory=PythonSettings)
+    gpus_per_host: int = Field(0, ge=0, le=64, description="Expected GPUs per host (0: CPU-only hosts).")
+    hosts: list[HostEntry] = Field(min_length=1)
+    thresholds: Thresholds = Field(default_factory=Thresholds)
+    diagnose: DiagnoseSettings = Field(default_factory=DiagnoseSettings)
+
+
+ENV_VARS: dict[str, str] = {
+    "ROBUSTCTL_INVENTORY": "inventory file used when -i is not given",
+    "ROBUSTCTL_CONCURRENCY": "diagnose.concurrency",
+    "ROBUSTCTL_HOST_TIMEOUT": "diagnose.host_timeout_s",
+    "ROBUSTCTL_DEADLINE": "diagnose.deadline_s",
+    "ROBUSTCTL_SSH_USER": "ssh.user",
+    "ROBUSTCTL_SSH_IDENTITY": "ssh.identity_file",
+    "ROBUSTCTL_SSH_KNOWN_HOSTS": "ssh.known_hosts",
+}
+"""Environment variables read by robustctl and the setting each one overrides."""
+
+_ENV_PATHS: dict[str, tuple[str, str]] = {
+    "ROBUSTCTL_CONCURRENCY": ("diagnose", "concurrency"),
+    "ROBUSTCTL_HOST_TIMEOUT": ("diagnose", "host_timeout_s"),
+    "ROBUSTCTL_DEADLINE": ("diagnose", "deadline_s"),
+    "ROBUSTCTL_SSH_USER": ("ssh", "user"),
+    "ROBUSTCTL_SSH_IDENTITY": ("ssh", "identity_file"),
+    "ROBUSTCTL_SSH_KNOWN_HOSTS": ("ssh", "known_hosts"),
+}
+
+
+def apply_env(data: dict[str, Any], environ: dict[str, str] | None = None) -> dict[str, Any]:
+    """Return a copy of raw inventory ``data`` with ``ROBUSTCTL_*`` overrides applied."""
+    env = os.environ if environ is None else environ
+    out = dict(data)
+    for var, (section, key) in _ENV_PATHS.items():
+        if var in env and env[var] != "":
+            sect = dict(out.get(section) or {})
+            sect[key] = env[var]
+            out[section] = sect
+    return out
+
+
+def expand_user(path: str | None) -> Path | None:
+    """``~``-expand a configured path; None stays None."""
+    return Path(path).expanduser() if path else None

@@ -1,0 +1,220 @@
+"""The inventory: which hosts exist, how to reach them, and what state they are in.
+
+:func:`load_inventory` reads a YAML file strictly (unknown keys and bad ranges are
+:class:`~robustctl.errors.InventoryError`/:class:`~robustctl.errors.ConfigError` with ``FILE:LINE``);
+:func:`default_inventory` is the embedded default: this machine, ``localhost``, through the local
+transport, with the Python that runs robustctl.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import ValidationError
+
+from robustctl.checks.thresholds import Thresholds
+from robustctl.config import (
+    DiagnoseSettings,
+    HostEntry,
+    HostState,
+    InventoryFile,
+    PythonSettings,
+    SshSettings,
+    apply_env,
+)
+from robustctl.errors import ConfigError, InventoryError
+from robustctl.inventory.hostrange import expand, validate_address, validate_name
+from robustctl.yamlsrc import SourceMap, load_yaml
+
+
+@dataclass(frozen=True)
+class Host:
+    """One resolved host: an inventory entry expanded and merged with the defaults.
+
+    Attributes:
+        name: inventory name (unique). address: where to connect (name when not given).
+        transport: ``"ssh"`` or ``"local"``. ssh: effective SSH settings. python: how to run probes.
+        gpus: expected GPU count (0: CPU-only). labels: free-form labels. state: service state.
+        probe_root: root prefix passed to probes as ``--root`` (None: ``/`` or the host's env).
+    """
+
+    name: str
+    address: str
+    transport: Literal["ssh", "local"]
+    ssh: SshSettings
+    python: PythonSettings
+    gpus: int = 0
+    labels: dict[str, str] = field(default_factory=dict, hash=False, compare=False)
+    state: HostState = HostState.ACTIVE
+    probe_root: str | None = None
+
+
+@dataclass(frozen=True)
+class Inventory:
+    """All hosts (in file order) plus the settings that apply to a run.
+
+    Attributes:
+        hosts: every host, unique names, file order. source: file path or ``"<embedded default>"``.
+    """
+
+    hosts: tuple[Host, ...]
+    thresholds: Thresholds
+    diagnose: DiagnoseSettings
+    source: str
+
+    def by_name(self, name: str) -> Host:
+        """The host called ``name``. Raises InventoryError if there is none."""
+        for h in self.hosts:
+            if h.name == name:
+                return h
+        raise InventoryError(f"unknown host {name!r} (not in {self.source})")
+
+    def select(self, pattern: str | None = None, *, states: Iterable[HostState] | None = None) -> list[Host]:
+        """Hosts matching a host range, in inventory order.
+
+        Args:
+            pattern: a host range such as ``"node[001-008],node017"``; None selects every host.
+            states: keep only hosts in these states; default: active hosts only when ``pattern`` is
+                None, any state when hosts are named explicitly.
+
+        Raises:
+            InventoryError: the pattern is malformed or names a host not in the inventory.
+        """
+        if pattern is None:
+            wanted_states = set(states) if states is not None else {HostState.ACTIVE}
+            return [h for h in self.hosts if h.state in wanted_states]
+        names = expand(pattern)
+        known = {h.name for h in self.hosts}
+        missing = [n for n in names if n not in known]
+        if missing:
+            more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
+            raise InventoryError(f"unknown host {missing[0]!r}{more}: not in {self.source}")
+        wanted = set(names)
+        out = [h for h in self.hosts if h.name in wanted]
+        if states is not None:
+            allowed = set(states)
+            out = [h for h in out if h.state in allowed]
+        return out
+
+
+def default_inventory() -> Inventory:
+    """The embedded default: ``localhost`` through the local transport, with this interpreter."""
+    host = Host(
+        name="localhost",
+        address="local",
+        transport="local",
+        ssh=SshSettings(),
+        python=PythonSettings(path=sys.executable),
+        gpus=0,
+    )
+    return Inventory(
+        hosts=(host,),
+        thresholds=Thresholds(),
+        diagnose=DiagnoseSettings(),
+        source="<embedded default>",
+    )
+
+
+def load_inventory(path: Path, *, environ: dict[str, str] | None = None) -> Inventory:
+    """Load and validate an inventory file.
+
+    Raises:
+        ConfigError: YAML syntax, unknown key, wrong type (message ``FILE:LINE: key.path: why``).
+        InventoryError: bad host range, hostile name, duplicate host, address count mismatch.
+    """
+    data, smap = load_yaml(path)
+    if data is None:
+        raise ConfigError(f"{path}: empty inventory, expected a mapping with 'hosts:'")
+    if not isinstance(data, dict):
+        raise ConfigError(f"{smap.where(())}: expected a mapping at the top level, got {type(data).__name__}")
+    try:
+        model = InventoryFile.model_validate(apply_env(data, environ))
+    except ValidationError as exc:
+        raise ConfigError(_first_error(exc, smap)) from None
+    return Inventory(
+        hosts=tuple(_resolve_hosts(model, smap)),
+        thresholds=model.thresholds,
+        diagnose=model.diagnose,
+        source=str(path),
+    )
+
+
+def _first_error(exc: ValidationError, smap: SourceMap) -> str:
+    errors = exc.errors()
+    err = errors[0]
+    loc: Sequence[str | int] = [p for p in err["loc"] if isinstance(p, (str, int))]
+    dotted = _dotted(loc)
+    if err["type"] == "extra_forbidden":
+        msg = f"unknown key {str(loc[-1])!r}"
+    elif err["type"] == "missing":
+        msg = "required key is missing"
+    else:
+        msg = err["msg"]
+        if "input" in err and not isinstance(err["input"], (dict, list)):
+            msg += f" (got {err['input']!r})"
+    more = f" (+{len(errors) - 1} more errors)" if len(errors) > 1 else ""
+    return f"{smap.where(loc)}: {dotted}: {msg}{more}"
+
+
+def _dotted(loc: Sequence[str | int]) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out or "<top>"
+
+
+def _merge_ssh(base: SshSettings, over: Any) -> SshSettings:
+    if over is None:
+        return base
+    changes = {k: v for k, v in over.model_dump(exclude_unset=True).items() if v is not None}
+    return base.model_copy(update=changes)
+
+
+def _resolve_hosts(model: InventoryFile, smap: SourceMap) -> list[Host]:
+    hosts: list[Host] = []
+    seen: dict[str, str] = {}
+    for i, entry in enumerate(model.hosts):
+        where = smap.where(("hosts", i, "name"))
+        try:
+            hosts.extend(_expand_entry(entry, model))
+        except InventoryError as exc:
+            raise InventoryError(f"{where}: {exc}") from None
+        for h in hosts[len(seen) :]:
+            if h.name in seen:
+                raise InventoryError(f"{where}: duplicate host {h.name!r} (also at {seen[h.name]})")
+            seen[h.name] = where
+    return hosts
+
+
+def _expand_entry(entry: HostEntry, model: InventoryFile) -> list[Host]:
+    names = [validate_name(n) for n in expand(entry.name)]
+    if entry.address is None:
+        addresses = list(names)
+    else:
+        addresses = [validate_address(a) for a in expand(entry.address)]
+        if len(addresses) != len(names):
+            raise InventoryError(
+                f"{entry.name!r} expands to {len(names)} hosts but address {entry.address!r} "
+                f"to {len(addresses)} addresses"
+            )
+    ssh = _merge_ssh(model.ssh, entry.ssh)
+    python = entry.python or model.python
+    gpus = entry.gpus_per_host if entry.gpus_per_host is not None else model.gpus_per_host
+    return [
+        Host(
+            name=n,
+            address=a if entry.transport == "ssh" else "local",
+            transport=entry.transport,
+            ssh=ssh,
+            python=python,
+            gpus=gpus,
+            labels=dict(entry.labels),
+            state=entry.state,
+            probe_root=entry.probe_root,
+        )
+        for n, a in zip(names, addresses, strict=True)
+    ]

@@ -1,0 +1,113 @@
+"""Run a node-side probe (``diagnostics/<name>.py``) on a host and return its JSON document.
+
+The probe's source is streamed to ``python3 -`` (with the host's optional wrapper, e.g.
+``docker exec -i trainer``), so hosts need no robustctl install. See ``diagnostics/README.md``.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from importlib import resources
+from typing import TYPE_CHECKING, Any
+
+from robustctl.errors import ProbeError
+
+if TYPE_CHECKING:
+    from robustctl.inventory import Host
+    from robustctl.transport.base import Transport
+
+PROBES = ("host", "nvml", "burn", "allreduce")
+"""Probes shipped in ``diagnostics/``."""
+
+
+@dataclass(frozen=True)
+class ProbeDocument:
+    """A probe's parsed output.
+
+    Attributes:
+        probe: probe name. data: the observation (see each probe's docstring). errors: failed
+        sub-collections. host_time: the host's clock (UNIX s) when it printed. sent_at/received_at:
+        control-side clock (UNIX s) around the command, for clock-skew estimates. elapsed_s: command
+        wall seconds.
+    """
+
+    probe: str
+    data: dict[str, Any]
+    errors: tuple[str, ...]
+    host_time: float | None
+    sent_at: float
+    received_at: float
+    elapsed_s: float
+
+
+@functools.cache
+def probe_source(name: str) -> bytes:
+    """The source of probe ``name``. Raises ValueError for an unknown probe."""
+    if name not in PROBES:
+        raise ValueError(f"unknown probe {name!r}")
+    return resources.files("robustctl").joinpath("_probes", f"{name}.py").read_bytes()
+
+
+def probe_argv(host: Host, args: Sequence[str] = ()) -> list[str]:
+    """``wrapper + [python, "-", *common_args, *args]`` for ``host``."""
+    common: list[str] = []
+    if host.probe_root:
+        common += ["--root", host.probe_root]
+    return [*host.python.wrapper, host.python.path, "-", *common, *args]
+
+
+def run_probe(
+    transport: Transport, host: Host, name: str, args: Sequence[str] = (), *, deadline: float
+) -> ProbeDocument:
+    """Run probe ``name`` on ``host`` and parse its document.
+
+    Args:
+        deadline: ``time.monotonic()`` instant by which the probe must have answered.
+
+    Raises:
+        HostUnreachable, HostKeyError, CommandTimeout: from the transport.
+        ProbeError: the probe exited non-zero without a document, or printed something else
+            (message: one line, e.g. the exception line of its traceback).
+    """
+    timeout = max(0.5, deadline - time.monotonic())
+    sent = time.time()
+    res = transport.run(host, probe_argv(host, args), stdin=probe_source(name), timeout_s=timeout)
+    received = time.time()
+    doc = parse_document(res.stdout, name)
+    if doc is None:
+        why = res.stderr_tail() or f"exit status {res.exit_status}, no output"
+        if res.exit_status == 127 or "No such file" in why or "not found" in why:
+            why = f"cannot start {host.python.path!r}: {why}"
+        raise ProbeError(f"{host.name}: probe {name} failed: {why}")
+    return ProbeDocument(
+        probe=name,
+        data=doc.get("data") if isinstance(doc.get("data"), dict) else {},
+        errors=tuple(str(e) for e in doc.get("errors") or ()),
+        host_time=float(doc["time"]) if isinstance(doc.get("time"), (int, float)) else None,
+        sent_at=sent,
+        received_at=received,
+        elapsed_s=res.elapsed_s,
+    )
+
+
+def parse_document(stdout: bytes, name: str) -> dict[str, Any] | None:
+    """The probe document in ``stdout``: the last line that is a JSON object naming probe ``name``."""
+    text = stdout.decode("utf-8", "replace").strip()
+    if not text:
+        return None
+    candidates = [text, *reversed(text.splitlines())]
+    for cand in candidates:
+        cand = cand.strip()
+        if not cand.startswith("{"):
+            continue
+        try:
+            obj = json.loads(cand)
+        except ValueError:
+            continue
+        if isinstance(obj, dict) and obj.get("probe") == name:
+            return obj
+    return None

@@ -1,0 +1,58 @@
+"""Consoles and JSON output.
+
+Tables, progress and logs go to stderr through rich; JSON documents go to stdout. rich honours
+``NO_COLOR`` and disables styling and live displays when the stream is not a terminal.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from robustctl.errors import ConfigError
+from robustctl.models import Status, to_jsonable
+
+STATUS_STYLE: dict[Status, str] = {
+    Status.OK: "green",
+    Status.WARNING: "yellow",
+    Status.CRITICAL: "bold red",
+    Status.UNKNOWN: "magenta",
+    Status.NOT_APPLICABLE: "dim",
+    Status.SKIPPED: "dim",
+}
+
+
+def stderr_console() -> Console:
+    """A console on stderr (highlighting off: verdict colours carry the meaning)."""
+    return Console(stderr=True, highlight=False, soft_wrap=False)
+
+
+def styled(status: Status) -> str:
+    """Rich markup for a status word, e.g. ``[bold red]CRITICAL[/]``."""
+    return f"[{STATUS_STYLE[status]}]{status.value.upper()}[/]"
+
+
+def dump_json(obj: Any) -> str:
+    """The JSON text of a result object (dataclasses and enums converted), sorted keys, 2-space indent."""
+    return json.dumps(to_jsonable(obj), indent=2, sort_keys=True, allow_nan=False, default=str)
+
+
+def emit_json(obj: Any, *, to_stdout: bool, output: Path | None) -> None:
+    """Write the JSON document to stdout and/or ``output``.
+
+    Raises:
+        ConfigError: ``output`` cannot be written (the message names the file).
+    """
+    text = dump_json(obj) + "\n"
+    if output is not None:
+        try:
+            output.write_text(text, encoding="utf-8")
+        except OSError as exc:
+            raise ConfigError(f"{output}: cannot write: {exc.strerror}") from None
+    if to_stdout:
+        sys.stdout.write(text)
+        sys.stdout.flush()

@@ -1,0 +1,60 @@
+"""One transport per kind, shared by a whole run."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from robustctl.transport.base import CommandResult, Transport
+from robustctl.transport.local import LocalTransport
+
+if TYPE_CHECKING:
+    from robustctl.inventory import Host
+    from robustctl.transport.ssh import SshTransport
+
+
+class TransportPool:
+    """Routes each host to the local or SSH transport; paramiko is imported only when needed.
+
+    Args:
+        accept_new_host_keys: passed to the SSH transport (``--accept-new-host-keys``).
+    """
+
+    def __init__(self, *, accept_new_host_keys: bool = False) -> None:
+        self._accept_new = accept_new_host_keys
+        self._local = LocalTransport()
+        self._ssh: SshTransport | None = None
+
+    def for_host(self, host: Host) -> Transport:
+        """The transport that reaches ``host``."""
+        if host.transport == "local":
+            return self._local
+        if self._ssh is None:
+            from robustctl.transport.ssh import SshTransport
+
+            self._ssh = SshTransport(accept_new_host_keys=self._accept_new)
+        return self._ssh
+
+    def run(
+        self, host: Host, argv: Sequence[str], *, stdin: bytes | None = None, timeout_s: float
+    ) -> CommandResult:
+        """Run ``argv`` on ``host`` through its transport."""
+        return self.for_host(host).run(host, argv, stdin=stdin, timeout_s=timeout_s)
+
+    def preflight(self, hosts: Sequence[Host]) -> None:
+        """Fail fast on local problems (unreadable identity files) before any connection."""
+        if any(h.transport == "ssh" for h in hosts):
+            from robustctl.transport.ssh import preflight
+
+            preflight(hosts)
+
+    def close(self) -> None:
+        """Close every connection."""
+        self._local.close()
+        if self._ssh is not None:
+            self._ssh.close()
+
+    def shutdown(self) -> None:
+        """Close every connection and refuse new ones (global deadline)."""
+        if self._ssh is not None:
+            self._ssh.shutdown()
