@@ -79,7 +79,12 @@ def run_probe(
     received = time.time()
     doc = parse_document(res.stdout, name)
     if doc is None:
-        why = res.stderr_tail() or f"exit status {res.exit_status}, no output"
+        out = res.stdout.decode("utf-8", "replace").strip()
+        if res.exit_status == 0 and out:
+            first = out.splitlines()[0][:80]
+            why = f"printed no JSON document (output starts {first!r})"
+        else:
+            why = res.stderr_tail() or f"exit status {res.exit_status}, no output"
         if res.exit_status == 127 or "No such file" in why or "not found" in why:
             why = f"cannot start {host.python.path!r}: {why}"
         raise ProbeError(f"{host.name}: probe {name} failed: {why}")

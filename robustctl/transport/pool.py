@@ -18,15 +18,19 @@ class TransportPool:
 
     Args:
         accept_new_host_keys: passed to the SSH transport (``--accept-new-host-keys``).
+        override: use this transport for every host (tests: :class:`robustctl.testing.FakeTransport`).
     """
 
-    def __init__(self, *, accept_new_host_keys: bool = False) -> None:
+    def __init__(self, *, accept_new_host_keys: bool = False, override: Transport | None = None) -> None:
         self._accept_new = accept_new_host_keys
         self._local = LocalTransport()
         self._ssh: SshTransport | None = None
+        self._override = override
 
     def for_host(self, host: Host) -> Transport:
         """The transport that reaches ``host``."""
+        if self._override is not None:
+            return self._override
         if host.transport == "local":
             return self._local
         if self._ssh is None:
@@ -43,7 +47,7 @@ class TransportPool:
 
     def preflight(self, hosts: Sequence[Host]) -> None:
         """Fail fast on local problems (unreadable identity files) before any connection."""
-        if any(h.transport == "ssh" for h in hosts):
+        if self._override is None and any(h.transport == "ssh" for h in hosts):
             from robustctl.transport.ssh import preflight
 
             preflight(hosts)

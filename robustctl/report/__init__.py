@@ -1,0 +1,1 @@
+"""Rendering: rich views on stderr, JSON documents on stdout."""

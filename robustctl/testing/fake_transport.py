@@ -1,0 +1,84 @@
+"""A fake :class:`~robustctl.transport.base.Transport` for tests and plugin authors.
+
+It answers probe runs from scripted per-host data instead of running anything, and raises the same
+errors as the real transports (:class:`~robustctl.errors.HostUnreachable`,
+:class:`~robustctl.errors.HostKeyError`, :class:`~robustctl.errors.CommandTimeout`), so engine
+logic is tested without SSH. Real-SSH behaviour is covered by the integration tests.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from robustctl.errors import CommandTimeout
+from robustctl.probes import PROBES, probe_source
+from robustctl.transport.base import CommandResult
+
+if TYPE_CHECKING:
+    from robustctl.inventory import Host
+
+Answer = Mapping[str, Any] | BaseException | CommandResult | Callable[[Sequence[str]], Any]
+"""A scripted answer: the probe's ``data`` mapping, an exception to raise, a raw CommandResult,
+or a callable receiving the probe argv and returning one of those."""
+
+
+@dataclass
+class FakeTransport:
+    """Scripted transport.
+
+    Args:
+        answers: ``{host_name: {probe_name: Answer}}``; a missing probe answers ``{}``.
+        delay_s: ``{host_name: seconds}`` to sleep before answering (past the timeout → CommandTimeout).
+
+    Attributes:
+        calls: ``(host_name, probe_name, argv)`` of every run, in order (thread-safe).
+    """
+
+    answers: dict[str, dict[str, Answer]] = field(default_factory=dict)
+    delay_s: dict[str, float] = field(default_factory=dict)
+    calls: list[tuple[str, str, list[str]]] = field(default_factory=list)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def run(
+        self, host: Host, argv: Sequence[str], *, stdin: bytes | None = None, timeout_s: float
+    ) -> CommandResult:
+        """Answer a probe run (identified by its streamed source) from the script."""
+        probe = _probe_of(stdin)
+        with self._lock:
+            self.calls.append((host.name, probe, list(argv)))
+        delay = self.delay_s.get(host.name, 0.0)
+        if delay:
+            time.sleep(min(delay, timeout_s))
+            if delay >= timeout_s:
+                raise CommandTimeout(host.name, f"command timed out after {timeout_s:g}s")
+        answer: Any = self.answers.get(host.name, {}).get(probe, {})
+        if callable(answer) and not isinstance(answer, BaseException):
+            answer = answer(argv)
+        if isinstance(answer, BaseException):
+            raise answer
+        if isinstance(answer, CommandResult):
+            return answer
+        doc = {
+            "probe": probe,
+            "version": 1,
+            "hostname": host.name,
+            "time": time.time(),
+            "data": answer,
+            "errors": [],
+        }
+        return CommandResult(host.name, 0, json.dumps(doc).encode(), b"", 0.001)
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+
+def _probe_of(stdin: bytes | None) -> str:
+    for name in PROBES:
+        if stdin == probe_source(name):
+            return name
+    return "?"

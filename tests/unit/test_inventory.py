@@ -1,0 +1,141 @@
+"""Inventory loading: strict keys with FILE:LINE, host ranges, hostile names, defaults, env."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from robustctl.config import HostState
+from robustctl.errors import ConfigError, InventoryError
+from robustctl.inventory import default_inventory, load_inventory
+from robustctl.inventory.hostrange import collapse, expand, validate_name
+
+GOOD = """\
+ssh:
+  user: robust
+  port: 2222
+  connect_timeout_s: 3
+python:
+  path: /opt/venv/bin/python
+gpus_per_host: 8
+hosts:
+  - name: node[01-04]
+    address: 127.0.0.[2-5]
+    labels: {rack: r1}
+  - name: spare1
+    address: 127.0.0.9
+    state: standby
+    ssh: {port: 2200}
+    gpus_per_host: 4
+diagnose:
+  concurrency: 8
+"""
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    p = tmp_path / "cluster.yaml"
+    p.write_text(text)
+    return p
+
+
+def test_expands_ranges_and_merges_overrides(tmp_path: Path) -> None:
+    inv = load_inventory(write(tmp_path, GOOD), environ={})
+    assert [h.name for h in inv.hosts] == ["node01", "node02", "node03", "node04", "spare1"]
+    assert [h.address for h in inv.hosts[:4]] == ["127.0.0.2", "127.0.0.3", "127.0.0.4", "127.0.0.5"]
+    n1, spare = inv.hosts[0], inv.hosts[4]
+    assert n1.ssh.user == "robust" and n1.ssh.port == 2222 and n1.gpus == 8
+    assert n1.labels == {"rack": "r1"} and n1.python.path == "/opt/venv/bin/python"
+    assert spare.ssh.port == 2200 and spare.ssh.user == "robust" and spare.ssh.connect_timeout_s == 3
+    assert spare.gpus == 4 and spare.state is HostState.STANDBY
+    assert inv.diagnose.concurrency == 8
+
+
+def test_select_defaults_to_active_and_rejects_unknown(tmp_path: Path) -> None:
+    inv = load_inventory(write(tmp_path, GOOD), environ={})
+    assert [h.name for h in inv.select()] == ["node01", "node02", "node03", "node04"]
+    assert [h.name for h in inv.select("node[02-03],spare1")] == ["node02", "node03", "spare1"]
+    with pytest.raises(InventoryError, match=r"unknown host 'node08' \(and 1 more\)"):
+        inv.select("node[08-09]")
+
+
+@pytest.mark.parametrize(
+    ("text", "pattern"),
+    [
+        (GOOD.replace("  port: 2222", "  prot: 2222"), r"cluster.yaml:3: ssh.prot: unknown key 'prot'"),
+        (
+            GOOD.replace("    labels: {rack: r1}", "    lables: {rack: r1}"),
+            r"cluster.yaml:11: hosts\[0\].lables: unknown key",
+        ),
+        (
+            GOOD.replace("gpus_per_host: 8", "gpus_per_host: many"),
+            r"cluster.yaml:7: gpus_per_host: .*integer",
+        ),
+        (
+            GOOD.replace("  concurrency: 8", "  concurrency: 0"),
+            r"cluster.yaml:18: diagnose.concurrency: .*greater than",
+        ),
+        (GOOD.replace("    state: standby", "    state: broken"), r"cluster.yaml:14: hosts\[1\].state"),
+        ("hosts: []\n", r"cluster.yaml:1: hosts: "),
+        ("ssh: {}\n", r"cluster.yaml.*hosts: required key is missing"),
+        ("- a\n- b\n", r"cluster.yaml:1: expected a mapping"),
+        ("hosts:\n  - name: a\n    name: b\n", r"cluster.yaml:3: duplicate key 'name'"),
+        ("hosts: [\n", r"cluster.yaml:2: YAML syntax error"),
+    ],
+)
+def test_bad_files_name_file_and_line(tmp_path: Path, text: str, pattern: str) -> None:
+    with pytest.raises(ConfigError, match=pattern):
+        load_inventory(write(tmp_path, text), environ={})
+
+
+@pytest.mark.parametrize(
+    ("entry", "pattern"),
+    [
+        ("  - name: node[05-01]\n", r"cluster.yaml:2: bad host range 'node\[05-01\]'"),
+        ("  - name: node[01-\n", r"bad host range"),
+        ("  - name: 'a;rm -rf /'\n", r"invalid host name 'a;rm -rf /'"),
+        ("  - name: '-oProxyCommand=sh'\n", r"invalid host name"),
+        ("  - name: node[1-3]\n    address: 127.0.0.[2-3]\n", r"expands to 3 hosts but address .* to 2"),
+        ("  - name: n1\n    address: '127.0.0.2;id'\n", r"invalid host address"),
+        ("  - name: n[1-2]\n  - name: n2\n", r"cluster.yaml:3: duplicate host 'n2'"),
+    ],
+)
+def test_bad_hosts(tmp_path: Path, entry: str, pattern: str) -> None:
+    with pytest.raises(InventoryError, match=pattern):
+        load_inventory(write(tmp_path, "hosts:\n" + entry), environ={})
+
+
+def test_missing_and_directory(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="no such file"):
+        load_inventory(tmp_path / "nope.yaml")
+    with pytest.raises(ConfigError, match="is a directory"):
+        load_inventory(tmp_path)
+
+
+def test_env_overrides_file(tmp_path: Path) -> None:
+    inv = load_inventory(
+        write(tmp_path, GOOD), environ={"ROBUSTCTL_CONCURRENCY": "3", "ROBUSTCTL_SSH_USER": "ops"}
+    )
+    assert inv.diagnose.concurrency == 3
+    assert inv.hosts[0].ssh.user == "ops"
+
+
+def test_embedded_default_is_local_with_this_python() -> None:
+    inv = default_inventory()
+    (h,) = inv.hosts
+    assert h.name == "localhost" and h.transport == "local" and h.python.path == sys.executable
+    assert inv.select() == [h]
+
+
+def test_hostrange_helpers() -> None:
+    assert expand("node[001-003,7],login") == ["node001", "node002", "node003", "node7", "login"]
+    assert collapse(["n1", "n2", "n3", "n7"]) == "n[1-3,7]"
+    with pytest.raises(InventoryError):
+        expand("   ")
+    with pytest.raises(InventoryError):
+        expand("n[1-99999999]")
+    assert validate_name("gpu-node_01.dc1") == "gpu-node_01.dc1"
+    for bad in ["a b", "$(id)", "a|b", "", "-x", "a`b`"]:
+        with pytest.raises(InventoryError):
+            validate_name(bad)
