@@ -198,6 +198,8 @@ class SshTransport:
             who = f"{ep.user}@" if ep.user else ""
             raise HostKeyError(name, f"authentication failed for {who}{ep.hostname}:{ep.port}") from None
         except paramiko.SSHException as exc:
+            tr = client.get_transport()
+            got_banner = tr is not None and bool(getattr(tr, "remote_version", None))
             client.close()
             text = str(exc)
             if "not found in known_hosts" in text:
@@ -206,7 +208,7 @@ class SshTransport:
                     f"unknown host key for {ep.hostname}:{ep.port} (not in {ep.known_hosts}; "
                     "add it, or pass --accept-new-host-keys)",
                 ) from None
-            if "banner" in text.lower():
+            if not got_banner or "banner" in text.lower():
                 raise HostUnreachable(name, f"no SSH banner within {t:g}s (sshd hung?)") from None
             raise HostUnreachable(name, f"SSH error: {text}") from None
         except (OSError, EOFError) as exc:
