@@ -308,6 +308,8 @@ def looks_like_nccl_tests(text: str) -> bool:
         low = line.lower()
         if "avg bus bandwidth" in low or ("busbw" in low and "algbw" in low):
             return True
+        if line.startswith("#") and ("nthread" in low and "ngpus" in low and "minbytes" in low):
+            return True
         if line and not line.startswith("#") and _parse_row(line, 0) is not None:
             return True
     return False
@@ -710,11 +712,9 @@ def evaluate(
     summary = ", ".join(parts) + f": peak busbw {peak_bw:.2f} GB/s at {_size(peak_row.size_bytes)}"
     if result.avg_busbw_gbps is not None:
         summary += f", avg {result.avg_busbw_gbps:g} GB/s"
-    wrong_total = sum(1 for f in findings if f.message.startswith(("wrong values", "Out of bounds")))
-    if wrong_total:
-        summary += ", WRONG VALUES"
-    if ranks == 1:
-        summary += " (one rank: not applicable)"
     if result.truncated:
         summary += " [truncated]"
-    return Verdict(status, summary, sort_findings(findings), details)
+    ordered = sort_findings(findings)
+    if status in (Status.CRITICAL, Status.WARNING, Status.NOT_APPLICABLE):
+        summary += f"; {ordered[0].message}"
+    return Verdict(status, summary, ordered, details)

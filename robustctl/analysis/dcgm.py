@@ -1,0 +1,468 @@
+"""Parse and judge ``dcgmi diag`` text output (DCGM 3.x and 4.x table layouts, and fragments).
+
+DCGM 3.x (NVIDIA/DCGM#55, stas00/ml-engineering ``debug.md``) prints one row per test with the
+result and the GPUs it applies to, continuation rows for more results, and ``Warning`` / ``Error``
+/ ``Info`` rows whose text wraps over continuation rows::
+
+    |-----  Deployment  --------+------------------------------------------------|
+    | GPU Memory                | Pass - GPUs: 1, 2, 3, 4, 5, 6, 7               |
+    |                           | Fail - GPU: 0                                  |
+    | Warning                   | GPU 0 Thermal violations totaling 13.3 second  |
+    |                           | s started at 9.7 seconds into the test for GP  |
+
+DCGM 4.x (NVIDIA/DCGM#253, #124; DCGM user guide) prints lower-case plugin names, the overall
+result, then one ``GPUn: Result`` continuation row per GPU::
+
+    +-----  Integration  -------+------------------------------------------------+
+    | pcie                      | Fail                                           |
+    | Warning                   | There was an internal error during the test:   |
+    |                           | GPU0: Pass                                     |
+
+Rows without the header or the section lines (fragments pasted into tickets) parse the same way.
+
+Verdict (:func:`evaluate`): a ``Fail`` result or an ``Error`` row -> CRITICAL, naming the GPUs that
+failed or that the messages name; ``Warn`` (or a ``Warning`` row under a passing test) -> WARNING;
+``Skip`` -> SKIPPED: "not checked", never OK. A failed test whose only messages are DCGM internal
+errors while every GPU passed is UNKNOWN (the diagnostic itself broke, NVIDIA/DCGM#253). When no
+GPU test ran (everything but the software/deployment checks skipped) the artefact is UNKNOWN.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from enum import Enum
+
+from robustctl.analysis import Finding, Verdict, sort_findings
+from robustctl.models import Status, to_jsonable
+
+__all__ = [
+    "DcgmDiag",
+    "DcgmGpuResult",
+    "DcgmResult",
+    "DcgmTest",
+    "evaluate",
+    "looks_like_dcgm_diag",
+    "parse_dcgm_diag",
+]
+
+
+class DcgmResult(str, Enum):
+    """A DCGM test result."""
+
+    PASS = "pass"  # noqa: S105 - a test result, not a password
+    FAIL = "fail"
+    WARN = "warn"
+    SKIP = "skip"
+    ERROR = "error"
+    """No result printed, but an ``Error`` row (e.g. a deployment check that could not run)."""
+
+    @property
+    def status(self) -> Status:
+        """robustctl's state for this result (``SKIP`` is SKIPPED: not checked, never OK)."""
+        return _RESULT_STATUS[self]
+
+
+_RESULT_STATUS = {
+    DcgmResult.PASS: Status.OK,
+    DcgmResult.FAIL: Status.CRITICAL,
+    DcgmResult.ERROR: Status.CRITICAL,
+    DcgmResult.WARN: Status.WARNING,
+    DcgmResult.SKIP: Status.SKIPPED,
+}
+_RESULT_WORDS = {
+    "pass": DcgmResult.PASS,
+    "fail": DcgmResult.FAIL,
+    "warn": DcgmResult.WARN,
+    "warning": DcgmResult.WARN,
+    "skip": DcgmResult.SKIP,
+    "error": DcgmResult.ERROR,
+}
+
+
+@dataclass(frozen=True)
+class DcgmGpuResult:
+    """The result of one test on one GPU (``gpu`` is DCGM's GPU id)."""
+
+    gpu: int
+    result: DcgmResult
+
+
+@dataclass(frozen=True)
+class DcgmTest:
+    """One diagnostic test (a table row and its continuation rows).
+
+    Attributes:
+        name: as printed, e.g. ``"GPU Memory"`` (3.x) or ``"memory"`` (4.x); for an ``Error`` row
+            with no test above it, the section name (``"Deployment"``) or ``"(unnamed)"``.
+        section: ``"Deployment"``, ``"Hardware"``, ``"Integration"``, ``"Stress"`` or ``None``.
+        result: the overall result: the worst of the printed results.
+        gpu_results: per-GPU results (``Fail - GPU: 0``, ``GPU0: Pass``).
+        all_gpus: the result printed for all GPUs (``Pass - All``), else ``None``.
+        warnings, errors, info: ``Warning`` / ``Error`` / ``Info`` texts, continuation rows joined.
+        gpus_named: GPU ids named in the warnings and errors (``"GPU 3 has ..."``).
+        line: 1-based line of the test row.
+    """
+
+    name: str
+    section: str | None
+    result: DcgmResult
+    gpu_results: tuple[DcgmGpuResult, ...] = ()
+    all_gpus: DcgmResult | None = None
+    warnings: tuple[str, ...] = ()
+    errors: tuple[str, ...] = ()
+    info: tuple[str, ...] = ()
+    gpus_named: tuple[int, ...] = ()
+    line: int = 0
+
+    @property
+    def failed_gpus(self) -> tuple[int, ...]:
+        """GPUs with a Fail/Error result, else those named in the messages of a failed test."""
+        failed = tuple(g.gpu for g in self.gpu_results if g.result in (DcgmResult.FAIL, DcgmResult.ERROR))
+        if failed:
+            return failed
+        if self.result in (DcgmResult.FAIL, DcgmResult.ERROR):
+            return self.gpus_named
+        return ()
+
+
+@dataclass(frozen=True)
+class DcgmDiag:
+    """A parsed ``dcgmi diag`` output.
+
+    Attributes:
+        layout: ``"3.x"``, ``"4.x"`` or ``"unknown"`` (too little to tell).
+        metadata: the Metadata section (``{"DCGM Version": "4.2.3", ...}``).
+        tests: every test, in order.
+        has_header: whether the ``| Diagnostic | Result |`` header was present.
+    """
+
+    layout: str
+    metadata: dict[str, str] = field(default_factory=dict)
+    tests: tuple[DcgmTest, ...] = ()
+    has_header: bool = False
+
+
+# --- parsing -----------------------------------------------------------------------------------
+
+_SECTION_RE = re.compile(r"^\s*[|+]-{2,}\s+(?P<name>[A-Za-z][A-Za-z0-9 /_-]*?)\s+-+\+")
+_BORDER_RE = re.compile(r"^\s*\+[-=+]+\+?\s*$")
+_RESULT_RE = re.compile(
+    r"^(?P<res>Pass|Fail|Warn|Warning|Skip|Error)\b\s*(?:-\s*(?:(?P<all>All)|GPUs?:\s*(?P<gpus>[\d,\s]+)))?\s*$",
+    re.IGNORECASE,
+)
+_GPU_RESULT_RE = re.compile(
+    r"^GPU\s*(?P<gpu>\d+)\s*:\s*(?P<res>Pass|Fail|Warn|Warning|Skip|Error)\s*$", re.IGNORECASE
+)
+_MESSAGE_LABEL_RE = re.compile(r"^(?P<label>Warning|Error|Info)\b", re.IGNORECASE)
+_GPU_NAMED_RE = re.compile(r"\bGPU\s*(\d+)\b")
+_METADATA_KEYS = ("dcgm version", "driver version detected", "gpu device ids detected")
+_WORST = [DcgmResult.SKIP, DcgmResult.PASS, DcgmResult.WARN, DcgmResult.ERROR, DcgmResult.FAIL]
+
+
+def looks_like_dcgm_diag(text: str) -> bool:
+    """True when ``text`` has a ``dcgmi diag`` table row: the header or a ``| Name | Result ... |`` row."""
+    for raw in text.splitlines()[:5000]:
+        if "Successfully ran diagnostic" in raw:
+            return True
+        cells = _split_row(raw)
+        if cells is None:
+            continue
+        left, right = cells[0].strip(), cells[1].strip()
+        if left == "Diagnostic" and right.startswith("Result"):
+            return True
+        if _SECTION_RE.match(raw):
+            return True
+        if left and (_RESULT_RE.match(right) or _MESSAGE_LABEL_RE.match(left)):
+            return True
+    return False
+
+
+class _Builder:
+    """Mutable state of one test while its rows are read."""
+
+    def __init__(self, name: str, section: str | None, line: int) -> None:
+        self.name = name
+        self.section = section
+        self.line = line
+        self.results: list[DcgmResult] = []
+        self.gpu_results: list[DcgmGpuResult] = []
+        self.all_gpus: DcgmResult | None = None
+        self.messages: list[tuple[str, list[str]]] = []  # (label, chunks)
+
+    def add_result(self, text: str) -> bool:
+        m = _RESULT_RE.match(text)
+        if m is None:
+            g = _GPU_RESULT_RE.match(text)
+            if g is None:
+                return False
+            self.gpu_results.append(DcgmGpuResult(int(g.group("gpu")), _RESULT_WORDS[g.group("res").lower()]))
+            return True
+        res = _RESULT_WORDS[m.group("res").lower()]
+        self.results.append(res)
+        if m.group("all"):
+            self.all_gpus = res
+        elif m.group("gpus"):
+            for tok in re.split(r"[,\s]+", m.group("gpus").strip()):
+                if tok.isdigit():
+                    self.gpu_results.append(DcgmGpuResult(int(tok), res))
+        return True
+
+    def build(self) -> DcgmTest:
+        texts: dict[str, list[str]] = {"warning": [], "error": [], "info": []}
+        for label, chunks in self.messages:
+            texts[label].append(_join_chunks(chunks))
+        results = list(self.results) + [g.result for g in self.gpu_results]
+        if texts["error"]:
+            results.append(DcgmResult.ERROR)
+        result = max(results, key=_WORST.index) if results else DcgmResult.ERROR
+        if result is DcgmResult.PASS and texts["warning"]:
+            result = DcgmResult.WARN
+        named: list[int] = []
+        for t in texts["warning"] + texts["error"]:
+            for g in _GPU_NAMED_RE.findall(t):
+                if int(g) not in named:
+                    named.append(int(g))
+        return DcgmTest(
+            name=self.name,
+            section=self.section,
+            result=result,
+            gpu_results=tuple(self.gpu_results),
+            all_gpus=self.all_gpus,
+            warnings=tuple(texts["warning"]),
+            errors=tuple(texts["error"]),
+            info=tuple(texts["info"]),
+            gpus_named=tuple(named),
+            line=self.line,
+        )
+
+
+def _join_chunks(chunks: list[str]) -> str:
+    """Rejoin text DCGM wrapped at a fixed width, mid-word (``"... 13.3 second" + "s started ..."``).
+
+    Each chunk is the exact content of its cell (padding removed by :func:`_split_row`), so
+    concatenation restores the text, spaces at chunk edges included.
+    """
+    return " ".join("".join(chunks).split())
+
+
+def _split_row(raw: str) -> tuple[str, str] | None:
+    """``(left, right)`` cells of a ``| left | right |`` row, ``None`` for other lines.
+
+    ``right`` is the cell content without its padding: DCGM prints one space before and two after
+    a fixed-width content field, and wraps long text mid-word at that width. A row cut before its
+    closing ``|`` (a fragment) keeps its content as is.
+    """
+    line = raw.strip()
+    if not line.startswith("|"):
+        return None
+    parts = line.split("|")
+    if len(parts) < 3:
+        return None
+    left = parts[1]
+    if len(parts) >= 4:
+        inner = "|".join(parts[2:-1])
+        right = inner[1:-2] if len(inner) >= 3 else inner.strip()
+    else:
+        right = parts[2][1:] if parts[2].startswith(" ") else parts[2]
+    return left, right
+
+
+def parse_dcgm_diag(text: str) -> DcgmDiag:
+    """Parse ``dcgmi diag`` text output. Never raises; lines outside the table are ignored.
+
+    Returns:
+        The parsed diagnostic; ``tests`` is empty when no test row was found.
+    """
+    tests: list[DcgmTest] = []
+    metadata: dict[str, str] = {}
+    section: str | None = None
+    current: _Builder | None = None
+    message: list[str] | None = None  # chunks of the open Warning/Error/Info message
+    has_header = False
+    layout_4x = False
+    layout_3x = False
+    last_meta_key: str | None = None
+
+    def close() -> None:
+        nonlocal current, message
+        if current is not None:
+            tests.append(current.build())
+        current, message = None, None
+
+    for line_no, raw in enumerate(text.splitlines(), start=1):
+        sm = _SECTION_RE.match(raw)
+        if sm is not None:
+            close()
+            section = sm.group("name").strip()
+            last_meta_key = None
+            continue
+        if _BORDER_RE.match(raw):
+            continue
+        cells = _split_row(raw)
+        if cells is None:
+            continue
+        left = cells[0].strip()
+        right_raw = cells[1]
+        right = right_raw.strip()
+        if left == "Diagnostic" and right.startswith("Result"):
+            has_header = True
+            continue
+        if (section is not None and section.lower() == "metadata") or left.lower() in _METADATA_KEYS:
+            if left:
+                metadata[left] = right
+                last_meta_key = left
+            elif last_meta_key is not None:
+                metadata[last_meta_key] += " " + right
+            continue
+        if left:
+            lm = _MESSAGE_LABEL_RE.match(left)
+            if lm is not None and not _RESULT_RE.match(right) and not _GPU_RESULT_RE.match(right):
+                if current is None:
+                    current = _Builder(section or "(unnamed)", section, line_no)
+                message = [right_raw]
+                current.messages.append((lm.group("label").lower(), message))
+                continue
+            close()
+            current = _Builder(left, section, line_no)
+            if right and not current.add_result(right):
+                # A result cell we do not know: keep it as info rather than guess.
+                current.messages.append(("info", [right_raw]))
+            if _RESULT_RE.match(right) and "-" in right:
+                layout_3x = True
+            continue
+        # Continuation row (empty left cell).
+        if current is None:
+            if right and (_RESULT_RE.match(right) or _GPU_RESULT_RE.match(right)):
+                current = _Builder(section or "(unnamed)", section, line_no)
+            else:
+                continue
+        if _GPU_RESULT_RE.match(right):
+            layout_4x = True
+            message = None
+            current.add_result(right)
+        elif _RESULT_RE.match(right):
+            message = None
+            current.add_result(right)
+            layout_3x = True
+        elif message is not None:
+            message.append(right_raw)
+        elif right:
+            current.messages.append(("info", [right_raw]))
+    close()
+
+    version = metadata.get("DCGM Version", "")
+    if version[:1].isdigit():
+        layout = "4.x" if int(version.split(".")[0]) >= 4 else "3.x"
+    elif layout_4x:
+        layout = "4.x"
+    elif layout_3x or any(t.name[:1].isupper() for t in tests):
+        layout = "3.x"
+    else:
+        layout = "unknown"
+    return DcgmDiag(layout=layout, metadata=metadata, tests=tuple(tests), has_header=has_header)
+
+
+# --- verdict -----------------------------------------------------------------------------------
+
+_SOFTWARE_SECTIONS = {"deployment", "software"}
+_INTERNAL_ERROR = "internal error"
+
+
+def _test_status(test: DcgmTest) -> Status:
+    status = test.result.status
+    if status is Status.CRITICAL and not test.errors and test.warnings:
+        gpus_ok = bool(test.gpu_results) and all(
+            g.result in (DcgmResult.PASS, DcgmResult.SKIP) for g in test.gpu_results
+        )
+        if gpus_ok and all(_INTERNAL_ERROR in w.lower() for w in test.warnings):
+            return Status.UNKNOWN
+    return status
+
+
+def _gpus_text(gpus: tuple[int, ...]) -> str:
+    if not gpus:
+        return "no GPU named"
+    return ("GPU " if len(gpus) == 1 else "GPUs ") + ", ".join(str(g) for g in gpus)
+
+
+def evaluate(diag: DcgmDiag) -> Verdict:
+    """Judge one parsed ``dcgmi diag`` output (rules in the module docstring).
+
+    Returns:
+        The verdict; one finding per test that did not pass (CRITICAL/WARNING/UNKNOWN/SKIPPED),
+        each naming its GPUs in ``device``; ``details`` holds the parsed diagnostic.
+    """
+    details = dict(to_jsonable(diag))
+    if not diag.tests:
+        return Verdict(Status.UNKNOWN, "dcgmi diag: no test rows found", (), details)
+    findings: list[Finding] = []
+    counts: dict[str, int] = {}
+    gpu_tests_checked = 0
+    skipped: list[str] = []
+    for test in diag.tests:
+        status = _test_status(test)
+        counts[test.result.value] = counts.get(test.result.value, 0) + 1
+        software = (test.section or "").lower() in _SOFTWARE_SECTIONS or test.name.lower() == "software"
+        if status is Status.SKIPPED:
+            skipped.append(test.name)
+            continue
+        if not software:
+            gpu_tests_checked += 1
+        if status is Status.OK:
+            continue
+        gpus = test.failed_gpus if status is Status.CRITICAL else test.gpus_named
+        messages = list(test.errors) + list(test.warnings)
+        what = {
+            Status.CRITICAL: "failed",
+            Status.WARNING: "warning",
+            Status.UNKNOWN: "could not run (DCGM internal error)",
+        }.get(status, status.value)
+        text = (
+            f"{test.name}: {what} on {_gpus_text(gpus)}"
+            if status is not Status.UNKNOWN
+            else f"{test.name}: {what}"
+        )
+        if messages:
+            text += f" - {messages[0]}"
+        findings.append(
+            Finding(
+                status,
+                text,
+                {
+                    "test": test.name,
+                    "section": test.section,
+                    "result": test.result.value,
+                    "gpus": list(gpus),
+                    "gpu_results": {str(g.gpu): g.result.value for g in test.gpu_results},
+                    "errors": list(test.errors),
+                    "warnings": list(test.warnings),
+                },
+                device=_gpus_text(gpus) if gpus else None,
+            )
+        )
+    if skipped:
+        findings.append(
+            Finding(Status.SKIPPED, f"not checked (Skip): {', '.join(skipped)}", {"tests": skipped})
+        )
+    status = Status.worst(f.status for f in findings) if findings else Status.OK
+    if status.severity <= Status.OK.severity and gpu_tests_checked == 0:
+        status = Status.UNKNOWN
+        findings.append(
+            Finding(
+                Status.UNKNOWN,
+                "no GPU test ran: every hardware/integration/stress test was skipped",
+                {"skipped": skipped},
+            )
+        )
+    if status is Status.SKIPPED:
+        status = Status.OK
+    order = ["fail", "error", "warn", "pass", "skip"]
+    parts = [f"{counts[k]} {k}" for k in order if k in counts]
+    version = diag.metadata.get("DCGM Version")
+    head = f"dcgmi diag ({'DCGM ' + version if version else diag.layout + ' layout'})"
+    bad = [f for f in findings if f.status in (Status.CRITICAL, Status.WARNING, Status.UNKNOWN)]
+    summary = f"{head}: {', '.join(parts)}"
+    if bad:
+        summary += f"; {bad[0].message.split(' - ')[0]}"
+    return Verdict(status, summary, sort_findings(findings), details)
