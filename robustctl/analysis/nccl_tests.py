@@ -498,9 +498,15 @@ def parse_nccl_tests(text: str) -> NcclTestsResult:
             hosts.append(r.host)
 
     if error_column is None and rows:
-        # No header: a `#wrong` count is an integer; the old `error` column is a float like 1e+00.
-        wrongs = [m.wrong for row in rows for m in (row.out_of_place, row.in_place) if m and m.wrong]
-        error_column = None if not wrongs else ("#wrong" if all(w == int(w) for w in wrongs) else "error")
+        # No column header. The current format has a root column and an integer `#wrong`; the old
+        # `error` column holds a float max error (1e+00, 2e-07).
+        values = [
+            m.wrong for row in rows for m in (row.out_of_place, row.in_place) if m and m.wrong is not None
+        ]
+        if any(row.root is not None for row in rows):
+            error_column = "#wrong"
+        elif any(v != int(v) for v in values):
+            error_column = "error"
 
     return NcclTestsResult(
         collective=collective,
