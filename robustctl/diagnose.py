@@ -459,7 +459,7 @@ class _Engine:
             for key, value in metric(doc.data).items():
                 groups.setdefault(key, {})[host] = value
         for key, values in groups.items():
-            slow = peer_outliers(values, ratio)
+            slow = peer_outliers(values, ratio, self.th.peer_min_peers)
             for host, (value, median) in slow.items():
                 self.state[host].checks.append(
                     CheckResult(
@@ -613,22 +613,18 @@ def pair_result(pair: tuple[str, str], r0: ProbeDocument | str, r1: ProbeDocumen
 
 
 def blame_pairs(
-    results: Mapping[tuple[str, str], PairResult], hosts: Sequence[str], ratio: float
+    results: Mapping[tuple[str, str], PairResult], hosts: Sequence[str], ratio: float, min_peers: int = 3
 ) -> dict[str, CheckResult]:
     """Turn pair outcomes into one verdict per host.
 
     A pair is *bad* when it failed or its busbw is below ``ratio`` × the median of all pairs (with
-    at least 3 measured pairs). A host whose every pair is bad (≥ 2 pairs) is CRITICAL: it fails with
+    at least ``min_peers`` measured pairs). A host whose every pair is bad (≥ 2 pairs) is CRITICAL: it fails with
     both neighbours. With only two hosts a bad pair cannot be split, and both are CRITICAL (isolation
     over localization). A host with one bad pair whose partner is not otherwise bad gets WARNING (a
     link problem between the two); otherwise OK.
     """
     measured = {p: r.busbw_gbps for p, r in results.items() if r.ok and r.busbw_gbps is not None}
-    slow = (
-        peer_outliers({f"{a}<->{b}": v for (a, b), v in measured.items()}, ratio)
-        if len(measured) >= 3
-        else {}
-    )
+    slow = peer_outliers({f"{a}<->{b}": v for (a, b), v in measured.items()}, ratio, min_peers)
     bad: dict[tuple[str, str], str] = {}
     for p, r in results.items():
         if not r.ok:
