@@ -1,0 +1,113 @@
+"""The CLI boundary: help everywhere, exit codes from the one table, one-line errors, JSON on stdout."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from robustctl.cli.main import app, main
+from robustctl.exit_codes import ExitCode
+
+
+def commands() -> list[list[str]]:
+    out: list[list[str]] = [[]]
+    for info in app.registered_commands:
+        out.append([info.name or info.callback.__name__])  # type: ignore[union-attr]
+    for group in app.registered_groups:
+        assert group.typer_instance is not None
+        out.append([group.name or ""])
+        for info in group.typer_instance.registered_commands:
+            out.append([group.name or "", info.name or ""])
+    return out
+
+
+@pytest.mark.parametrize("cmd", commands(), ids=lambda c: " ".join(c) or "root")
+def test_every_command_has_help(cmd: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([*cmd, "--help"]) == 0
+    out = capsys.readouterr().out
+    assert "Usage:" in out and len(out) > 100
+
+
+def test_exit_code_table_is_stable() -> None:
+    assert {e.name: int(e) for e in ExitCode} == {
+        "OK": 0,
+        "WARNING": 1,
+        "CRITICAL": 2,
+        "UNKNOWN": 3,
+        "USAGE": 64,
+        "CONFIG": 78,
+    }
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["nonsense"], ["diagnose", "--level", "7"], ["diagnose", "--no-such-flag"], ["inventory", "validate"]],
+)
+def test_usage_errors_exit_64_not_critical(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(argv) == ExitCode.USAGE
+    assert "Traceback" not in capsys.readouterr().err
+
+
+def test_version(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--version"]) == 0
+    assert capsys.readouterr().out.startswith("robustctl ")
+
+
+def test_bad_inventory_is_78_with_file_and_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    inv = tmp_path / "c.yaml"
+    inv.write_text("hosts:\n  - name: n1\n    adress: 127.0.0.2\n")
+    assert main(["inventory", "validate", str(inv)]) == ExitCode.CONFIG
+    err = capsys.readouterr().err
+    assert err.strip() == f"robustctl: error: {inv}:3: hosts[0].adress: unknown key 'adress'"
+    assert main(["diagnose", "-i", str(inv)]) == ExitCode.CONFIG
+
+
+def test_hostile_host_name_is_a_config_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    inv = tmp_path / "c.yaml"
+    inv.write_text("hosts:\n  - name: 'a;rm -rf /'\n")
+    assert main(["diagnose", "-i", str(inv), "--dry-run"]) == ExitCode.CONFIG
+    assert "invalid host name 'a;rm -rf /'" in capsys.readouterr().err
+
+
+def test_inventory_validate_and_show_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    inv = tmp_path / "c.yaml"
+    inv.write_text("hosts:\n  - name: n[1-3]\n    address: 127.0.0.[2-4]\n  - name: s1\n    state: standby\n")
+    assert main(["inventory", "validate", str(inv), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["valid"] is True and doc["hosts"] == {"active": 3, "standby": 1}
+    assert main(["inventory", "show", str(inv), "--json", "--hosts", "n[2-3]"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert [h["address"] for h in doc["hosts"]] == ["127.0.0.3", "127.0.0.4"]
+
+
+def test_unknown_host_selection_is_config_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    inv = tmp_path / "c.yaml"
+    inv.write_text("hosts:\n  - name: n[1-3]\n    address: 127.0.0.[2-4]\n")
+    assert main(["diagnose", "-i", str(inv), "--hosts", "n9", "--dry-run"]) == ExitCode.CONFIG
+    assert "unknown host 'n9'" in capsys.readouterr().err
+
+
+def test_dry_run_plan_connects_to_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    inv = tmp_path / "c.yaml"
+    inv.write_text(
+        "ssh: {user: ops, port: 2222}\npython: {path: python3, wrapper: [docker, exec, -i, trainer]}\n"
+        "hosts:\n  - name: n[1-2]\n    address: 127.0.0.[2-3]\n"
+    )
+    assert main(["diagnose", "-i", str(inv), "--dry-run", "--json", "--level", "1", "-q"]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    assert plan["kind"] == "diagnose-plan" and plan["schema_version"] == 1
+    assert [lv["level"] for lv in plan["levels"]] == [0, 1]
+    assert plan["hosts"][0]["ssh"] == "ops@127.0.0.2:2222"
+    assert plan["hosts"][0]["command"].startswith("docker exec -i trainer python3 -")
+
+
+def test_output_file_unwritable_is_config_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    inv = tmp_path / "c.yaml"
+    inv.write_text("hosts:\n  - name: n1\n    address: 127.0.0.2\n")
+    code = main(
+        ["diagnose", "-i", str(inv), "--dry-run", "-q", "-o", str(tmp_path / "no" / "dir" / "x.json")]
+    )
+    assert code == ExitCode.CONFIG
+    assert "cannot write" in capsys.readouterr().err
