@@ -24,6 +24,14 @@ from robustctl.report.console import styled
 __all__ = ["render_analysis"]
 
 _PROBLEMS = (Status.CRITICAL, Status.WARNING, Status.UNKNOWN)
+_WIDE = 120
+"""Consoles narrower than this get one line per XID group / DCGM test instead of a table."""
+
+
+def _pids(e: Mapping[str, Any]) -> str:
+    pids = ", ".join(str(p) for p in e.get("pids", [])) or "-"
+    procs = ", ".join(str(p) for p in e.get("processes", [])) or "-"
+    return f"{pids} / {procs}"
 
 
 def render_analysis(report: AnalysisReport, console: Console, *, verbose: bool = False) -> None:
@@ -158,25 +166,35 @@ def _render_kernel_log(a: ArtefactAnalysis, console: Console, *, verbose: bool) 
     if not a.findings:
         console.print(f"  {escape(a.summary)}")
         return
-    t = Table()
-    for col in ("verdict", "PCI", "XID", "count", "name", "category", "action", "pid / process", "last seen"):
-        t.add_column(col, overflow="fold")
-    for f in a.findings:
-        e = f.evidence
-        pids = ", ".join(str(p) for p in e.get("pids", [])) or "-"
-        procs = ", ".join(str(p) for p in e.get("processes", [])) or "-"
-        t.add_row(
-            styled(f.status),
-            escape(str(e.get("pci", f.device or "-"))),
-            str(e.get("xid", "-")),
-            str(e.get("count", 1)),
-            escape(str(e.get("name", ""))),
-            str(e.get("category", "")),
-            str(e.get("action", "")),
-            escape(f"{pids} / {procs}"),
-            escape(str(e.get("last") or "-")),
-        )
-    console.print(t)
+    if console.width < _WIDE:
+        for f in a.findings:
+            e = f.evidence
+            count = f" x{e.get('count')}" if e.get("count", 1) != 1 else ""
+            console.print(
+                f"  {styled(f.status)} {escape(str(e.get('pci', f.device or '-')))} XID {e.get('xid', '-')}{count}: "
+                f"{escape(str(e.get('name', '')))} - {e.get('category', '')} -> {e.get('action', '')}; "
+                f"pid/process {escape(_pids(e))}; last {escape(str(e.get('last') or '-'))}"
+            )
+    else:
+        t = Table()
+        for col in ("verdict", "PCI", "XID", "count", "category", "action"):
+            t.add_column(col, no_wrap=True)
+        for col in ("name", "pid / process", "last seen"):
+            t.add_column(col, overflow="fold")
+        for f in a.findings:
+            e = f.evidence
+            t.add_row(
+                styled(f.status),
+                escape(str(e.get("pci", f.device or "-"))),
+                str(e.get("xid", "-")),
+                str(e.get("count", 1)),
+                str(e.get("category", "")),
+                str(e.get("action", "")),
+                escape(str(e.get("name", ""))),
+                escape(_pids(e)),
+                escape(str(e.get("last") or "-")),
+            )
+        console.print(t)
     if verbose:
         for f in a.findings:
             note = f.evidence.get("note")
@@ -189,34 +207,45 @@ def _render_kernel_log(a: ArtefactAnalysis, console: Console, *, verbose: bool) 
 def _render_dcgm(a: ArtefactAnalysis, console: Console, *, verbose: bool) -> None:
     _heading(a, console)
     tests = a.details.get("tests") or []
-    if tests:
+    rows = [_dcgm_row(test, verbose) for test in tests]
+    if rows and console.width < _WIDE:
+        for section, name, result, gpus, message in rows:
+            line = f"  {escape(section)} / {escape(name)}: {_result_markup(result)} ({escape(gpus)})"
+            console.print(line + (f" - {escape(message)}" if message else ""))
+    elif rows:
         t = Table()
-        for col in ("section", "test", "result", "GPUs", "message"):
+        for col in ("section", "test", "result"):
+            t.add_column(col, no_wrap=True)
+        for col in ("GPUs", "message"):
             t.add_column(col, overflow="fold")
-        for test in tests:
-            per_gpu = test.get("gpu_results") or []
-            by_result: dict[str, list[str]] = {}
-            for g in per_gpu:
-                by_result.setdefault(str(g.get("result")), []).append(str(g.get("gpu")))
-            gpus = "; ".join(f"{res}: {', '.join(ids)}" for res, ids in by_result.items())
-            if not gpus and test.get("all_gpus"):
-                gpus = f"{test['all_gpus']}: all"
-            if not gpus and test.get("gpus_named"):
-                gpus = "named: " + ", ".join(str(g) for g in test["gpus_named"])
-            messages = list(test.get("errors") or []) + list(test.get("warnings") or [])
-            if verbose:
-                messages += list(test.get("info") or [])
-            t.add_row(
-                escape(str(test.get("section") or "-")),
-                escape(str(test.get("name"))),
-                _result_markup(str(test.get("result"))),
-                escape(gpus or "-"),
-                escape(" | ".join(messages)),
-            )
+        for section, name, result, gpus, message in rows:
+            t.add_row(escape(section), escape(name), _result_markup(result), escape(gpus), escape(message))
         console.print(t)
     for f in _shown(a.findings, verbose):
         dev = " " + escape(f"[{f.device}]") if f.device else ""
         console.print(f"  {styled(f.status)}{dev} {escape(f.message.split(' - ')[0])}")
+
+
+def _dcgm_row(test: Mapping[str, Any], verbose: bool) -> tuple[str, str, str, str, str]:
+    """``(section, test, result, GPUs, message)`` of one parsed DCGM test."""
+    by_result: dict[str, list[str]] = {}
+    for g in test.get("gpu_results") or []:
+        by_result.setdefault(str(g.get("result")), []).append(str(g.get("gpu")))
+    gpus = "; ".join(f"{res}: {', '.join(ids)}" for res, ids in by_result.items())
+    if not gpus and test.get("all_gpus"):
+        gpus = f"{test['all_gpus']}: all"
+    if not gpus and test.get("gpus_named"):
+        gpus = "named: " + ", ".join(str(g) for g in test["gpus_named"])
+    messages = list(test.get("errors") or []) + list(test.get("warnings") or [])
+    if verbose:
+        messages += list(test.get("info") or [])
+    return (
+        str(test.get("section") or "-"),
+        str(test.get("name")),
+        str(test.get("result")),
+        gpus or "-",
+        " | ".join(messages),
+    )
 
 
 _RESULT_STYLE = {"pass": "green", "fail": "bold red", "error": "bold red", "warn": "yellow", "skip": "dim"}

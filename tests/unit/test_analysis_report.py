@@ -71,3 +71,16 @@ def test_unknown_files_and_markup_is_escaped(tmp_path: Path) -> None:
     assert "[red]not[/red] markup" in out
     assert "[[dev]] message with [link=x]brackets[/link]" in out
     assert "exit 3" in out
+
+
+def test_narrow_console_prints_lines_not_tables() -> None:
+    report = analyze_paths(
+        [DATA / "kernel-log/xid-lines.txt", DATA / "dcgm/crafted-dcgm4-gpu2-memory-fail-skip.txt"]
+    )
+    buf = io.StringIO()
+    render_analysis(report, Console(file=buf, width=80, no_color=True, highlight=False))
+    out = buf.getvalue()
+    assert "CRITICAL 0000:07:00 XID 48: Double bit ECC error (DBE) - hardware -> evict" in " ".join(
+        out.split()
+    )
+    assert "Hardware / memory: FAIL (pass: 0, 1, 3; fail: 2)" in " ".join(out.split())
