@@ -1,0 +1,367 @@
+"""Level-0 host checks: pure evaluators of the ``host`` probe's ``data`` (``diagnostics/host.py``).
+
+Every evaluator returns one OK result when all is well, or one result per faulty device (mount,
+interface, IB port, GPU PCI address). A sub-collection the probe could not make (its key is
+``null``) gives UNKNOWN with the probe's reason, never OK.
+
+The engine adds ``data["_context"]``: ``control_time`` (control-side UNIX time, midpoint of the
+probe's round trip), ``round_trip_s``, ``host_time`` and ``probe_errors`` (the probe's ``errors``).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from robustctl.analysis.xid import parse_kernel_log
+from robustctl.checks.registry import check
+from robustctl.checks.thresholds import Thresholds
+from robustctl.models import CheckResult, Status
+
+__all__ = ["context", "probe_error"]
+
+LEVEL = 0
+GIB = 1 << 30
+
+
+def context(data: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The engine-supplied ``data["_context"]`` mapping, or an empty one."""
+    ctx = data.get("_context")
+    return ctx if isinstance(ctx, Mapping) else {}
+
+
+def probe_error(data: Mapping[str, Any], prefix: str) -> str:
+    """The probe's error line for sub-collection ``prefix`` (e.g. ``"disks"``), or a generic reason."""
+    for err in context(data).get("probe_errors") or ():
+        text = str(err)
+        if text.startswith(prefix + ":"):
+            return text[len(prefix) + 1 :].strip()
+    return "the probe reported no data"
+
+
+def _r(
+    name: str,
+    status: Status,
+    summary: str,
+    evidence: Mapping[str, Any] | None = None,
+    device: str | None = None,
+) -> CheckResult:
+    return CheckResult(name, LEVEL, status, summary, dict(evidence or {}), device)
+
+
+def _matches(name: str, patterns: Sequence[str]) -> bool:
+    return any(fnmatch.fnmatchcase(name, p) for p in patterns)
+
+
+def _gib(n: float) -> str:
+    return f"{n / GIB:.1f} GiB"
+
+
+# --------------------------------------------------------------------------------------- disks
+@check("host.disk", level=LEVEL, probe="host", timeout_s=30.0)
+def evaluate_disk(data: Mapping[str, Any], th: Thresholds) -> list[CheckResult]:
+    """Free space, free inodes and read-only state of local filesystems.
+
+    Per mount (``Thresholds.disk_ignore_mounts`` skipped): read-only and not matching
+    ``readonly_allowed_mounts`` → CRITICAL; free percent below ``disk_crit_free_pct`` (or free
+    GiB below ``disk_crit_free_gib``) → CRITICAL; below ``disk_warn_free_pct`` → WARNING; the same
+    percentages for free inodes; ``statvfs`` failed → UNKNOWN.
+    """
+    name = "host.disk"
+    disks = data.get("disks")
+    if not isinstance(disks, list):
+        return [_r(name, Status.UNKNOWN, f"filesystems not checked: {probe_error(data, 'disks')}")]
+    out: list[CheckResult] = []
+    judged = 0
+    for d in disks:
+        mount = str(d.get("mount"))
+        if _matches(mount, th.disk_ignore_mounts):
+            continue
+        judged += 1
+        ev = {k: d.get(k) for k in ("device", "fstype", "read_only", "free_bytes", "total_bytes", "free_pct")}
+        ev["inodes_free_pct"] = d.get("inodes_free_pct")
+        if d.get("read_only") and not _matches(mount, th.readonly_allowed_mounts):
+            out.append(
+                _r(name, Status.CRITICAL, f"{mount} is mounted read-only ({d.get('fstype')})", ev, mount)
+            )
+        if d.get("error"):
+            out.append(_r(name, Status.UNKNOWN, f"{mount}: cannot read free space: {d['error']}", ev, mount))
+            continue
+        free_pct, free_b = d.get("free_pct"), d.get("free_bytes")
+        if isinstance(free_pct, (int, float)) and isinstance(free_b, int):
+            low_abs = th.disk_crit_free_gib is not None and free_b < th.disk_crit_free_gib * GIB
+            what = f"{mount} has {free_pct:.1f}% free ({_gib(free_b)})"
+            if free_pct < th.disk_crit_free_pct or low_abs:
+                out.append(_r(name, Status.CRITICAL, what, ev, mount))
+            elif free_pct < th.disk_warn_free_pct:
+                out.append(_r(name, Status.WARNING, what, ev, mount))
+        ino = d.get("inodes_free_pct")
+        if isinstance(ino, (int, float)):
+            what = f"{mount} has {ino:.1f}% of its inodes free"
+            if ino < th.disk_crit_free_pct:
+                out.append(_r(name, Status.CRITICAL, what, ev, mount))
+            elif ino < th.disk_warn_free_pct:
+                out.append(_r(name, Status.WARNING, what, ev, mount))
+    if out:
+        return out
+    if judged == 0:
+        return [_r(name, Status.NOT_APPLICABLE, "no local filesystem to judge")]
+    return [
+        _r(
+            name,
+            Status.OK,
+            f"{judged} filesystem(s) writable with enough free space",
+            {"mounts": [d.get("mount") for d in disks]},
+        )
+    ]
+
+
+# -------------------------------------------------------------------------------------- memory
+@check("host.memory", level=LEVEL, probe="host", timeout_s=30.0)
+def evaluate_memory(data: Mapping[str, Any], th: Thresholds) -> list[CheckResult]:
+    """Available memory (``MemAvailable``) and total memory.
+
+    ``available_pct`` below ``memory_crit_available_pct`` → CRITICAL, below
+    ``memory_warn_available_pct`` → WARNING; ``MemTotal`` below ``memory_min_total_gib`` → CRITICAL.
+    """
+    name = "host.memory"
+    mem = data.get("memory")
+    if not isinstance(mem, Mapping):
+        return [_r(name, Status.UNKNOWN, f"memory not checked: {probe_error(data, 'memory')}")]
+    total, avail, pct = mem.get("total_bytes"), mem.get("available_bytes"), mem.get("available_pct")
+    if not isinstance(total, int) or not isinstance(avail, int) or not isinstance(pct, (int, float)):
+        return [_r(name, Status.UNKNOWN, "memory figures missing from the probe", dict(mem))]
+    ev = {"total_bytes": total, "available_bytes": avail, "available_pct": pct}
+    out: list[CheckResult] = []
+    if th.memory_min_total_gib is not None and total < th.memory_min_total_gib * GIB:
+        out.append(
+            _r(
+                name,
+                Status.CRITICAL,
+                f"only {_gib(total)} of memory, expected at least {th.memory_min_total_gib:g} GiB",
+                ev,
+            )
+        )
+    what = f"{_gib(avail)} of {_gib(total)} available ({pct:.1f}%)"
+    if pct < th.memory_crit_available_pct:
+        out.append(_r(name, Status.CRITICAL, what, ev))
+    elif pct < th.memory_warn_available_pct:
+        out.append(_r(name, Status.WARNING, what, ev))
+    return out or [_r(name, Status.OK, what, ev)]
+
+
+# ---------------------------------------------------------------------------------------- load
+@check("host.load", level=LEVEL, probe="host", timeout_s=30.0)
+def evaluate_load(data: Mapping[str, Any], th: Thresholds) -> list[CheckResult]:
+    """5-minute load average per CPU against ``load_crit_per_cpu`` / ``load_warn_per_cpu``."""
+    name = "host.load"
+    load = data.get("load")
+    if not isinstance(load, Mapping) or not isinstance(load.get("load5_per_cpu"), (int, float)):
+        return [_r(name, Status.UNKNOWN, f"load not checked: {probe_error(data, 'load')}")]
+    per_cpu = float(load["load5_per_cpu"])
+    ev = dict(load)
+    what = f"load {load.get('load5')} over 5 min on {load.get('cpu_count')} CPUs ({per_cpu:.2f} per CPU)"
+    if th.load_crit_per_cpu is not None and per_cpu > th.load_crit_per_cpu:
+        return [_r(name, Status.CRITICAL, what, ev)]
+    if th.load_warn_per_cpu is not None and per_cpu > th.load_warn_per_cpu:
+        return [_r(name, Status.WARNING, what, ev)]
+    return [_r(name, Status.OK, what, ev)]
+
+
+# --------------------------------------------------------------------------------------- clock
+@check("host.clock", level=LEVEL, probe="host", timeout_s=30.0)
+def evaluate_clock(data: Mapping[str, Any], th: Thresholds) -> list[CheckResult]:
+    """Host clock against the control side's clock.
+
+    skew = max(0, |host time - control midpoint| - round trip / 2): zero whenever the host's time
+    falls inside the control side's [sent, received] window. Above ``clock_crit_skew_s`` →
+    CRITICAL, above ``clock_warn_skew_s`` → WARNING. Without a control time (offline evaluation)
+    the check is NOT_APPLICABLE.
+    """
+    name = "host.clock"
+    clock = data.get("clock")
+    host_time = clock.get("time") if isinstance(clock, Mapping) else None
+    if not isinstance(host_time, (int, float)):
+        return [_r(name, Status.UNKNOWN, "host clock not reported by the probe")]
+    ctx = context(data)
+    control = ctx.get("control_time")
+    if not isinstance(control, (int, float)):
+        return [_r(name, Status.NOT_APPLICABLE, "no control-side time to compare with")]
+    rtt = ctx.get("round_trip_s")
+    half = float(rtt) / 2 if isinstance(rtt, (int, float)) and rtt > 0 else 0.0
+    offset = float(host_time) - float(control)
+    skew = max(0.0, abs(offset) - half)
+    ev = {"host_time": host_time, "control_time": control, "offset_s": offset, "skew_s": skew}
+    what = f"host clock {'ahead' if offset > 0 else 'behind'} by {abs(offset):.3f} s (±{half:.3f} s)"
+    if th.clock_crit_skew_s is not None and skew > th.clock_crit_skew_s:
+        return [_r(name, Status.CRITICAL, what, ev)]
+    if th.clock_warn_skew_s is not None and skew > th.clock_warn_skew_s:
+        return [_r(name, Status.WARNING, what, ev)]
+    return [_r(name, Status.OK, what, ev)]
+
+
+# ----------------------------------------------------------------------------------------- XID
+@check("host.xid", level=LEVEL, probe="host", timeout_s=30.0)
+def evaluate_xid(data: Mapping[str, Any], th: Thresholds) -> list[CheckResult]:
+    """NVIDIA XID events in the kernel log, judged by ``robustctl.analysis.xid``'s catalog.
+
+    One result per (GPU PCI address, XID) with the event count and the newest line; status is the
+    catalog's severity (CRITICAL for hardware and reset-GPU XIDs, WARNING for application and
+    unknown ones). Codes in ``Thresholds.xid_ignore`` are dropped. No XID line → OK.
+    """
+    name = "host.xid"
+    xid = data.get("xid")
+    if not isinstance(xid, Mapping) or not isinstance(xid.get("lines"), list):
+        return [_r(name, Status.UNKNOWN, f"kernel log not scanned: {probe_error(data, 'kernel log')}")]
+    source = xid.get("path") or xid.get("source") or "kernel log"
+    events = [
+        e for e in parse_kernel_log("\n".join(str(x) for x in xid["lines"])) if e.xid not in th.xid_ignore
+    ]
+    groups: dict[tuple[str, int], list[Any]] = {}
+    for e in events:
+        groups.setdefault((e.pci, e.xid), []).append(e)
+    out: list[CheckResult] = []
+    benign: list[str] = []
+    for (pci, code), evs in groups.items():
+        last = evs[-1]
+        info = last.info
+        if last.severity is Status.OK:
+            benign.append(f"XID {code} on {pci}")
+            continue
+        summary = f"XID {code} on {pci} ({info.name}) x{len(evs)}: {info.action}"
+        ev = {
+            "xid": code,
+            "pci": pci,
+            "count": len(evs),
+            "category": info.category.value,
+            "action": info.action,
+            "last_line": last.raw,
+            "last_timestamp": last.timestamp,
+            "source": source,
+        }
+        out.append(_r(name, last.severity, summary, ev, pci))
+    if out:
+        out.sort(key=lambda r: -r.status.severity)
+        return out
+    note = f" ({', '.join(benign)}: no action needed)" if benign else ""
+    return [
+        _r(
+            name,
+            Status.OK,
+            f"no NVIDIA XID error in {source}{note}",
+            {"source": source, "matches": xid.get("matches"), "truncated": xid.get("truncated")},
+        )
+    ]
+
+
+# ---------------------------------------------------------------------------------------- NICs
+_DOWN_STATES = frozenset({"down", "lowerlayerdown", "notpresent"})
+
+
+@check("host.nic", level=LEVEL, probe="host", timeout_s=30.0)
+def evaluate_nic(data: Mapping[str, Any], th: Thresholds) -> list[CheckResult]:
+    """Link state of physical network interfaces (the probe already left out lo and virtual ones).
+
+    Rule, per interface not matching ``nic_ignore``: an administratively-down interface (IFF_UP
+    clear in ``flags``: an unused port) is not judged; an interface that is configured up but has
+    ``operstate`` down/lowerlayerdown/notpresent or ``carrier`` 0 → CRITICAL (cable, transceiver,
+    switch port); ``dormant``/``testing`` → WARNING; a known speed below ``nic_min_speed_mbps`` →
+    CRITICAL. No physical interface at all → NOT_APPLICABLE.
+    """
+    name = "host.nic"
+    nics = data.get("nics")
+    if not isinstance(nics, list):
+        return [_r(name, Status.UNKNOWN, f"network interfaces not checked: {probe_error(data, 'nics')}")]
+    out: list[CheckResult] = []
+    judged: list[str] = []
+    admin_down: list[str] = []
+    for n in nics:
+        ifname = str(n.get("name"))
+        if _matches(ifname, th.nic_ignore):
+            continue
+        if n.get("admin_up") is False:
+            admin_down.append(ifname)
+            continue
+        judged.append(ifname)
+        state, carrier, speed = n.get("operstate"), n.get("carrier"), n.get("speed_mbps")
+        ev = {"operstate": state, "carrier": carrier, "speed_mbps": speed, "mtu": n.get("mtu")}
+        if state in _DOWN_STATES or carrier == 0:
+            out.append(
+                _r(
+                    name,
+                    Status.CRITICAL,
+                    f"{ifname} link is down (operstate {state}, carrier {carrier})",
+                    ev,
+                    ifname,
+                )
+            )
+        elif state in ("dormant", "testing"):
+            out.append(_r(name, Status.WARNING, f"{ifname} is {state}", ev, ifname))
+        elif th.nic_min_speed_mbps is not None and isinstance(speed, int) and speed < th.nic_min_speed_mbps:
+            out.append(
+                _r(
+                    name,
+                    Status.CRITICAL,
+                    f"{ifname} runs at {speed} Mb/s, below {th.nic_min_speed_mbps} Mb/s",
+                    ev,
+                    ifname,
+                )
+            )
+    if out:
+        return out
+    if not judged:
+        skipped = list(data.get("nics_skipped") or []) + admin_down
+        return [
+            _r(
+                name,
+                Status.NOT_APPLICABLE,
+                "no configured physical network interface",
+                {"skipped": skipped},
+            )
+        ]
+    return [
+        _r(name, Status.OK, f"{len(judged)} interface(s) up: {', '.join(judged)}", {"interfaces": judged})
+    ]
+
+
+@check("host.ib", level=LEVEL, probe="host", timeout_s=30.0)
+def evaluate_ib(data: Mapping[str, Any], th: Thresholds) -> list[CheckResult]:
+    """InfiniBand/RoCE port state from sysfs.
+
+    Per port not matching ``ib_ignore`` (``device`` or ``device/port``): ``state`` not ACTIVE or
+    ``phys_state`` not LinkUp → CRITICAL; ``rate_gbps`` below ``ib_min_rate_gbps`` → CRITICAL.
+    No ``/sys/class/infiniband`` → NOT_APPLICABLE. Source: AzNHC/NHC ``check_hw_ib``.
+    """
+    name = "host.ib"
+    ports = data.get("infiniband")
+    if not isinstance(ports, list):
+        return [_r(name, Status.UNKNOWN, f"InfiniBand not checked: {probe_error(data, 'infiniband')}")]
+    out: list[CheckResult] = []
+    judged: list[str] = []
+    for p in ports:
+        label = f"{p.get('device')}/{p.get('port')}"
+        if _matches(label, th.ib_ignore) or _matches(str(p.get("device")), th.ib_ignore):
+            continue
+        judged.append(label)
+        state, phys, rate = p.get("state"), p.get("phys_state"), p.get("rate_gbps")
+        ev = {k: p.get(k) for k in ("state", "phys_state", "rate", "rate_gbps", "link_layer")}
+        if state != "ACTIVE" or phys != "LinkUp":
+            out.append(_r(name, Status.CRITICAL, f"{label} is {state} / {phys}", ev, label))
+        elif (
+            th.ib_min_rate_gbps is not None and isinstance(rate, (int, float)) and rate < th.ib_min_rate_gbps
+        ):
+            out.append(
+                _r(
+                    name,
+                    Status.CRITICAL,
+                    f"{label} runs at {rate:g} Gb/s, below {th.ib_min_rate_gbps:g} Gb/s",
+                    ev,
+                    label,
+                )
+            )
+    if out:
+        return out
+    if not judged:
+        return [_r(name, Status.NOT_APPLICABLE, "no InfiniBand port")]
+    return [_r(name, Status.OK, f"{len(judged)} IB port(s) ACTIVE/LinkUp", {"ports": judged})]
