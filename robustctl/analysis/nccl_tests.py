@@ -590,6 +590,16 @@ def _wrong_findings(result: NcclTestsResult) -> list[Finding]:
     return findings
 
 
+def _collective_label(result: NcclTestsResult) -> str:
+    """A name for the summary when the collective is unknown, from the columns' factor family."""
+    family = _family_from_columns(list(result.rows))
+    if family == "(n-1)/n":
+        return "nccl-tests (all_gather or alltoall)"
+    if family == "1":
+        return "nccl-tests (rooted collective)"
+    return "nccl-tests"
+
+
 def evaluate(
     result: NcclTestsResult,
     *,
@@ -617,7 +627,7 @@ def evaluate(
     details["peak_placement"] = peak[2] if peak else None
     details["expected_busbw_gbps"] = expected_busbw_gbps
 
-    name = result.collective or "nccl-tests"
+    name = result.collective or _collective_label(result)
     if not result.rows:
         if result.failures:
             findings.append(
