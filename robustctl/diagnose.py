@@ -676,7 +676,7 @@ def blame_pairs(
                 summary = f"pair with {peer} bad ({bad[p]}) while both pass elsewhere: link between them?"
                 out[h] = CheckResult("allreduce.pair", 3, Status.WARNING, summary, evidence)
         else:
-            vals = [results[p].busbw_gbps for p in mine if results[p].busbw_gbps is not None]
+            vals = [bw for p in mine if (bw := results[p].busbw_gbps) is not None]
             low = min(vals) if vals else None
             summary = f"all-reduce with {len(mine)} neighbour(s) ok" + (
                 f", min {low:.3g} GB/s busbw" if low else ""

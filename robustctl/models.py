@@ -188,7 +188,7 @@ def to_jsonable(obj: Any) -> Any:
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
         out = {f.name: to_jsonable(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
         if hasattr(type(obj), "exit_code"):
-            out["exit_code"] = int(obj.exit_code)
+            out["exit_code"] = int(getattr(obj, "exit_code"))  # noqa: B009
         return out
     if isinstance(obj, enum.Enum):
         return obj.value

@@ -88,9 +88,10 @@ def run_probe(
         if res.exit_status == 127 or "No such file" in why or "not found" in why:
             why = f"cannot start {host.python.path!r}: {why}"
         raise ProbeError(f"{host.name}: probe {name} failed: {why}")
+    data = doc.get("data")
     return ProbeDocument(
         probe=name,
-        data=doc.get("data") if isinstance(doc.get("data"), dict) else {},
+        data=data if isinstance(data, dict) else {},
         errors=tuple(str(e) for e in doc.get("errors") or ()),
         host_time=float(doc["time"]) if isinstance(doc.get("time"), (int, float)) else None,
         sent_at=sent,

@@ -50,7 +50,8 @@ def show(
     """List the hosts of an inventory with their effective address, transport, user, port and state."""
     from rich.table import Table
 
-    from robustctl.inventory import HostState, load_inventory
+    from robustctl.config import HostState
+    from robustctl.inventory import load_inventory
     from robustctl.report.console import emit_json, stderr_console
 
     inv = load_inventory(path)

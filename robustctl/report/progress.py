@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
 from robustctl.models import Outcome
 
@@ -20,7 +20,7 @@ class RichProgress:
         self._console = console
         self._enabled = enabled and console.is_terminal
         self._progress: Progress | None = None
-        self._task: int | None = None
+        self._task: TaskID | None = None
         self._failed = 0
         self._lock = threading.Lock()
 

@@ -179,7 +179,7 @@ class SshTransport:
                 ep.hostname,
                 port=ep.port,
                 username=ep.user,
-                key_filename=list(ep.identity_files) or None,
+                key_filename=list(ep.identity_files) or None,  # type: ignore[arg-type]  # paramiko accepts a list
                 look_for_keys=not ep.identity_files,
                 allow_agent=True,
                 sock=sock,
@@ -243,7 +243,7 @@ class SshTransport:
         cfg = dict(self._ssh_config().lookup(jhost))
         jep = Endpoint(
             hostname=str(cfg.get("hostname", jhost)),
-            port=int(jport or cfg.get("port", 22)),
+            port=int(jport or cfg.get("port", "22")),
             user=user or cfg.get("user") or ep.user,
             identity_files=tuple(str(Path(i).expanduser()) for i in cfg.get("identityfile", ()))
             or ep.identity_files,
