@@ -1,0 +1,160 @@
+"""``robustctl diagnose`` end to end: the real CLI, real sshd per host, simulated hardware faults."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from robustctl.testing.fake_nvml import RemappedRows, healthy_gpus
+
+from .testbed import FaultUnsupported, Testbed
+
+GPUS = 2
+
+
+def robustctl(*args: str, timeout: float = 300) -> tuple[int, dict[str, Any], str]:
+    """Run the CLI as a user would; return (exit code, --json document, stderr)."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "robustctl", *args, "--json"],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={"PATH": "/usr/bin:/bin", "NO_COLOR": "1", "HOME": "/nonexistent"},
+    )
+    assert "Traceback" not in proc.stderr, proc.stderr
+    doc = json.loads(proc.stdout) if proc.stdout.strip() else {}
+    return proc.returncode, doc, proc.stderr
+
+
+def by_host(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {h["host"]: h for h in doc["hosts"]}
+
+
+def failing_checks(host: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {c["name"]: c for c in host["checks"] if c["status"] in ("critical", "warning", "unknown")}
+
+
+def test_all_healthy_through_every_level(testbed: Testbed, tmp_path: Path) -> None:
+    inv = testbed.write_inventory(
+        tmp_path / "inv.yaml",
+        thresholds={"allreduce_peer_ratio": 0.5, "burn_peer_ratio": 0.75},
+        diagnose={
+            "burn": {"seconds": 1, "size": 256, "threads": 1, "concurrency": 1},
+            "allreduce": {"sizes": [65536, 1048576], "iters": 3, "concurrency": 1},
+        },
+    )
+    code, doc, err = robustctl("diagnose", "-i", str(inv), timeout=600)
+    assert code == 0, err
+    assert doc["schema_version"] == 1 and doc["status"] == "ok" and doc["exit_code"] == 0
+    assert [lv["ran"] for lv in doc["levels"]] == [True, True, True, True]
+    hosts = by_host(doc)
+    assert sorted(hosts) == testbed.names
+    for name, h in hosts.items():
+        assert h["status"] == "ok", (name, failing_checks(h))
+        names = {c["name"] for c in h["checks"]}
+        assert {"host.xid", "burn.verify", "allreduce.pair"} <= names
+        # No GPU here: NVML checks say so, they are not "ok".
+        assert all(c["status"] == "not_applicable" for c in h["checks"] if c["name"].startswith("nvml."))
+    assert doc["suspects"] == [] and doc["unknown"] == []
+
+
+def test_l0_names_exactly_the_faulty_hosts(testbed: Testbed, tmp_path: Path) -> None:
+    for i in range(testbed.n_hosts):
+        testbed.set_nvml(i, healthy_gpus(GPUS))
+    xid_line = testbed.inject_xid(0, 79, pci="0000:3b:00")
+    sick = list(healthy_gpus(GPUS))
+    sick[1] = dataclasses.replace(sick[1], remapped_rows=RemappedRows(uncorrectable=1, pending=True))
+    testbed.set_nvml(1, sick)
+    testbed.degrade_nic(2)
+    inv = testbed.write_inventory(tmp_path / "inv.yaml", gpus_per_host=GPUS)
+    code, doc, err = robustctl("diagnose", "-i", str(inv))
+    assert code == 2, err
+    names = testbed.names
+    assert doc["suspects"] == names[:3]
+    assert [lv["ran"] for lv in doc["levels"]] == [True, False, False, False]  # stopped at L0
+    hosts = by_host(doc)
+    xid = failing_checks(hosts[names[0]])
+    assert set(xid) == {"host.xid"}
+    assert xid["host.xid"]["status"] == "critical"
+    assert "79" in xid["host.xid"]["summary"]
+    assert "0000:3b:00" in json.dumps(xid["host.xid"]["evidence"])
+    remap = failing_checks(hosts[names[1]])
+    assert set(remap) == {"nvml.row_remap"}
+    assert remap["nvml.row_remap"]["device"] in ("1", "GPU 1", "gpu1") or "1" in str(
+        remap["nvml.row_remap"]["device"]
+    )
+    nic = failing_checks(hosts[names[2]])
+    assert set(nic) == {"host.nic"} and "eth0" in json.dumps(nic["host.nic"])
+    for name in names[3:]:
+        assert hosts[name]["status"] == "ok", failing_checks(hosts[name])
+    assert xid_line  # the injected line is what the evidence came from
+
+
+def test_stopped_and_frozen_sshd_are_unknown_within_the_deadline(testbed: Testbed, tmp_path: Path) -> None:
+    testbed.stop_host(3)
+    testbed.freeze_host(4)
+    inv = testbed.write_inventory(
+        tmp_path / "inv.yaml",
+        ssh={"connect_timeout_s": 2},
+        diagnose={"deadline_s": 30, "host_timeout_s": 20, "retries": 1, "retry_backoff_s": 0.1},
+    )
+    t0 = time.monotonic()
+    code, doc, err = robustctl("diagnose", "-i", str(inv), "--level", "0")
+    elapsed = time.monotonic() - t0
+    assert code == 3, err
+    assert elapsed < 30
+    names = testbed.names
+    hosts = by_host(doc)
+    assert doc["unknown"] == [names[3], names[4]] and doc["suspects"] == []
+    assert hosts[names[3]]["outcome"] == "unreachable" and "refused" in hosts[names[3]]["error"]
+    assert hosts[names[4]]["outcome"] == "unreachable" and "banner" in hosts[names[4]]["error"]
+    for i in (0, 1, 2, 5, 6, 7):
+        assert hosts[names[i]]["status"] == "ok"
+
+
+def test_slow_host_named_by_the_peer_rule(testbed: Testbed, tmp_path: Path) -> None:
+    try:
+        testbed.slow_host(5, cpu_fraction=0.15)
+    except FaultUnsupported as exc:
+        pytest.skip(str(exc))
+    inv = testbed.write_inventory(
+        tmp_path / "inv.yaml",
+        diagnose={"burn": {"seconds": 2, "size": 256, "threads": 1, "concurrency": 1}},
+    )
+    code, doc, err = robustctl("diagnose", "-i", str(inv), "--level", "1")
+    assert code == 2, err
+    name = testbed.names[5]
+    assert doc["suspects"] == [name]
+    peer = failing_checks(by_host(doc)[name])["burn.peer"]
+    assert peer["evidence"]["value"] < 0.9 * peer["evidence"]["fleet_median"]
+
+
+def test_probe_crash_on_one_host_loses_no_other_result(testbed: Testbed, tmp_path: Path) -> None:
+    base = testbed.inventory_dict()
+    entries = testbed.host_entries(range(1, testbed.n_hosts))
+    broken = {"name": testbed.names[0], "address": testbed.address(0), "python": {"path": "/bin/false"}}
+    inv = testbed.write_inventory(tmp_path / "inv.yaml", hosts=[broken, *entries])
+    assert base["hosts"]
+    code, doc, err = robustctl("diagnose", "-i", str(inv), "--level", "0")
+    assert code == 3, err
+    hosts = by_host(doc)
+    assert hosts[testbed.names[0]]["status"] == "unknown"
+    assert "probe host failed" in json.dumps(hosts[testbed.names[0]]["checks"])
+    assert all(hosts[n]["status"] == "ok" for n in testbed.names[1:])
+
+
+def test_hosts_selection_and_output_file(testbed: Testbed, tmp_path: Path) -> None:
+    inv = testbed.write_inventory(tmp_path / "inv.yaml")
+    out = tmp_path / "report.json"
+    pattern = f"{testbed.names[0]},{testbed.names[2]}"
+    code, doc, err = robustctl("diagnose", "-i", str(inv), "--hosts", pattern, "--level", "0", "-o", str(out))
+    assert code == 0, err
+    assert [h["host"] for h in doc["hosts"]] == [testbed.names[0], testbed.names[2]]
+    assert json.loads(out.read_text()) == doc
