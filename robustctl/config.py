@@ -148,6 +148,56 @@ class DiagnoseSettings(StrictModel):
     allreduce: AllreduceSettings = Field(default_factory=AllreduceSettings)
 
 
+class ParallelLayout(StrictModel):
+    """A job's parallel layout: W = tp × cp × ep × dp × pp ranks.
+
+    ``order`` lists the dimensions fastest-varying first; Megatron-LM's default rank order is
+    ``tp-cp-ep-dp-pp`` (``megatron/core/parallel_state.py``, ``RankGenerator``): consecutive ranks
+    share a TP group, and a machine of G GPUs holds G consecutive ranks.
+    """
+
+    tp: int = Field(1, ge=1, description="Tensor-parallel size.")
+    pp: int = Field(1, ge=1, description="Pipeline-parallel size.")
+    dp: int = Field(1, ge=1, description="Data-parallel size.")
+    cp: int = Field(1, ge=1, description="Context-parallel size.")
+    ep: int = Field(1, ge=1, description="Expert-parallel size.")
+    order: str = Field(
+        "tp-cp-ep-dp-pp",
+        pattern=r"^(tp|cp|ep|dp|pp)(-(tp|cp|ep|dp|pp)){4}$",
+        description="Rank order, fastest-varying dimension first (each of tp, cp, ep, dp, pp once).",
+    )
+
+    @property
+    def world_size(self) -> int:
+        """tp × cp × ep × dp × pp."""
+        return self.tp * self.cp * self.ep * self.dp * self.pp
+
+
+class RankProcessSpec(StrictModel):
+    """How to find a job's rank processes on a host and read each one's rank."""
+
+    match: str = Field(min_length=1, description="Regular expression searched in the process command line.")
+    rank_env: str = Field("RANK", description="Environment variable holding the global rank.")
+    local_rank_env: str = Field("LOCAL_RANK", description="Environment variable holding the local rank.")
+    rank_cmdline: str | None = Field(
+        None,
+        description=r"Regex with one group reading the rank from the command line, e.g. '--rank[= ](\d+)'.",
+    )
+
+
+class JobSpec(StrictModel):
+    """A training job: where its ranks run and how they are laid out."""
+
+    hosts: str = Field(
+        min_length=1, description="Host range in rank order: machine k holds ranks k·G … k·G+G-1."
+    )
+    layout: ParallelLayout = Field(default_factory=ParallelLayout)
+    ranks_per_host: int | None = Field(
+        None, ge=1, description="Ranks (GPUs) per machine; default gpus_per_host."
+    )
+    process: RankProcessSpec | None = None
+
+
 class InventoryFile(StrictModel):
     """Top level of an inventory file."""
 
@@ -157,6 +207,7 @@ class InventoryFile(StrictModel):
     hosts: list[HostEntry] = Field(min_length=1)
     thresholds: Thresholds = Field(default_factory=Thresholds)
     diagnose: DiagnoseSettings = Field(default_factory=DiagnoseSettings)
+    jobs: dict[str, JobSpec] = Field(default_factory=dict, description="Training jobs by name.")
 
 
 ENV_VARS: dict[str, str] = {

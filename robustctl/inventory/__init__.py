@@ -9,7 +9,7 @@ transport, with the Python that runs robustctl.
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -22,7 +22,10 @@ from robustctl.config import (
     HostEntry,
     HostState,
     InventoryFile,
+    JobSpec,
+    ParallelLayout,
     PythonSettings,
+    RankProcessSpec,
     SshSettings,
     apply_env,
 )
@@ -54,6 +57,28 @@ class Host:
 
 
 @dataclass(frozen=True)
+class Job:
+    """A resolved training job.
+
+    Attributes:
+        name: job name. hosts: machines in rank order (machine k holds ranks k·G … k·G+G-1).
+        layout: the parallel layout; ``layout.world_size == len(hosts) * ranks_per_host``.
+        ranks_per_host: G. process: how to find rank processes (None: not configured).
+    """
+
+    name: str
+    hosts: tuple[Host, ...]
+    layout: ParallelLayout
+    ranks_per_host: int
+    process: RankProcessSpec | None = None
+
+    @property
+    def world_size(self) -> int:
+        """Number of ranks."""
+        return self.layout.world_size
+
+
+@dataclass(frozen=True)
 class Inventory:
     """All hosts (in file order) plus the settings that apply to a run.
 
@@ -65,6 +90,15 @@ class Inventory:
     thresholds: Thresholds
     diagnose: DiagnoseSettings
     source: str
+    jobs: Mapping[str, Job] = field(default_factory=dict)
+
+    def job(self, name: str) -> Job:
+        """The job called ``name``. Raises InventoryError (listing the known jobs) if there is none."""
+        try:
+            return self.jobs[name]
+        except KeyError:
+            known = ", ".join(sorted(self.jobs)) or "none defined"
+            raise InventoryError(f"unknown job {name!r} (jobs in {self.source}: {known})") from None
 
     def by_name(self, name: str) -> Host:
         """The host called ``name``. Raises InventoryError if there is none."""
@@ -135,12 +169,43 @@ def load_inventory(path: Path, *, environ: dict[str, str] | None = None) -> Inve
         model = InventoryFile.model_validate(apply_env(data, environ))
     except ValidationError as exc:
         raise ConfigError(_first_error(exc, smap)) from None
+    hosts = tuple(_resolve_hosts(model, smap))
+    by_name = {h.name: h for h in hosts}
+    jobs = {
+        name: _resolve_job(name, spec, by_name, model.gpus_per_host, smap.where(("jobs", name)))
+        for name, spec in model.jobs.items()
+    }
     return Inventory(
-        hosts=tuple(_resolve_hosts(model, smap)),
+        hosts=hosts,
         thresholds=model.thresholds,
         diagnose=model.diagnose,
         source=str(path),
+        jobs=jobs,
     )
+
+
+def _resolve_job(name: str, spec: JobSpec, hosts: Mapping[str, Host], gpus_per_host: int, where: str) -> Job:
+    try:
+        names = expand(spec.hosts)
+    except InventoryError as exc:
+        raise InventoryError(f"{where}: job {name}: {exc}") from None
+    missing = [n for n in names if n not in hosts]
+    if missing:
+        raise InventoryError(f"{where}: job {name}: host {missing[0]!r} is not in the inventory")
+    if len(set(names)) != len(names):
+        raise InventoryError(f"{where}: job {name}: a host is listed twice in {spec.hosts!r}")
+    g = spec.ranks_per_host or gpus_per_host or 1
+    ws = spec.layout.world_size
+    if ws != len(names) * g:
+        lay = spec.layout
+        raise InventoryError(
+            f"{where}: job {name}: layout tp={lay.tp} cp={lay.cp} ep={lay.ep} dp={lay.dp} pp={lay.pp} "
+            f"is {ws} ranks, but {len(names)} hosts x {g} ranks per host = {len(names) * g}"
+        )
+    dims = spec.layout.order.split("-")
+    if len(set(dims)) != 5:
+        raise InventoryError(f"{where}: job {name}: layout order {spec.layout.order!r} repeats a dimension")
+    return Job(name, tuple(hosts[n] for n in names), spec.layout, g, spec.process)
 
 
 def _first_error(exc: ValidationError, smap: SourceMap) -> str:

@@ -139,3 +139,48 @@ def test_hostrange_helpers() -> None:
     for bad in ["a b", "$(id)", "a|b", "", "-x", "a`b`"]:
         with pytest.raises(InventoryError):
             validate_name(bad)
+
+
+JOBS = """\
+gpus_per_host: 4
+hosts:
+  - name: node[01-08]
+    address: 127.0.0.[2-9]
+jobs:
+  llama:
+    hosts: node[01-08]
+    layout: {tp: 2, pp: 4, dp: 4}
+    process: {match: 'train\\.py'}
+"""
+
+
+def test_jobs_resolve_in_rank_order(tmp_path: Path) -> None:
+    inv = load_inventory(write(tmp_path, JOBS), environ={})
+    job = inv.job("llama")
+    assert [h.name for h in job.hosts][:2] == ["node01", "node02"]
+    assert job.world_size == 32 and job.ranks_per_host == 4
+    assert job.layout.order == "tp-cp-ep-dp-pp"
+    assert job.process is not None and job.process.rank_env == "RANK"
+    with pytest.raises(InventoryError, match="unknown job 'gpt' .*llama"):
+        inv.job("gpt")
+
+
+@pytest.mark.parametrize(
+    ("change", "pattern"),
+    [
+        (
+            ("dp: 4}", "dp: 2}"),
+            r"cluster.yaml:6: job llama: layout .* is 16 ranks, but 8 hosts x 4 ranks per host = 32",
+        ),
+        (
+            ("hosts: node[01-08]\n    layout", "hosts: node[01-09]\n    layout"),
+            r"job llama: host 'node09' is not in",
+        ),
+        (("dp: 4}", "dp: 4, order: tp-tp-ep-dp-pp}"), r"layout order .* repeats"),
+        (("dp: 4}", "dp: 4, order: tp-dp}"), r"jobs.llama.layout.order"),
+        (("dp: 4}", "dp: 4, xp: 2}"), r"unknown key 'xp'"),
+    ],
+)
+def test_bad_jobs(tmp_path: Path, change: tuple[str, str], pattern: str) -> None:
+    with pytest.raises(ConfigError, match=pattern):
+        load_inventory(write(tmp_path, JOBS.replace(*change)), environ={})
