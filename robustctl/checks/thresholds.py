@@ -30,8 +30,16 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from robustctl.models import Status
+
 Severity = Literal["ignore", "warning", "critical"]
 """How a condition is judged: not at all, WARNING, or CRITICAL."""
+
+
+def severity_status(severity: Severity) -> Status | None:
+    """The :class:`Status` a :data:`Severity` setting gives, or None for ``"ignore"``."""
+    return {"warning": Status.WARNING, "critical": Status.CRITICAL}.get(severity)
+
 
 THROTTLE_REASONS: dict[str, int] = {
     "gpu_idle": 0x1,

@@ -1,0 +1,450 @@
+"""Level-0 GPU checks: pure evaluators of the ``nvml`` probe's ``data`` (``diagnostics/nvml.py``).
+
+Common rules:
+
+- NVML unavailable (``data.available`` false: no GPU driver/library, no pynvml) → every check but
+  ``nvml.count`` is NOT_APPLICABLE ("not checked"); ``nvml.count`` decides whether that is a fault
+  from the inventory's expected GPU count, which the engine passes as
+  ``data["_context"]["expected_gpus"]`` (0 or absent: no GPUs expected / unknown).
+- A field that is ``null`` because the GPU does not support the query (e.g. retired pages on
+  Ampere+, row remapping before Ampere, NVLink on PCIe cards) makes that GPU not applicable for the
+  check; a field that is ``null`` because the query *failed* (named in the GPU's
+  ``query_errors``) gives UNKNOWN for that GPU. Never OK for an unread value.
+- Inaccessible GPUs (``accessible`` false, e.g. "GPU is lost") are reported by ``nvml.count``.
+- One result per faulty GPU (``device="gpu<index>"``), or one OK/NOT_APPLICABLE summary.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from robustctl.checks.host import context
+from robustctl.checks.registry import check
+from robustctl.checks.thresholds import Thresholds, severity_status
+from robustctl.models import CheckResult, Status
+
+__all__ = ["gpu_label"]
+
+LEVEL = 0
+GpuJudge = Callable[[Mapping[str, Any], Thresholds], list[tuple[Status, str]]]
+
+
+def gpu_label(gpu: Mapping[str, Any]) -> str:
+    """``"GPU 3 (00000000:3B:00.0)"`` or ``"GPU 3"``."""
+    pci = gpu.get("pci_bus_id")
+    return f"GPU {gpu.get('index')}" + (f" ({pci})" if pci else "")
+
+
+def _r(
+    name: str,
+    status: Status,
+    summary: str,
+    evidence: Mapping[str, Any] | None = None,
+    device: str | None = None,
+) -> CheckResult:
+    return CheckResult(name, LEVEL, status, summary, dict(evidence or {}), device)
+
+
+def _unavailable(name: str, data: Mapping[str, Any]) -> list[CheckResult] | None:
+    """The result when NVML gave no per-GPU data, else None."""
+    if data.get("available") is not True:
+        why = data.get("reason") or "NVML not available"
+        return [
+            _r(name, Status.NOT_APPLICABLE, f"not checked: {why}", {"reason_code": data.get("reason_code")})
+        ]
+    gpus = data.get("gpus")
+    if not isinstance(gpus, list):
+        return [_r(name, Status.UNKNOWN, "GPU list not read from NVML", {"count": data.get("count")})]
+    if not gpus:
+        return [_r(name, Status.NOT_APPLICABLE, "no GPU on this host")]
+    return None
+
+
+def _per_gpu(
+    name: str,
+    data: Mapping[str, Any],
+    th: Thresholds,
+    *,
+    fields: Sequence[str],
+    group: str,
+    judge: GpuJudge,
+    ok_summary: Callable[[list[Mapping[str, Any]]], str],
+    what: str,
+) -> list[CheckResult]:
+    """Apply ``judge`` to every accessible GPU that reports ``fields`` (see module docstring)."""
+    early = _unavailable(name, data)
+    if early is not None:
+        return early
+    out: list[CheckResult] = []
+    judged: list[Mapping[str, Any]] = []
+    unsupported = 0
+    for gpu in data["gpus"]:
+        if not gpu.get("accessible", True):
+            continue
+        ev = {"pci_bus_id": gpu.get("pci_bus_id"), "uuid": gpu.get("uuid"), **{f: gpu.get(f) for f in fields}}
+        device = f"gpu{gpu.get('index')}"
+        if all(gpu.get(f) is None for f in fields):
+            failure = (gpu.get("query_errors") or {}).get(group)
+            if failure:
+                out.append(
+                    _r(name, Status.UNKNOWN, f"{gpu_label(gpu)}: {what} not read: {failure}", ev, device)
+                )
+            else:
+                unsupported += 1
+            continue
+        judged.append(gpu)
+        for status, summary in judge(gpu, th):
+            out.append(_r(name, status, f"{gpu_label(gpu)}: {summary}", ev, device))
+    if out:
+        out.sort(key=lambda r: -r.status.severity)
+        return out
+    if not judged:
+        return [_r(name, Status.NOT_APPLICABLE, f"{what} not supported on this host's GPUs")]
+    note = f" ({unsupported} GPU(s) without support)" if unsupported else ""
+    return [_r(name, Status.OK, ok_summary(judged) + note, {"gpus": len(judged)})]
+
+
+def _num(gpu: Mapping[str, Any], key: str) -> int | None:
+    v = gpu.get(key)
+    return int(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+
+# -------------------------------------------------------------------------------------- count
+@check("nvml.count", level=LEVEL, probe="nvml", needs_gpu=True, timeout_s=60.0)
+def evaluate_count(data: Mapping[str, Any], th: Thresholds) -> list[CheckResult]:
+    """GPU count against the inventory's ``gpus_per_host``, and GPUs NVML cannot reach.
+
+    Expected count ``E`` = ``data["_context"]["expected_gpus"]`` (0/None: none expected or
+    unknown). NVML unavailable: CRITICAL when ``E`` > 0 and the driver/library is missing or
+    failed to initialise (the host cannot run its GPUs), UNKNOWN when ``E`` > 0 but only the probe's
+    environment is at fault (pynvml not installed, bad injection file), NOT_APPLICABLE when ``E``
+    is 0. Otherwise: fewer GPUs than ``E`` → CRITICAL ("missing GPU", AzNHC check_gpu_count); more →
+    WARNING (inventory out of date); each inaccessible GPU (e.g. "GPU is lost") → CRITICAL.
+    """
+    name = "nvml.count"
+    expected_raw = context(data).get("expected_gpus")
+    expected = int(expected_raw) if isinstance(expected_raw, int) and expected_raw > 0 else 0
+    if data.get("available") is not True:
+        why = data.get("reason") or "NVML not available"
+        why_ev = {
+            "expected": expected,
+            "reason_code": data.get("reason_code"),
+            "nvml_error": data.get("nvml_error"),
+        }
+        if not expected:
+            return [_r(name, Status.NOT_APPLICABLE, f"no GPU checked: {why}", why_ev)]
+        if data.get("reason_code") in ("pynvml_missing", "injection_error"):
+            return [_r(name, Status.UNKNOWN, f"cannot check the {expected} expected GPUs: {why}", why_ev)]
+        return [_r(name, Status.CRITICAL, f"{expected} GPUs expected but NVML is unusable: {why}", why_ev)]
+    count = data.get("count")
+    gpus = data.get("gpus")
+    if not isinstance(count, int) or not isinstance(gpus, list):
+        return [_r(name, Status.UNKNOWN, "GPU count not read from NVML", {"expected": expected})]
+    out: list[CheckResult] = []
+    ev: dict[str, Any] = {"count": count, "expected": expected, "driver_version": data.get("driver_version")}
+    if expected and count < expected:
+        out.append(_r(name, Status.CRITICAL, f"{count} of {expected} expected GPUs visible", ev))
+    elif expected and count > expected:
+        out.append(_r(name, Status.WARNING, f"{count} GPUs visible, inventory expects {expected}", ev))
+    for gpu in gpus:
+        if not gpu.get("accessible", True):
+            out.append(
+                _r(
+                    name,
+                    Status.CRITICAL,
+                    f"{gpu_label(gpu)} is inaccessible: {gpu.get('error')}",
+                    {"error": gpu.get("error"), "error_code": gpu.get("error_code")},
+                    f"gpu{gpu.get('index')}",
+                )
+            )
+    if out:
+        return out
+    if count == 0:
+        return [_r(name, Status.NOT_APPLICABLE, "no GPU on this host", ev)]
+    names = sorted({str(g.get("name")) for g in gpus})
+    suffix = " (as expected)" if expected else " (no expected count configured)"
+    return [_r(name, Status.OK, f"{count} GPU(s): {', '.join(names)}{suffix}", ev)]
+
+
+# ---------------------------------------------------------------------------------------- ECC
+def _judge_ecc(g: Mapping[str, Any], th: Thresholds) -> list[tuple[Status, str]]:
+    out: list[tuple[Status, str]] = []
+    vu, au, vc = (
+        _num(g, "ecc_volatile_uncorrected"),
+        _num(g, "ecc_aggregate_uncorrected"),
+        _num(g, "ecc_volatile_corrected"),
+    )
+    if vu is not None and vu > th.ecc_uncorrected_volatile_max:
+        out.append((Status.CRITICAL, f"{vu} uncorrectable ECC errors since driver load"))
+    if (
+        au is not None
+        and th.ecc_uncorrected_aggregate_max is not None
+        and au > th.ecc_uncorrected_aggregate_max
+    ):
+        out.append((Status.WARNING, f"{au} uncorrectable ECC errors over its lifetime"))
+    if vc is not None and th.ecc_corrected_volatile_max is not None and vc > th.ecc_corrected_volatile_max:
+        out.append((Status.WARNING, f"{vc} correctable ECC errors since driver load"))
+    return out
+
+
+@check("nvml.ecc", level=LEVEL, probe="nvml", needs_gpu=True, timeout_s=60.0)
+def evaluate_ecc(data: Mapping[str, Any], th: Thresholds) -> list[CheckResult]:
+    """ECC error counters: volatile uncorrectable above ``ecc_uncorrected_volatile_max`` → CRITICAL;
+    aggregate uncorrectable above ``ecc_uncorrected_aggregate_max`` and volatile correctable above
+    ``ecc_corrected_volatile_max`` → WARNING. ECC disabled/unsupported → NOT_APPLICABLE."""
+    return _per_gpu(
+        "nvml.ecc",
+        data,
+        th,
+        fields=(
+            "ecc_volatile_uncorrected",
+            "ecc_aggregate_uncorrected",
+            "ecc_volatile_corrected",
+            "ecc_aggregate_corrected",
+        ),
+        group="ecc",
+        judge=_judge_ecc,
+        ok_summary=lambda gs: f"no uncorrectable ECC error on {len(gs)} GPU(s)",
+        what="ECC counters",
+    )
+
+
+# -------------------------------------------------------------------------------- row remapping
+def _judge_row_remap(g: Mapping[str, Any], th: Thresholds) -> list[tuple[Status, str]]:
+    out: list[tuple[Status, str]] = []
+    pending = severity_status(th.row_remap_pending)
+    failure = severity_status(th.row_remap_failure)
+    if g.get("remapped_rows_pending") and pending is not None:
+        out.append((pending, "row remapping pending: reset the GPU to apply it"))
+    if g.get("remapped_rows_failure") and failure is not None:
+        out.append((failure, "row remapping failed: no spare rows left (replace the GPU)"))
+    unc = _num(g, "remapped_rows_uncorrectable")
+    if unc is not None and unc > th.row_remap_uncorrectable_max:
+        out.append(
+            (
+                Status.CRITICAL,
+                f"{unc} rows remapped for uncorrectable errors (> {th.row_remap_uncorrectable_max})",
+            )
+        )
+    return out
+
+
+@check("nvml.row_remap", level=LEVEL, probe="nvml", needs_gpu=True, timeout_s=60.0)
+def evaluate_row_remap(data: Mapping[str, Any], th: Thresholds) -> list[CheckResult]:
+    """Row remapping (Ampere+): pending → ``row_remap_pending`` (CRITICAL), failure →
+    ``row_remap_failure`` (CRITICAL), uncorrectable rows above ``row_remap_uncorrectable_max`` →
+    CRITICAL. Source: AzNHC azure_gpu_ecc.nhc; NVIDIA GPU Memory Error Management."""
+    return _per_gpu(
+        "nvml.row_remap",
+        data,
+        th,
+        fields=(
+            "remapped_rows_pending",
+            "remapped_rows_failure",
+            "remapped_rows_uncorrectable",
+            "remapped_rows_correctable",
+        ),
+        group="remapped_rows",
+        judge=_judge_row_remap,
+        ok_summary=lambda gs: f"no pending or failed row remap on {len(gs)} GPU(s)",
+        what="row remapping",
+    )
+
+
+# -------------------------------------------------------------------------------- retired pages
+def _judge_retired(g: Mapping[str, Any], th: Thresholds) -> list[tuple[Status, str]]:
+    out: list[tuple[Status, str]] = []
+    pending = severity_status(th.retired_pages_pending)
+    sbe, dbe = _num(g, "retired_pages_sbe") or 0, _num(g, "retired_pages_dbe") or 0
+    if g.get("retired_pages_pending") and pending is not None:
+        out.append((pending, "page retirement pending: reset the GPU to apply it"))
+    if sbe + dbe >= th.retired_pages_total_crit:
+        out.append((Status.CRITICAL, f"{sbe + dbe} retired pages (>= {th.retired_pages_total_crit})"))
+    elif dbe >= th.retired_pages_dbe_warn:
+        out.append(
+            (Status.WARNING, f"{dbe} pages retired for double-bit errors (>= {th.retired_pages_dbe_warn})")
+        )
+    return out
+
+
+@check("nvml.retired_pages", level=LEVEL, probe="nvml", needs_gpu=True, timeout_s=60.0)
+def evaluate_retired_pages(data: Mapping[str, Any], th: Thresholds) -> list[CheckResult]:
+    """Dynamic page retirement (pre-Ampere): pending → ``retired_pages_pending`` (CRITICAL);
+    SBE+DBE pages at or above ``retired_pages_total_crit`` (DCGM: 63) → CRITICAL; DBE pages at or
+    above ``retired_pages_dbe_warn`` (DCGM soft limit 15) → WARNING."""
+    return _per_gpu(
+        "nvml.retired_pages",
+        data,
+        th,
+        fields=("retired_pages_sbe", "retired_pages_dbe", "retired_pages_pending"),
+        group="retired_pages",
+        judge=_judge_retired,
+        ok_summary=lambda gs: f"retired pages within limits on {len(gs)} GPU(s)",
+        what="page retirement",
+    )
+
+
+# ---------------------------------------------------------------------------------- temperature
+def _judge_temp(g: Mapping[str, Any], th: Thresholds) -> list[tuple[Status, str]]:
+    t = _num(g, "temperature_c")
+    if t is None:
+        return []
+    slowdown = _num(g, "temperature_slowdown_c")
+    if t >= th.gpu_temp_crit_c or (slowdown is not None and t >= slowdown):
+        limit = f"slowdown at {slowdown} °C" if slowdown is not None else f"limit {th.gpu_temp_crit_c:g} °C"
+        return [(Status.CRITICAL, f"{t} °C ({limit})")]
+    if t >= th.gpu_temp_warn_c:
+        return [(Status.WARNING, f"{t} °C (warning at {th.gpu_temp_warn_c:g} °C)")]
+    return []
+
+
+@check("nvml.temperature", level=LEVEL, probe="nvml", needs_gpu=True, timeout_s=60.0)
+def evaluate_temperature(data: Mapping[str, Any], th: Thresholds) -> list[CheckResult]:
+    """GPU temperature: at or above ``gpu_temp_crit_c`` or the GPU's own NVML slowdown threshold →
+    CRITICAL; at or above ``gpu_temp_warn_c`` → WARNING."""
+
+    def ok(gs: list[Mapping[str, Any]]) -> str:
+        temps = [t for t in (_num(g, "temperature_c") for g in gs) if t is not None]
+        return f"max {max(temps)} °C over {len(temps)} GPU(s)" if temps else "temperatures not reported"
+
+    return _per_gpu(
+        "nvml.temperature",
+        data,
+        th,
+        fields=("temperature_c",),
+        group="temperature",
+        judge=_judge_temp,
+        ok_summary=ok,
+        what="temperature",
+    )
+
+
+# ------------------------------------------------------------------------------------ throttle
+def _judge_throttle(g: Mapping[str, Any], th: Thresholds) -> list[tuple[Status, str]]:
+    names = [str(n) for n in g.get("clocks_event_reason_names") or []]
+    crit = [n for n in names if n in th.throttle_critical_reasons]
+    warn = [n for n in names if n in th.throttle_warning_reasons]
+    if crit:
+        return [(Status.CRITICAL, f"clocks held down by {', '.join(crit)}")]
+    if warn:
+        return [(Status.WARNING, f"clocks held down by {', '.join(warn)}")]
+    return []
+
+
+@check("nvml.throttle", level=LEVEL, probe="nvml", needs_gpu=True, timeout_s=60.0)
+def evaluate_throttle(data: Mapping[str, Any], th: Thresholds) -> list[CheckResult]:
+    """Clock event (throttle) reasons: any of ``throttle_critical_reasons`` (HW slowdown, HW thermal,
+    HW power brake) → CRITICAL; any of ``throttle_warning_reasons`` (SW thermal) → WARNING; idle,
+    application clocks, SW power cap, sync boost and display clocks are normal."""
+    return _per_gpu(
+        "nvml.throttle",
+        data,
+        th,
+        fields=("clocks_event_reasons",),
+        group="clocks",
+        judge=_judge_throttle,
+        ok_summary=lambda gs: f"no hardware clock slowdown on {len(gs)} GPU(s)",
+        what="clock event reasons",
+    )
+
+
+# ---------------------------------------------------------------------------------------- PCIe
+def _judge_pcie(g: Mapping[str, Any], th: Thresholds) -> list[tuple[Status, str]]:
+    out: list[tuple[Status, str]] = []
+    cw, mw = _num(g, "pcie_current_width"), _num(g, "pcie_max_width")
+    cg, mg = _num(g, "pcie_current_gen"), _num(g, "pcie_max_gen")
+    width = severity_status(th.pcie_width_degraded)
+    gen = severity_status(th.pcie_gen_degraded)
+    if width is not None and cw is not None and mw is not None and cw < mw:
+        out.append((width, f"PCIe link x{cw}, below its max x{mw}"))
+    reasons = g.get("clocks_event_reason_names")
+    busy = isinstance(reasons, list) and "gpu_idle" not in reasons
+    if gen is not None and busy and cg is not None and mg is not None and cg < mg:
+        out.append((gen, f"PCIe gen {cg} while busy, below its max gen {mg}"))
+    return out
+
+
+@check("nvml.pcie", level=LEVEL, probe="nvml", needs_gpu=True, timeout_s=60.0)
+def evaluate_pcie(data: Mapping[str, Any], th: Thresholds) -> list[CheckResult]:
+    """PCIe link vs its maximum: width below max → ``pcie_width_degraded`` (CRITICAL); generation
+    below max while the GPU is not idle → ``pcie_gen_degraded`` (WARNING). An idle GPU (or one whose
+    idle state is unknown) is not judged on generation: GPUs lower the link speed to save power."""
+    return _per_gpu(
+        "nvml.pcie",
+        data,
+        th,
+        fields=("pcie_current_width", "pcie_max_width", "pcie_current_gen", "pcie_max_gen"),
+        group="pcie",
+        judge=_judge_pcie,
+        ok_summary=lambda gs: f"PCIe links at full width on {len(gs)} GPU(s)",
+        what="PCIe link",
+    )
+
+
+# -------------------------------------------------------------------------------------- NVLink
+def _judge_nvlink(g: Mapping[str, Any], th: Thresholds) -> list[tuple[Status, str]]:
+    out: list[tuple[Status, str]] = []
+    links = [lk for lk in g.get("nvlink") or [] if isinstance(lk, Mapping)]
+    inactive = [int(lk.get("link", -1)) for lk in links if lk.get("active") is False]
+    sev = severity_status(th.nvlink_inactive)
+    if inactive and sev is not None:
+        out.append((sev, f"{len(inactive)} of {len(links)} NVLinks inactive (links {_ranges(inactive)})"))
+    if th.nvlink_error_max is not None:
+        bad = [
+            f"link {lk.get('link')} {k.removesuffix('_errors')}={lk.get(k)}"
+            for lk in links
+            for k in ("replay_errors", "recovery_errors")
+            if isinstance(lk.get(k), int) and lk[k] > th.nvlink_error_max
+        ]
+        if bad:
+            out.append((Status.WARNING, f"NVLink errors above {th.nvlink_error_max}: {', '.join(bad[:6])}"))
+    if th.nvlink_crc_error_max is not None:
+        bad = [
+            f"link {lk.get('link')} {k.removesuffix('_errors')}={lk.get(k)}"
+            for lk in links
+            for k in ("crc_flit_errors", "crc_data_errors")
+            if isinstance(lk.get(k), int) and lk[k] > th.nvlink_crc_error_max
+        ]
+        if bad:
+            out.append(
+                (Status.WARNING, f"NVLink CRC errors above {th.nvlink_crc_error_max}: {', '.join(bad[:6])}")
+            )
+    return out
+
+
+def _ranges(nums: Sequence[int]) -> str:
+    """``[0, 1, 2, 5]`` → ``"0-2,5"``."""
+    parts: list[str] = []
+    s = sorted(nums)
+    i = 0
+    while i < len(s):
+        j = i
+        while j + 1 < len(s) and s[j + 1] == s[j] + 1:
+            j += 1
+        parts.append(f"{s[i]}-{s[j]}" if j > i else str(s[i]))
+        i = j + 1
+    return ",".join(parts)
+
+
+@check("nvml.nvlink", level=LEVEL, probe="nvml", needs_gpu=True, timeout_s=60.0)
+def evaluate_nvlink(data: Mapping[str, Any], th: Thresholds) -> list[CheckResult]:
+    """NVLink: any inactive link on a GPU with NVLinks → ``nvlink_inactive`` (CRITICAL; AzNHC
+    azure_gpu_nvlink.nhc; set "ignore" for PCIe cards without bridges); replay/recovery counters
+    above ``nvlink_error_max`` and CRC counters above ``nvlink_crc_error_max`` → WARNING. GPUs
+    without NVLink → NOT_APPLICABLE."""
+
+    def ok(gs: list[Mapping[str, Any]]) -> str:
+        n = sum(len(g.get("nvlink") or []) for g in gs)
+        return f"{n} NVLinks active on {len(gs)} GPU(s)"
+
+    return _per_gpu(
+        "nvml.nvlink",
+        data,
+        th,
+        fields=("nvlink",),
+        group="nvlink",
+        judge=_judge_nvlink,
+        ok_summary=ok,
+        what="NVLink",
+    )
