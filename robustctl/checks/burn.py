@@ -65,7 +65,14 @@ def _cpu_instead_of_gpus(name: str, data: Mapping[str, Any]) -> CheckResult | No
     return None
 
 
-@check("burn.verify", level=LEVEL, probe="burn", destructive=True, timeout_s=120.0)
+@check(
+    "burn.verify",
+    description="Every matmul result of the burn verified against a reference",
+    level=LEVEL,
+    probe="burn",
+    destructive=True,
+    timeout_s=120.0,
+)
 def evaluate_verify(data: Mapping[str, Any], th: Thresholds) -> list[CheckResult]:
     """Correctness of every product of the burn, per device.
 
@@ -154,7 +161,14 @@ def host_tflops(data: Mapping[str, Any]) -> float | None:
     return min(vals) if vals else None
 
 
-@check("burn.tflops", level=LEVEL, probe="burn", destructive=True, timeout_s=120.0)
+@check(
+    "burn.tflops",
+    description="Matmul throughput per device: floor and intra-host peers",
+    level=LEVEL,
+    probe="burn",
+    destructive=True,
+    timeout_s=120.0,
+)
 def evaluate_tflops(data: Mapping[str, Any], th: Thresholds) -> list[CheckResult]:
     """Throughput per device: below ``burn_min_tflops`` → CRITICAL; within the host, a device below
     ``burn_peer_ratio`` × the median of its same-name siblings (at least ``peer_min_peers`` of them)

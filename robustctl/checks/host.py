@@ -59,7 +59,13 @@ def _gib(n: float) -> str:
 
 
 # --------------------------------------------------------------------------------------- disks
-@check("host.disk", level=LEVEL, probe="host", timeout_s=30.0)
+@check(
+    "host.disk",
+    description="Free space, free inodes and read-only state of local filesystems",
+    level=LEVEL,
+    probe="host",
+    timeout_s=30.0,
+)
 def evaluate_disk(data: Mapping[str, Any], th: Thresholds) -> list[CheckResult]:
     """Free space, free inodes and read-only state of local filesystems.
 
@@ -118,7 +124,7 @@ def evaluate_disk(data: Mapping[str, Any], th: Thresholds) -> list[CheckResult]:
 
 
 # -------------------------------------------------------------------------------------- memory
-@check("host.memory", level=LEVEL, probe="host", timeout_s=30.0)
+@check("host.memory", description="Available and total memory", level=LEVEL, probe="host", timeout_s=30.0)
 def evaluate_memory(data: Mapping[str, Any], th: Thresholds) -> list[CheckResult]:
     """Available memory (``MemAvailable``) and total memory.
 
@@ -152,7 +158,7 @@ def evaluate_memory(data: Mapping[str, Any], th: Thresholds) -> list[CheckResult
 
 
 # ---------------------------------------------------------------------------------------- load
-@check("host.load", level=LEVEL, probe="host", timeout_s=30.0)
+@check("host.load", description="5-minute load average per CPU", level=LEVEL, probe="host", timeout_s=30.0)
 def evaluate_load(data: Mapping[str, Any], th: Thresholds) -> list[CheckResult]:
     """5-minute load average per CPU against ``load_crit_per_cpu`` / ``load_warn_per_cpu``."""
     name = "host.load"
@@ -170,7 +176,13 @@ def evaluate_load(data: Mapping[str, Any], th: Thresholds) -> list[CheckResult]:
 
 
 # --------------------------------------------------------------------------------------- clock
-@check("host.clock", level=LEVEL, probe="host", timeout_s=30.0)
+@check(
+    "host.clock",
+    description="Host clock skew against the control side",
+    level=LEVEL,
+    probe="host",
+    timeout_s=30.0,
+)
 def evaluate_clock(data: Mapping[str, Any], th: Thresholds) -> list[CheckResult]:
     """Host clock against the control side's clock.
 
@@ -202,7 +214,9 @@ def evaluate_clock(data: Mapping[str, Any], th: Thresholds) -> list[CheckResult]
 
 
 # ----------------------------------------------------------------------------------------- XID
-@check("host.xid", level=LEVEL, probe="host", timeout_s=30.0)
+@check(
+    "host.xid", description="NVIDIA XID errors in the kernel log", level=LEVEL, probe="host", timeout_s=30.0
+)
 def evaluate_xid(data: Mapping[str, Any], th: Thresholds) -> list[CheckResult]:
     """NVIDIA XID events in the kernel log, judged by ``robustctl.analysis.xid``'s catalog.
 
@@ -259,7 +273,13 @@ def evaluate_xid(data: Mapping[str, Any], th: Thresholds) -> list[CheckResult]:
 _DOWN_STATES = frozenset({"down", "lowerlayerdown", "notpresent"})
 
 
-@check("host.nic", level=LEVEL, probe="host", timeout_s=30.0)
+@check(
+    "host.nic",
+    description="Link state and speed of physical network interfaces",
+    level=LEVEL,
+    probe="host",
+    timeout_s=30.0,
+)
 def evaluate_nic(data: Mapping[str, Any], th: Thresholds) -> list[CheckResult]:
     """Link state of physical network interfaces (the probe already left out lo and virtual ones).
 
@@ -325,7 +345,9 @@ def evaluate_nic(data: Mapping[str, Any], th: Thresholds) -> list[CheckResult]:
     ]
 
 
-@check("host.ib", level=LEVEL, probe="host", timeout_s=30.0)
+@check(
+    "host.ib", description="InfiniBand/RoCE port state and rate", level=LEVEL, probe="host", timeout_s=30.0
+)
 def evaluate_ib(data: Mapping[str, Any], th: Thresholds) -> list[CheckResult]:
     """InfiniBand/RoCE port state from sysfs.
 

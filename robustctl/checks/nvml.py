@@ -111,7 +111,14 @@ def _num(gpu: Mapping[str, Any], key: str) -> int | None:
 
 
 # -------------------------------------------------------------------------------------- count
-@check("nvml.count", level=LEVEL, probe="nvml", needs_gpu=True, timeout_s=60.0)
+@check(
+    "nvml.count",
+    description="GPU count against the inventory, inaccessible GPUs",
+    level=LEVEL,
+    probe="nvml",
+    needs_gpu=True,
+    timeout_s=60.0,
+)
 def evaluate_count(data: Mapping[str, Any], th: Thresholds) -> list[CheckResult]:
     """GPU count against the inventory's ``gpus_per_host``, and GPUs NVML cannot reach.
 
@@ -188,7 +195,14 @@ def _judge_ecc(g: Mapping[str, Any], th: Thresholds) -> list[tuple[Status, str]]
     return out
 
 
-@check("nvml.ecc", level=LEVEL, probe="nvml", needs_gpu=True, timeout_s=60.0)
+@check(
+    "nvml.ecc",
+    description="GPU ECC error counters",
+    level=LEVEL,
+    probe="nvml",
+    needs_gpu=True,
+    timeout_s=60.0,
+)
 def evaluate_ecc(data: Mapping[str, Any], th: Thresholds) -> list[CheckResult]:
     """ECC error counters: volatile uncorrectable above ``ecc_uncorrected_volatile_max`` → CRITICAL;
     aggregate uncorrectable above ``ecc_uncorrected_aggregate_max`` and volatile correctable above
@@ -230,7 +244,14 @@ def _judge_row_remap(g: Mapping[str, Any], th: Thresholds) -> list[tuple[Status,
     return out
 
 
-@check("nvml.row_remap", level=LEVEL, probe="nvml", needs_gpu=True, timeout_s=60.0)
+@check(
+    "nvml.row_remap",
+    description="GPU row remapping pending/failed",
+    level=LEVEL,
+    probe="nvml",
+    needs_gpu=True,
+    timeout_s=60.0,
+)
 def evaluate_row_remap(data: Mapping[str, Any], th: Thresholds) -> list[CheckResult]:
     """Row remapping (Ampere+): pending → ``row_remap_pending`` (CRITICAL), failure →
     ``row_remap_failure`` (CRITICAL), uncorrectable rows above ``row_remap_uncorrectable_max`` →
@@ -268,7 +289,14 @@ def _judge_retired(g: Mapping[str, Any], th: Thresholds) -> list[tuple[Status, s
     return out
 
 
-@check("nvml.retired_pages", level=LEVEL, probe="nvml", needs_gpu=True, timeout_s=60.0)
+@check(
+    "nvml.retired_pages",
+    description="GPU retired pages and pending retirement",
+    level=LEVEL,
+    probe="nvml",
+    needs_gpu=True,
+    timeout_s=60.0,
+)
 def evaluate_retired_pages(data: Mapping[str, Any], th: Thresholds) -> list[CheckResult]:
     """Dynamic page retirement (pre-Ampere): pending → ``retired_pages_pending`` (CRITICAL);
     SBE+DBE pages at or above ``retired_pages_total_crit`` (DCGM: 63) → CRITICAL; DBE pages at or
@@ -299,7 +327,14 @@ def _judge_temp(g: Mapping[str, Any], th: Thresholds) -> list[tuple[Status, str]
     return []
 
 
-@check("nvml.temperature", level=LEVEL, probe="nvml", needs_gpu=True, timeout_s=60.0)
+@check(
+    "nvml.temperature",
+    description="GPU temperature against limits and its slowdown threshold",
+    level=LEVEL,
+    probe="nvml",
+    needs_gpu=True,
+    timeout_s=60.0,
+)
 def evaluate_temperature(data: Mapping[str, Any], th: Thresholds) -> list[CheckResult]:
     """GPU temperature: at or above ``gpu_temp_crit_c`` or the GPU's own NVML slowdown threshold →
     CRITICAL; at or above ``gpu_temp_warn_c`` → WARNING."""
@@ -332,7 +367,14 @@ def _judge_throttle(g: Mapping[str, Any], th: Thresholds) -> list[tuple[Status, 
     return []
 
 
-@check("nvml.throttle", level=LEVEL, probe="nvml", needs_gpu=True, timeout_s=60.0)
+@check(
+    "nvml.throttle",
+    description="GPU clocks held down by hardware slowdown",
+    level=LEVEL,
+    probe="nvml",
+    needs_gpu=True,
+    timeout_s=60.0,
+)
 def evaluate_throttle(data: Mapping[str, Any], th: Thresholds) -> list[CheckResult]:
     """Clock event (throttle) reasons: any of ``throttle_critical_reasons`` (HW slowdown, HW thermal,
     HW power brake) → CRITICAL; any of ``throttle_warning_reasons`` (SW thermal) → WARNING; idle,
@@ -365,7 +407,14 @@ def _judge_pcie(g: Mapping[str, Any], th: Thresholds) -> list[tuple[Status, str]
     return out
 
 
-@check("nvml.pcie", level=LEVEL, probe="nvml", needs_gpu=True, timeout_s=60.0)
+@check(
+    "nvml.pcie",
+    description="GPU PCIe link width/generation against its maximum",
+    level=LEVEL,
+    probe="nvml",
+    needs_gpu=True,
+    timeout_s=60.0,
+)
 def evaluate_pcie(data: Mapping[str, Any], th: Thresholds) -> list[CheckResult]:
     """PCIe link vs its maximum: width below max → ``pcie_width_degraded`` (CRITICAL); generation
     below max while the GPU is not idle → ``pcie_gen_degraded`` (WARNING). An idle GPU (or one whose
@@ -427,7 +476,14 @@ def _ranges(nums: Sequence[int]) -> str:
     return ",".join(parts)
 
 
-@check("nvml.nvlink", level=LEVEL, probe="nvml", needs_gpu=True, timeout_s=60.0)
+@check(
+    "nvml.nvlink",
+    description="NVLink state and error counters",
+    level=LEVEL,
+    probe="nvml",
+    needs_gpu=True,
+    timeout_s=60.0,
+)
 def evaluate_nvlink(data: Mapping[str, Any], th: Thresholds) -> list[CheckResult]:
     """NVLink: any inactive link on a GPU with NVLinks → ``nvlink_inactive`` (CRITICAL; AzNHC
     azure_gpu_nvlink.nhc; set "ignore" for PCIe cards without bridges); replay/recovery counters

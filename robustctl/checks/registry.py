@@ -102,5 +102,5 @@ def checks_for_probe(probe: str) -> list[CheckSpec]:
 def _load_builtin() -> None:
     import importlib
 
-    for mod in ("host", "nvml", "burn"):
+    for mod in ("host", "nvml", "burn", "allreduce"):
         importlib.import_module(f"robustctl.checks.{mod}")
