@@ -426,7 +426,10 @@ class Querier:
 
     def fail(self, group, message):
         errs = self.gpu["query_errors"]
-        errs[group] = errs[group] + "; " + message if group in errs else message
+        if group not in errs:
+            errs[group] = message
+        elif message not in errs[group].split("; "):
+            errs[group] = errs[group] + "; " + message
 
 
 GPU_FIELDS = (

@@ -140,7 +140,7 @@ def evaluate_count(data: Mapping[str, Any], th: Thresholds) -> list[CheckResult]
             "nvml_error": data.get("nvml_error"),
         }
         if not expected:
-            return [_r(name, Status.NOT_APPLICABLE, f"no GPU checked: {why}", why_ev)]
+            return [_r(name, Status.NOT_APPLICABLE, f"GPUs not checked: {why}", why_ev)]
         if data.get("reason_code") in ("pynvml_missing", "injection_error"):
             return [_r(name, Status.UNKNOWN, f"cannot check the {expected} expected GPUs: {why}", why_ev)]
         return [_r(name, Status.CRITICAL, f"{expected} GPUs expected but NVML is unusable: {why}", why_ev)]
