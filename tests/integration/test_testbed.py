@@ -18,6 +18,8 @@ from .testbed import FaultUnsupported, Testbed, running_testbed
 
 pytestmark = pytest.mark.integration
 
+REPO = Path(__file__).resolve().parents[2]
+
 PRINT_ENV = (
     "import importlib.util, json, os, sys; print(json.dumps({"
     "'root': os.environ.get('ROBUSTCTL_PROBE_ROOT'), 'nvml': os.environ.get('ROBUSTCTL_NVML_INJECTION'),"
@@ -235,3 +237,31 @@ def test_close_leaves_no_sshd_even_when_frozen(tmp_path: Path) -> None:
     for i in range(3):
         with pytest.raises(ConnectionRefusedError):
             socket.create_connection((f"127.0.0.{i + 2}", port), timeout=2).close()
+
+
+def test_probes_see_each_hosts_own_hardware(testbed: Testbed) -> None:
+    from robustctl.testing.fake_nvml import healthy_gpus
+
+    testbed.inject_xid(1, 79)
+    testbed.degrade_nic(1)
+    testbed.set_nvml(1, healthy_gpus(2))
+    host_src = (REPO / "diagnostics/host.py").read_bytes()
+    nvml_src = (REPO / "diagnostics/nvml.py").read_bytes()
+
+    def probe(i: int, src: bytes) -> dict[str, object]:
+        r = testbed.exec(i, ["python3", "-"], stdin=src, timeout=60)
+        assert r.exit_status == 0, r.stderr.decode()
+        doc = json.loads(r.stdout)
+        assert doc["errors"] == [], doc["errors"]
+        return doc["data"]
+
+    healthy, sick = probe(0, host_src), probe(1, host_src)
+    assert healthy["xid"]["lines"] == [] and healthy["nics"][0]["operstate"] == "up"
+    assert healthy["infiniband"][0]["state"] == "ACTIVE"
+    assert all(d["error"] is None for d in healthy["disks"])
+    assert len(sick["xid"]["lines"]) == 1 and ": 79, " in sick["xid"]["lines"][0]
+    assert sick["nics"][0]["operstate"] == "down" and sick["nics"][0]["carrier"] == 0
+
+    # default NVML state is a machine without a driver, as pynvml reports it here
+    assert probe(0, nvml_src)["reason_code"] == "library_not_found"
+    assert probe(1, nvml_src)["count"] == 2

@@ -714,13 +714,19 @@ class Testbed:
 
     # ---- inventory ---------------------------------------------------------------------------
 
-    def inventory_dict(self, hosts: Iterable[int] | None = None, **overrides: Any) -> dict[str, Any]:
+    def inventory_dict(
+        self, hosts: Iterable[int] | Iterable[Mapping[str, Any]] | None = None, **overrides: Any
+    ) -> dict[str, Any]:
         """The inventory as a dict (see :meth:`write_inventory`); ``overrides`` merge in recursively.
 
         A dict override merges into the section of that name; any other value (lists included, e.g.
         ``hosts=[…]`` entries) replaces it.
         """
-        idx = sorted(set(range(self.n_hosts) if hosts is None else hosts))
+        chosen = list(range(self.n_hosts) if hosts is None else hosts)
+        if all(isinstance(h, int) for h in chosen):
+            entries = self.host_entries(chosen)
+        else:  # ready-made ``hosts:`` entries (dicts), e.g. from host_entries() plus a custom one
+            entries = [dict(h) for h in chosen]
         inv: dict[str, Any] = {
             "ssh": {
                 "user": self.user,
@@ -733,7 +739,7 @@ class Testbed:
             },
             "python": {"path": self.python, "wrapper": []},
             "gpus_per_host": 0,
-            "hosts": self.host_entries(idx),
+            "hosts": entries,
             "diagnose": {"concurrency": 64, "host_timeout_s": 60, "deadline_s": 300, "retries": 1},
         }
         return _merge(inv, overrides)
@@ -771,10 +777,13 @@ class Testbed:
         flush()
         return entries
 
-    def write_inventory(self, path: Path, hosts: Iterable[int] | None = None, **overrides: Any) -> Path:
-        """Write a YAML inventory for robustctl naming ``hosts`` (indices; default all) and return its path.
+    def write_inventory(
+        self, path: Path, hosts: Iterable[int] | Iterable[Mapping[str, Any]] | None = None, **overrides: Any
+    ) -> Path:
+        """Write a YAML inventory for robustctl and return its path.
 
-        ``overrides`` merge into the default dict, e.g. ``diagnose={"deadline_s": 20}`` or
+        ``hosts``: host indices (default all; consecutive ones become range entries) or ready-made
+        ``hosts:`` entry dicts (e.g. ``[custom, *tb.host_entries(range(1, 8))]``). ``overrides`` merge into the default dict, e.g. ``diagnose={"deadline_s": 20}`` or
         ``gpus_per_host=8``. The writer is a thin dict→YAML: schema changes are one-line fixes here.
         """
         path = Path(path)
@@ -844,8 +853,16 @@ class Testbed:
         return path
 
     def clear_nvml(self, i: int) -> None:
-        """Remove host ``i``'s NVML injection file (the host's default: no NVML state injected)."""
-        self.hosts[i].nvml_path.unlink(missing_ok=True)
+        """Restore host ``i``'s NVML default: no NVIDIA driver, as on this machine.
+
+        The injection file says ``nvmlInit`` raises ``NVMLError_LibraryNotFound`` (12), which is what
+        pynvml does on a machine without a GPU driver: the nvml probe reports NVML unavailable.
+        """
+        from robustctl.testing import fake_nvml
+
+        fake_nvml.write_injection(
+            self.hosts[i].nvml_path, (), init_error=fake_nvml.NVML_ERROR_LIBRARY_NOT_FOUND
+        )
 
     def degrade_nic(self, i: int, iface: str = "eth0") -> None:
         """Take host ``i``'s NIC down: ``operstate`` down, ``carrier`` 0, ``speed`` -1 (as Linux shows)."""
@@ -1131,7 +1148,7 @@ class Testbed:
 
     def _seed(self, h: SimHost) -> None:
         seed_healthy_root(h.root, h.name, h.index, infiniband=self.infiniband)
-        h.nvml_path.unlink(missing_ok=True)
+        self.clear_nvml(h.index)
 
     def _generate_keys(self) -> None:
         """Client key and one ed25519 host key per host, ssh-keygen run in parallel."""
