@@ -84,10 +84,11 @@ class Thresholds(BaseModel):
         "write. Source: AzNHC/NHC check_fs_used practice (95% used).",
     )
     disk_crit_free_gib: float | None = Field(
-        1.0,
+        None,
         ge=0,
-        description="CRITICAL below this many GiB free whatever the percentage (small /dev/shm, /tmp). "
-        "None: off. Source: robustctl default.",
+        description="CRITICAL below this many GiB free whatever the percentage (e.g. 1 for small "
+        "/dev/shm or /tmp filesystems). None (default): off, so a container's small but empty "
+        "/dev/shm is not a fault by itself.",
     )
     disk_ignore_mounts: tuple[str, ...] = Field(
         (),
