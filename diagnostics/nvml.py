@@ -604,8 +604,12 @@ def open_library(args, doc):
 
 def run(args, doc):
     lib, source = open_library(args, doc)
-    if lib is None:
-        return
+    if lib is not None:
+        run_library(lib, source, doc)
+
+
+def run_library(lib, source, doc):
+    """Initialise the pynvml-like ``lib``, collect every GPU into ``doc``, shut it down."""
     err_type = getattr(lib, "NVMLError", NVMLError)
     try:
         lib.nvmlInit()
