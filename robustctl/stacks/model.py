@@ -30,7 +30,7 @@ class DumpParseError(RobustctlError):
     exit_code = ExitCode.UNKNOWN
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Frame:
     """One Python frame.
 
@@ -38,13 +38,16 @@ class Frame:
         function: function name as py-spy prints it (``"all_reduce"``, ``"<module>"``).
         file: source path as py-spy reports it (``filename``; may be absolute or short).
         line: line number, ``None`` when py-spy did not report one.
-        module: dotted module or short filename when known (py-spy's ``module``/``short_filename``).
+        module: the native module py-spy names for a native frame (JSON ``module``), else ``None``.
+        short_file: py-spy's ``short_filename`` (JSON), the path its text output prints; ``None``
+            when ``file`` already is that short form (text dumps).
     """
 
     function: str
     file: str
     line: int | None = None
     module: str | None = None
+    short_file: str | None = None
 
 
 @dataclass(frozen=True)

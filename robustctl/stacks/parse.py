@@ -39,28 +39,31 @@ def parse_pyspy_json(obj: Any) -> tuple[ThreadStack, ...]:
         for j, f in enumerate(t["frames"]):
             if not isinstance(f, Mapping) or not isinstance(f.get("name"), str):
                 raise DumpParseError(f"py-spy JSON: thread #{i} frame #{j} has no 'name'")
-            filename = f.get("filename") or f.get("short_filename") or "?"
+            short = f.get("short_filename")
+            filename = f.get("filename") or short or "?"
             line = f.get("line")
-            module = f.get("module") or f.get("short_filename")
+            module = f.get("module")
             frames.append(
                 Frame(
                     function=f["name"],
                     file=str(filename),
                     line=line if isinstance(line, int) and not isinstance(line, bool) else None,
                     module=str(module) if module else None,
+                    short_file=str(short) if short and short != filename else None,
                 )
             )
         tid = t.get("os_thread_id")
         if tid is None:
             tid = t.get("thread_id")
         name = t.get("thread_name")
+        active = _opt_bool(t.get("active"))
         threads.append(
             ThreadStack(
                 thread_id=str(tid) if tid is not None else str(i),
                 name=name if isinstance(name, str) else None,
                 frames=tuple(frames),
-                idle=None,
-                active=_opt_bool(t.get("active")),
+                idle=None if active is None else not active,
+                active=active,
                 owns_gil=_opt_bool(t.get("owns_gil")),
             )
         )
