@@ -144,6 +144,10 @@ class DiagnoseSettings(StrictModel):
     deadline_s: Seconds = Field(900.0, description="Global deadline of the whole run.")
     retries: int = Field(2, ge=0, le=10, description="Extra connection attempts on connection errors.")
     retry_backoff_s: float = Field(0.5, ge=0, le=60, description="Base of the jittered exponential backoff.")
+    peer_confirm: bool = Field(
+        True,
+        description="Re-measure peer-relative outliers once, one host at a time, before naming them.",
+    )
     burn: BurnSettings = Field(default_factory=BurnSettings)
     allreduce: AllreduceSettings = Field(default_factory=AllreduceSettings)
 

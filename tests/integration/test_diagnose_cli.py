@@ -47,7 +47,7 @@ def test_all_healthy_through_every_level(testbed: Testbed, tmp_path: Path) -> No
         thresholds={"allreduce_peer_ratio": 0.5, "burn_peer_ratio": 0.75},
         diagnose={
             "burn": {"seconds": 1, "size": 256, "threads": 1, "concurrency": 1},
-            "allreduce": {"sizes": [65536, 1048576], "iters": 3, "concurrency": 1},
+            "allreduce": {"sizes": [1048576, 8388608], "iters": 3, "concurrency": 1},
         },
     )
     code, doc, err = robustctl("diagnose", "-i", str(inv), timeout=600)

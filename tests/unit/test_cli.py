@@ -111,3 +111,15 @@ def test_output_file_unwritable_is_config_error(tmp_path: Path, capsys: pytest.C
     )
     assert code == ExitCode.CONFIG
     assert "cannot write" in capsys.readouterr().err
+
+
+def test_control_side_import_is_light() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, robustctl.cli.main; "
+        "print(','.join(m for m in ('torch', 'paramiko', 'pynvml', 'numpy') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == ""

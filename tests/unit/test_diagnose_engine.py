@@ -1,0 +1,264 @@
+"""The diagnose engine with a scripted transport: levels, stop rule, outcomes, peer rule, pairs."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from robustctl.checks.thresholds import Thresholds
+from robustctl.config import DiagnoseSettings, PythonSettings, SshSettings
+from robustctl.diagnose import DiagnoseRequest, run_diagnose
+from robustctl.errors import HostUnreachable
+from robustctl.inventory import Host
+from robustctl.models import Outcome, Status
+from robustctl.testing.fake_transport import FakeTransport
+from robustctl.transport.pool import TransportPool
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def healthy_host_data(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """What the real host probe reports for a healthy simulated root."""
+    sys.path.insert(0, str(REPO))
+    from tests.integration.testbed import seed_healthy_root
+
+    root = tmp_path_factory.mktemp("root")
+    seed_healthy_root(root, "node01", 0)
+    out = subprocess.run(
+        [sys.executable, str(REPO / "diagnostics/host.py"), "--root", str(root)],
+        capture_output=True,
+        check=True,
+        env={"PATH": "/usr/bin:/bin"},
+    ).stdout
+    data: dict[str, Any] = json.loads(out)["data"]
+    data["clock"]["time"] = None  # judged against the control clock at run time; see host.clock
+    return data
+
+
+NO_GPU = {
+    "available": False,
+    "reason": "nvmlInit: NVML Shared Library Not Found",
+    "reason_code": "library_not_found",
+}
+
+
+def burn(tflops: float, mismatches: int = 0) -> dict[str, Any]:
+    return {
+        "available": True,
+        "backend": "torch",
+        "devices": [
+            {
+                "index": 0,
+                "name": "AMD EPYC",
+                "kind": "cpu",
+                "iterations": 10,
+                "checked": 10,
+                "mismatches": mismatches,
+                "tflops": tflops,
+                "max_rel_error": 0.0,
+                "tolerance": 1e-3,
+                "error": None,
+            }
+        ],
+    }
+
+
+def hosts(n: int) -> list[Host]:
+    return [Host(f"n{i}", f"127.0.0.{i + 2}", "ssh", SshSettings(), PythonSettings()) for i in range(n)]
+
+
+def run(fake: FakeTransport, hs: list[Host], **kw: Any) -> Any:
+    settings = DiagnoseSettings(retries=0, **kw.pop("settings", {}))
+    req = DiagnoseRequest(hosts=tuple(hs), settings=settings, thresholds=Thresholds(), **kw)
+    return run_diagnose(req, TransportPool(override=fake))
+
+
+def with_clock(data: dict[str, Any]) -> Any:
+    import time
+
+    def answer(argv: Any) -> dict[str, Any]:
+        d = json.loads(json.dumps(data))
+        d["clock"]["time"] = time.time()
+        return d
+
+    return answer
+
+
+def test_healthy_l0_then_l1_with_not_applicable_gpu(healthy_host_data: dict[str, Any]) -> None:
+    hs = hosts(4)
+    fake = FakeTransport(
+        {h.name: {"host": with_clock(healthy_host_data), "nvml": NO_GPU, "burn": burn(1.0)} for h in hs}
+    )
+    rep = run(fake, hs, max_level=1)
+    assert rep.status is Status.OK and rep.exit_code == 0
+    assert [lv.ran for lv in rep.levels] == [True, True, False, False]
+    for h in rep.hosts:
+        nv = [c for c in h.checks if c.name.startswith("nvml.")]
+        assert nv and all(c.status is Status.NOT_APPLICABLE for c in nv)
+    assert {p for _, p, _ in fake.calls} == {"host", "nvml", "burn"}
+
+
+def test_stops_at_first_level_with_suspects_unless_all_levels(healthy_host_data: dict[str, Any]) -> None:
+    hs = hosts(4)
+    answers = {h.name: {"host": with_clock(healthy_host_data), "nvml": NO_GPU, "burn": burn(1.0)} for h in hs}
+    answers["n0"]["burn"] = burn(1.0, mismatches=3)
+    rep = run(FakeTransport(answers), hs, max_level=1)
+    assert rep.suspects == ("n0",) and rep.exit_code == 2
+    # L0 was clean, L1 named n0; nothing after.
+    assert [(lv.level, lv.ran, lv.suspects) for lv in rep.levels][:2] == [(0, True, ()), (1, True, ("n0",))]
+    assert not rep.levels[2].ran
+
+    xid = json.loads(json.dumps(healthy_host_data))
+    xid["xid"]["lines"] = [
+        "[  170.05] NVRM: Xid (PCI:0000:3b:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus."
+    ]
+    xid["xid"]["matches"] = 1
+    answers["n1"]["host"] = with_clock(xid)
+    fake = FakeTransport(answers)
+    rep = run(fake, hs, max_level=1)
+    assert rep.suspects == ("n1",)
+    assert not rep.levels[1].ran and not any(p == "burn" for _, p, _ in fake.calls)
+    fake = FakeTransport(answers)
+    rep = run(fake, hs, max_level=1, all_levels=True)
+    assert rep.suspects == ("n0", "n1")
+    assert sum(1 for _, p, _ in fake.calls if p == "burn") == 4
+
+
+def test_unreachable_host_is_unknown_and_skips_later_levels(healthy_host_data: dict[str, Any]) -> None:
+    hs = hosts(3)
+    answers = {h.name: {"host": with_clock(healthy_host_data), "nvml": NO_GPU, "burn": burn(1.0)} for h in hs}
+    answers["n2"]["host"] = HostUnreachable("n2", "connection refused by 127.0.0.4:22")
+    fake = FakeTransport(answers)
+    rep = run(fake, hs, max_level=1)
+    n2 = rep.hosts[2]
+    assert (n2.status, n2.outcome) == (Status.UNKNOWN, Outcome.UNREACHABLE)
+    assert n2.error == "connection refused by 127.0.0.4:22"
+    assert rep.unknown == ("n2",) and rep.exit_code == 3
+    assert ("n2", "burn") not in {(h, p) for h, p, _ in fake.calls}
+
+
+def test_probe_failure_is_unknown_check_not_lost_host(healthy_host_data: dict[str, Any]) -> None:
+    from robustctl.transport.base import CommandResult
+
+    hs = hosts(2)
+    answers: dict[str, dict[str, Any]] = {
+        h.name: {"host": with_clock(healthy_host_data), "nvml": NO_GPU} for h in hs
+    }
+    answers["n1"]["nvml"] = CommandResult(
+        "n1", 1, b"", b"Traceback...\nImportError: libnvidia-ml.so.1: cannot open\n", 0.1
+    )
+    rep = run(FakeTransport(answers), hs, max_level=0)
+    n1 = rep.hosts[1]
+    assert n1.status is Status.UNKNOWN and n1.outcome is Outcome.OK
+    probe = [c for c in n1.checks if c.name == "nvml.probe"]
+    assert probe and "ImportError: libnvidia-ml.so.1" in probe[0].summary
+    assert any(c.name.startswith("host.") and c.status is Status.OK for c in n1.checks)
+
+
+def slow_then(values: list[float]) -> Any:
+    it = iter(values)
+    return lambda argv: burn(next(it))
+
+
+def test_peer_rule_confirms_before_naming(healthy_host_data: dict[str, Any]) -> None:
+    hs = hosts(5)
+    base = {h.name: {"host": with_clock(healthy_host_data), "nvml": NO_GPU, "burn": burn(1.0)} for h in hs}
+    base["n3"]["burn"] = slow_then([0.4, 0.95])  # transient: fine when re-measured
+    base["n4"]["burn"] = slow_then([0.4, 0.41])  # really slow
+    fake = FakeTransport(base)
+    rep = run(fake, hs, max_level=1)
+    assert rep.suspects == ("n4",)
+    n4 = {c.name: c for c in rep.hosts[4].checks}["burn.peer"]
+    assert n4.evidence["measurements"] == [0.4, 0.41] and n4.evidence["fleet_median"] == 1.0
+    n3 = {c.name: c for c in rep.hosts[3].checks}["burn.peer"]
+    assert n3.status is Status.OK and "re-measured" in n3.summary
+    assert sum(1 for h, p, _ in fake.calls if p == "burn") == 7  # 5 + 2 confirmations
+
+
+def test_peer_rule_without_confirmation(healthy_host_data: dict[str, Any]) -> None:
+    hs = hosts(4)
+    base = {h.name: {"host": with_clock(healthy_host_data), "nvml": NO_GPU, "burn": burn(1.0)} for h in hs}
+    base["n0"]["burn"] = burn(0.5)
+    rep = run(FakeTransport(base), hs, max_level=1, settings={"peer_confirm": False})
+    assert rep.suspects == ("n0",)
+
+
+def allreduce_pair(fail_host: str) -> Any:
+    def answer_for(host: str) -> Any:
+        def answer(argv: Any) -> dict[str, Any]:
+            if host == fail_host:
+                return {
+                    "available": True,
+                    "mode": "rank",
+                    "backend": "gloo",
+                    "world_size": 2,
+                    "results": [],
+                    "correct": False,
+                    "error": "Timed out waiting 10000ms for recv operation to complete",
+                }
+            return {
+                "available": True,
+                "mode": "rank",
+                "backend": "gloo",
+                "world_size": 2,
+                "correct": True,
+                "error": None,
+                "results": [{"size_bytes": 1 << 20, "busbw_gbps": 1.0, "algbw_gbps": 1.0, "correct": True}],
+            }
+
+        return answer
+
+    return answer_for
+
+
+def test_l3_names_the_host_failing_with_both_neighbours(healthy_host_data: dict[str, Any]) -> None:
+    hs = hosts(6)
+    ans = allreduce_pair("n2")
+    intra = {
+        "available": True,
+        "mode": "intra",
+        "backend": "gloo",
+        "world_size": 2,
+        "correct": True,
+        "error": None,
+        "results": [{"size_bytes": 1 << 20, "busbw_gbps": 1.0, "algbw_gbps": 1.0, "correct": True}],
+    }
+
+    def allreduce_for(name: str) -> Any:
+        def answer(argv: Any) -> dict[str, Any]:
+            return ans(name)(argv) if "--rank" in argv else intra
+
+        return answer
+
+    answers = {
+        h.name: {
+            "host": with_clock(healthy_host_data),
+            "nvml": NO_GPU,
+            "burn": burn(1.0),
+            "allreduce": allreduce_for(h.name),
+        }
+        for h in hs
+    }
+    fake = FakeTransport(answers)
+    rep = run(fake, hs, max_level=3)
+    assert rep.suspects == ("n2",), [
+        (
+            h.host,
+            [
+                c.summary
+                for c in h.checks
+                if c.status is not Status.OK and c.status is not Status.NOT_APPLICABLE
+            ],
+        )
+        for h in rep.hosts
+    ]
+    pair_calls = [argv for _, p, argv in fake.calls if p == "allreduce" and "--rank" in argv]
+    assert len(pair_calls) == 12  # 6 ring pairs x 2 ranks
+    masters = {argv[argv.index("--master-addr") + 1] for argv in pair_calls}
+    assert masters <= {h.address for h in hs}
