@@ -265,3 +265,27 @@ def test_probes_see_each_hosts_own_hardware(testbed: Testbed) -> None:
     # default NVML state is a machine without a driver, as pynvml reports it here
     assert probe(0, nvml_src)["reason_code"] == "library_not_found"
     assert probe(1, nvml_src)["count"] == 2
+
+
+def test_cgroup_v2_quota_climbs_to_a_parent_with_the_cpu_controller(tmp_path: Path, monkeypatch) -> None:
+    """cgroup v2 path (CI machines may have it; this one has v1): simulated in a plain directory tree."""
+    from . import testbed as tbmod
+
+    mnt = tmp_path / "cgroup2"
+    own = mnt / "system.slice" / "ci.scope"
+    own.mkdir(parents=True)
+    (own / "cgroup.controllers").write_text("memory pids\n")  # cpu not delegated down here
+    (own.parent / "cgroup.controllers").write_text("cpu memory pids\n")
+    (own.parent / "cgroup.subtree_control").write_text("memory\n")
+    monkeypatch.setattr(tbmod, "_mountinfo", lambda: [("/", str(mnt), "cgroup2", ["rw"])])
+    monkeypatch.setattr(tbmod, "_own_cgroup", lambda match: None if match else "/system.slice/ci.scope")
+
+    cg = tbmod.make_cpu_cgroup("robustctl-testbed-1_x-node01", 0.25)
+    assert cg.version == 2 and cg.path == own.parent / "robustctl-testbed-1_x-node01"
+    assert (cg.path / "cpu.max").read_text() == "25000 100000\n"
+    assert (own.parent / "cgroup.subtree_control").read_text() == "+cpu\n"
+    assert cg.home == own
+
+    monkeypatch.setattr(tbmod, "_mountinfo", lambda: [])
+    with pytest.raises(FaultUnsupported, match="no cgroup mount with the cpu controller"):
+        tbmod.make_cpu_cgroup("x", 0.5)

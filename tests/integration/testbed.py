@@ -468,6 +468,16 @@ def _relative(path: str, mount_root: str) -> str:
     return path.lstrip("/")
 
 
+def _remove_stale_cgroups(parent: Path) -> None:
+    """rmdir empty ``robustctl-testbed-<pid>_…`` cgroups left by test processes that were killed."""
+    with contextlib.suppress(OSError):
+        for d in parent.glob("robustctl-testbed-*"):
+            pid = d.name.removeprefix("robustctl-testbed-").split("_", 1)[0]
+            if pid.isdigit() and not psutil.pid_exists(int(pid)):
+                with contextlib.suppress(OSError):
+                    d.rmdir()
+
+
 def make_cpu_cgroup(name: str, cpu_fraction: float) -> _CpuCgroup:
     """Create a cgroup named ``name`` limited to ``cpu_fraction`` of one CPU.
 
@@ -490,6 +500,7 @@ def make_cpu_cgroup(name: str, cpu_fraction: float) -> _CpuCgroup:
             break
         home = Path(mnt) / _relative(own, root)
         path = home / name
+        _remove_stale_cgroups(home)
         try:
             path.mkdir(exist_ok=True)
             (path / "cpu.cfs_period_us").write_text(f"{CGROUP_PERIOD_US}\n")
@@ -524,6 +535,7 @@ def make_cpu_cgroup(name: str, cpu_fraction: float) -> _CpuCgroup:
                     if "cpu" not in subtree.read_text().split():
                         subtree.write_text("+cpu\n")
                     path = parent / name
+                    _remove_stale_cgroups(parent)
                     path.mkdir(exist_ok=True)
                     (path / "cpu.max").write_text(f"{quota} {CGROUP_PERIOD_US}\n")
                     return _CpuCgroup(path, 2, home)
