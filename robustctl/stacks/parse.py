@@ -1,15 +1,88 @@
-"""Parsers of py-spy output (``py-spy dump --json`` and the text format people paste)."""
+"""Parsers of py-spy output: ``py-spy dump --json`` and the text format people paste.
+
+Text dumps come in many shapes; every one below was seen in real output (``tests/data/pyspy/``):
+
+* a header per process: ``Process 12345: python train.py ...`` then ``Python v3.10.12 (/usr/bin/python3.10)``;
+* thread lines ``Thread 12345 (idle): "MainThread"`` (py-spy ≥ 0.3), ``Thread 0x7FA6E7C01740 (active+gil):
+  "MainThread"`` (older releases: pthread id in hex), unnamed threads ``Thread 4076 (idle)``;
+* frame lines ``    func (file.py:123)``, ``    func (pkg/mod/file.py:123)``, qualified names on Python ≥ 3.11
+  (``    Queue.get (queue.py:171)``), native frames without a line (``    ncclAllReduce (libnccl.so.2)``);
+* ``Arguments:``/``Locals:`` blocks of ``py-spy dump --locals`` (skipped);
+* headerless stacks (frame lines only), dumps cut in the middle of a line, several processes in one file
+  (a new ``Process`` header, or a second ``MainThread``);
+* py-spy's error output instead of a dump (``Error: Failed to get process executable name ...`` with its
+  ``Caused by:`` lines and, when ``RUST_BACKTRACE=1``, a ``Stack backtrace:`` block; ``Permission Denied:
+  Try running again with elevated permissions ...``): a :class:`ProcessDump` with ``error`` set.
+
+Garbage (nothing of the above) raises :class:`DumpParseError`; nothing here raises anything else on any text.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import json
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
-from robustctl.stacks.model import DumpParseError, Frame, ThreadStack
+from robustctl.stacks.model import DumpParseError, Frame, ProcessDump, ProcessRole, ThreadStack
+
+__all__ = [
+    "infer_role",
+    "looks_like_pyspy",
+    "parse_dump_file",
+    "parse_dump_text",
+    "parse_pyspy_json",
+    "parse_pyspy_text",
+    "rank_from_name",
+    "rank_from_text",
+]
+
+MAX_DUMP_BYTES = 64 * 1024 * 1024
+"""Largest dump file read by :func:`parse_dump_file`."""
+
+_PROCESS_RE = re.compile(r"^\s*Process (\d+):\s?(.*?)\s*$")
+_PYTHON_RE = re.compile(r"^\s*Python v(\S+)(?: \((.*)\))?\s*$")
+_THREAD_RE = re.compile(r'^\s*Thread (0x[0-9A-Fa-f]+|\d+)(?: \(([A-Za-z+]+)\))?(?::\s*"(.*)")?\s*:?\s*$')
+_FRAME_RE = re.compile(r"^(?P<indent>\s*)(?P<func>\S.*) \((?P<file>[^()\s]+?)(?::(?P<line>\d+))?\)\s*$")
+_LOCALS_RE = re.compile(r"^\s+(Arguments|Locals):\s*$")
+_ERROR_RE = re.compile(r"^\s*(?:Error|error): (.+?)\s*$")
+_PERMISSION_RE = re.compile(r"^\s*(Permission Denied: .+?)\s*$", re.IGNORECASE)
+_CAUSED_RE = re.compile(r"^\s*Caused by:\s*$")
+_CAUSE_ITEM_RE = re.compile(r"^\s+(?:\d+: )?(.+?)\s*$")
+_BACKTRACE_RE = re.compile(r"^\s*Stack backtrace:\s*$")
+_FENCE_RE = re.compile(r"^\s*```")
+_RANK_TEXT_RE = re.compile(r"(?<![A-Za-z0-9_])RANK=(\d+)")
+_RANK_NAME_RES = (
+    re.compile(r"(?:^|[^a-z])rank[_\-.]?(\d+)(?:[^0-9]|$)", re.IGNORECASE),
+    re.compile(r"(?:^|[^a-z0-9])r(\d+)(?:[^0-9]|$)", re.IGNORECASE),
+)
+
+# A text is taken for py-spy output when it has one of these.
+_SNIFF_RES = (
+    re.compile(r'^\s*Thread (0x[0-9A-Fa-f]+|\d+) \((idle|active|gil|active\+gil)\)(: ".*")?\s*$', re.M),
+    re.compile(r"^\s*Process \d+: .*\n\s*Python v\d", re.M),
+    re.compile(r"^Error: Failed to (get process executable name|find python version|open process)", re.M),
+    re.compile(r"^Permission Denied: Try running again with elevated permissions", re.M),
+)
+
+
+# --- JSON ------------------------------------------------------------------------------------------
 
 
 def _opt_bool(v: Any) -> bool | None:
     return v if isinstance(v, bool) else None
+
+
+def _opt_int(v: Any) -> int | None:
+    if isinstance(v, bool):
+        return None
+    if isinstance(v, int):
+        return v
+    if isinstance(v, str) and v.strip().isdigit():
+        return int(v.strip())
+    return None
 
 
 def parse_pyspy_json(obj: Any) -> tuple[ThreadStack, ...]:
@@ -41,13 +114,12 @@ def parse_pyspy_json(obj: Any) -> tuple[ThreadStack, ...]:
                 raise DumpParseError(f"py-spy JSON: thread #{i} frame #{j} has no 'name'")
             short = f.get("short_filename")
             filename = f.get("filename") or short or "?"
-            line = f.get("line")
             module = f.get("module")
             frames.append(
                 Frame(
                     function=f["name"],
                     file=str(filename),
-                    line=line if isinstance(line, int) and not isinstance(line, bool) else None,
+                    line=_opt_int(f.get("line")),
                     module=str(module) if module else None,
                     short_file=str(short) if short and short != filename else None,
                 )
@@ -68,3 +140,398 @@ def parse_pyspy_json(obj: Any) -> tuple[ThreadStack, ...]:
             )
         )
     return tuple(threads)
+
+
+def _process_from_record(rec: Mapping[str, Any], source: str | None) -> ProcessDump:
+    """A ``{pid, rank, host, role, parent_pid, cmdline, state, error, threads}`` record."""
+    threads_obj = rec.get("threads")
+    error = rec.get("error")
+    threads = parse_pyspy_json(threads_obj) if isinstance(threads_obj, list) else ()
+    if not threads and not error:
+        raise DumpParseError("py-spy JSON: a process record has neither 'threads' nor 'error'")
+    role_v = rec.get("role")
+    try:
+        role: ProcessRole | None = ProcessRole(role_v) if isinstance(role_v, str) else None
+    except ValueError:
+        role = None
+    dump = ProcessDump(
+        threads=threads,
+        rank=_opt_int(rec.get("rank")),
+        host=str(rec["host"]) if rec.get("host") else None,
+        pid=_opt_int(rec.get("pid")),
+        role=role or ProcessRole.MAIN,
+        parent_pid=_opt_int(rec.get("parent_pid")),
+        cmdline=str(rec["cmdline"]) if rec.get("cmdline") else None,
+        state=str(rec["state"]) if rec.get("state") else None,
+        error=str(error) if error else None,
+        source=source,
+    )
+    if role is None:
+        dump = replace(dump, role=infer_role(dump.threads))
+    return dump
+
+
+def _processes_from_json(obj: Any, source: str | None) -> list[ProcessDump]:
+    if isinstance(obj, Mapping) and isinstance(obj.get("processes"), list):
+        obj = obj["processes"]
+    if isinstance(obj, Mapping) and ("threads" in obj or "error" in obj):
+        return [_process_from_record(obj, source)]
+    if isinstance(obj, list) and obj and all(isinstance(x, Mapping) and "frames" not in x for x in obj):
+        return [_process_from_record(x, source) for x in obj]
+    if isinstance(obj, Mapping) and "frames" not in obj:
+        raise DumpParseError("JSON document is not a py-spy dump (no 'frames', 'threads' or 'processes')")
+    threads = parse_pyspy_json(obj)
+    pids = {_opt_int(t.get("pid")) for t in obj if isinstance(t, Mapping)} if isinstance(obj, list) else set()
+    pid = pids.pop() if len(pids) == 1 else None
+    return [ProcessDump(threads=threads, pid=pid, role=infer_role(threads), source=source)]
+
+
+# --- text ------------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Thread:
+    tid: str
+    name: str | None
+    status: str | None
+    frames: list[Frame] = field(default_factory=list)
+
+
+@dataclass
+class _Proc:
+    pid: int | None = None
+    cmdline: str | None = None
+    python: str | None = None
+    threads: list[_Thread] = field(default_factory=list)
+    error: str | None = None
+    rank: int | None = None
+
+    def has_main(self) -> bool:
+        return any(t.name == "MainThread" for t in self.threads)
+
+    def empty(self) -> bool:
+        return not self.threads and self.error is None
+
+
+def _status_flags(status: str | None) -> tuple[bool | None, bool | None, bool | None]:
+    """(idle, active, owns_gil) from ``idle`` / ``active`` / ``active+gil`` / ``gil``."""
+    if status is None:
+        return None, None, None
+    parts = set(status.lower().split("+"))
+    active = "active" in parts
+    return (not active, active, "gil" in parts)
+
+
+def _error_summary(first: str, causes: Sequence[str]) -> str:
+    msg = first.strip()
+    if causes:
+        msg = f"{msg} ({causes[-1].strip()})"
+    return msg
+
+
+def parse_pyspy_text(
+    text: str, *, source: str | None = None, rank: int | None = None
+) -> tuple[ProcessDump, ...]:
+    """Parse one or more text dumps (``py-spy dump`` without ``--json``), as printed or pasted.
+
+    Args:
+        text: the dump text (see the module docstring for the shapes understood).
+        source: recorded as each process's ``source`` (a file path), and used for nothing else.
+        rank: the rank of the processes when known by the caller (e.g. from the file name); a
+            ``RANK=N`` in a process's block takes precedence.
+
+    Returns:
+        One :class:`ProcessDump` per process in the order found; frames innermost first. A py-spy
+        error block becomes a process with ``error`` set and no threads. The role is inferred from
+        the frames (:func:`infer_role`).
+
+    Raises:
+        DumpParseError: no thread header, frame line or py-spy error in ``text``.
+    """
+    procs: list[_Proc] = []
+    cur: _Proc | None = None
+    thread: _Thread | None = None
+    frame_indent: int | None = None
+    in_locals_indent: int | None = None
+    mode = "dump"  # "dump" | "causes" | "backtrace"
+    causes: list[str] = []
+    err_first: str | None = None
+
+    def close_error() -> None:
+        nonlocal err_first, causes, cur, thread
+        if err_first is None:
+            return
+        msg = _error_summary(err_first, causes)
+        if cur is not None and cur.empty():
+            cur.error = msg
+        else:
+            cur = _Proc(error=msg)
+            procs.append(cur)
+        thread = None
+        err_first, causes = None, []
+
+    def new_proc() -> _Proc:
+        nonlocal thread, frame_indent
+        p = _Proc()
+        procs.append(p)
+        thread, frame_indent = None, None
+        return p
+
+    for raw in text.splitlines():
+        line = raw.rstrip("\r\n")
+        if not line.strip() or _FENCE_RE.match(line):
+            if mode == "causes" and not line.strip():
+                continue
+            continue
+        if mode in ("causes", "backtrace"):
+            if _BACKTRACE_RE.match(line):
+                mode = "backtrace"
+                continue
+            if mode == "causes" and _CAUSED_RE.match(line):
+                continue
+            if line[:1].isspace():
+                if mode == "causes":
+                    m = _CAUSE_ITEM_RE.match(line)
+                    if m:
+                        causes.append(m.group(1))
+                continue
+            mode = "dump"
+            close_error()
+        m = _ERROR_RE.match(line) or _PERMISSION_RE.match(line)
+        if m and not line[:1].isspace():
+            close_error()
+            err_first = m.group(1)
+            mode = "causes"
+            continue
+        m = _PROCESS_RE.match(line)
+        if m:
+            cur = new_proc()
+            cur.pid = int(m.group(1))
+            cur.cmdline = m.group(2) or None
+            rm = _RANK_TEXT_RE.search(line)
+            if rm:
+                cur.rank = int(rm.group(1))
+            continue
+        m = _PYTHON_RE.match(line)
+        if m and cur is not None and not cur.threads:
+            cur.python = m.group(1)
+            continue
+        m = _THREAD_RE.match(line)
+        if m:
+            name = m.group(3)
+            if cur is None or (name == "MainThread" and cur.has_main()) or cur.error is not None:
+                cur = new_proc()
+            thread = _Thread(tid=m.group(1), name=name, status=m.group(2))
+            cur.threads.append(thread)
+            frame_indent, in_locals_indent = None, None
+            continue
+        if _LOCALS_RE.match(line):
+            in_locals_indent = len(line) - len(line.lstrip())
+            continue
+        indent = len(line) - len(line.lstrip())
+        if in_locals_indent is not None and indent > in_locals_indent:
+            continue
+        in_locals_indent = None
+        m = _FRAME_RE.match(line)
+        if m and (frame_indent is None or indent <= frame_indent):
+            if cur is None or cur.error is not None:
+                cur = new_proc()
+            if thread is None:
+                thread = _Thread(tid="?", name=None, status=None)
+                cur.threads.append(thread)
+            frame_indent = indent if frame_indent is None else frame_indent
+            ln = m.group("line")
+            thread.frames.append(
+                Frame(function=m.group("func").strip(), file=m.group("file"), line=int(ln) if ln else None)
+            )
+            continue
+        rm = _RANK_TEXT_RE.search(line)
+        if rm and cur is not None and cur.rank is None:
+            cur.rank = int(rm.group(1))
+        # anything else (a cut line, prose around a paste) is ignored
+    close_error()
+
+    procs = [p for p in procs if not p.empty()]
+    if not procs:
+        raise DumpParseError("not a py-spy dump: no thread header, frame line or py-spy error found")
+    file_rank = rank_from_text(text) if len(procs) == 1 else None
+    out: list[ProcessDump] = []
+    for p in procs:
+        threads = tuple(
+            ThreadStack(t.tid, t.name, tuple(t.frames), *_status_flags(t.status)) for t in p.threads
+        )
+        r = p.rank if p.rank is not None else (file_rank if file_rank is not None else rank)
+        pid = p.pid
+        if pid is None:  # headerless: on Linux the main thread's TID is the PID
+            main = next((t for t in p.threads if t.name == "MainThread" and t.tid.isdigit()), None)
+            pid = int(main.tid) if main is not None else None
+        out.append(
+            ProcessDump(
+                threads=threads,
+                rank=r,
+                pid=pid,
+                role=infer_role(threads) if p.error is None else ProcessRole.MAIN,
+                cmdline=p.cmdline,
+                error=p.error,
+                source=source,
+            )
+        )
+    return tuple(out)
+
+
+# --- entry points ----------------------------------------------------------------------------------
+
+
+def rank_from_name(name: str) -> int | None:
+    """The rank a file name states: ``rank12.txt``, ``rank_12.json``, ``rank-3``, ``dump-r12.txt``.
+
+    Only the base name is read; ``rank_pid39.txt`` has no rank (``pid39`` is a process id).
+    """
+    base = Path(name).name
+    for rx in _RANK_NAME_RES:
+        m = rx.search(base)
+        if m:
+            return int(m.group(1))
+    return None
+
+
+def rank_from_text(text: str) -> int | None:
+    """The rank a ``RANK=N`` in ``text`` states (not ``LOCAL_RANK``); ``None`` when absent or conflicting."""
+    found = {int(m.group(1)) for m in _RANK_TEXT_RE.finditer(text)}
+    return found.pop() if len(found) == 1 else None
+
+
+def looks_like_pyspy(text: str) -> bool:
+    """True when ``text`` looks like py-spy output: a text dump, a JSON dump or py-spy's error output.
+
+    Cheap and never raises; headerless text stacks count when most non-empty lines are frame lines.
+    """
+    head = text[:200_000]
+    stripped = head.lstrip()
+    if stripped[:1] in ("[", "{"):
+        return '"frames"' in head and ('"thread_name"' in head or '"filename"' in head)
+    if any(rx.search(head) for rx in _SNIFF_RES):
+        return True
+    lines = [ln for ln in head.splitlines()[:500] if ln.strip() and not _FENCE_RE.match(ln)]
+    if len(lines) < 2:
+        return False
+    frames = sum(1 for ln in lines if _FRAME_RE.match(ln) and re.search(r"\.py:\d+\)\s*$", ln))
+    return frames >= 2 and frames >= 0.8 * len(lines)
+
+
+def parse_dump_text(
+    text: str, *, source: str | None = None, rank: int | None = None
+) -> tuple[ProcessDump, ...]:
+    """Parse a dump in any supported form: py-spy JSON (one document, or one per line) or text.
+
+    JSON forms: a thread list (``py-spy dump --json``); a process record ``{pid, rank, host, role,
+    parent_pid, cmdline, state, error, threads}``; a list of such records; ``{"processes": [...]}``.
+
+    Args:
+        text: file content.
+        source: stored as each process's ``source``.
+        rank: the caller's rank for these processes (e.g. from the file name); ranks stated inside the
+            dump (``RANK=N``, a record's ``rank``) take precedence.
+
+    Raises:
+        DumpParseError: garbage, invalid or truncated JSON, or JSON of another shape.
+    """
+    stripped = text.strip()
+    if not stripped:
+        raise DumpParseError("empty dump")
+    if stripped[0] in "[{":
+        try:
+            obj = json.loads(stripped)
+        except (ValueError, RecursionError):
+            obj = None
+            lines = [ln for ln in stripped.splitlines() if ln.strip()]
+            procs: list[ProcessDump] = []
+            try:
+                for ln in lines:
+                    procs.extend(_processes_from_json(json.loads(ln), source))
+            except (ValueError, RecursionError):
+                raise DumpParseError("invalid or truncated JSON") from None
+            dumps = procs
+        else:
+            dumps = _processes_from_json(obj, source)
+        return tuple(d if d.rank is not None or rank is None else replace(d, rank=rank) for d in dumps)
+    return parse_pyspy_text(text, source=source, rank=rank)
+
+
+def parse_dump_file(path: str | Path) -> tuple[ProcessDump, ...]:
+    """Read and parse one dump file; the rank comes from the dump, else from the file name.
+
+    Raises:
+        DumpParseError: the file cannot be read, is binary or too large, or is not a py-spy dump;
+            the message starts with the path.
+    """
+    p = Path(path)
+    try:
+        with p.open("rb") as fh:
+            data = fh.read(MAX_DUMP_BYTES + 1)
+    except OSError as exc:
+        raise DumpParseError(f"{p}: cannot read: {exc.strerror or exc}") from None
+    if len(data) > MAX_DUMP_BYTES:
+        raise DumpParseError(f"{p}: larger than {MAX_DUMP_BYTES // (1024 * 1024)} MiB")
+    if b"\x00" in data[:65536]:
+        raise DumpParseError(f"{p}: binary file (not a py-spy dump)")
+    try:
+        return parse_dump_text(
+            data.decode("utf-8", errors="replace"), source=str(p), rank=rank_from_name(p.name)
+        )
+    except DumpParseError as exc:
+        raise DumpParseError(f"{p}: {exc}") from None
+
+
+# --- roles -----------------------------------------------------------------------------------------
+
+
+def _files(frames: Iterable[Frame]) -> Iterable[tuple[str, str]]:
+    for f in frames:
+        yield f.function.rsplit(".", 1)[-1], (f.short_file or f.file).replace("\\", "/")
+
+
+def _is_mp_child(frames: Sequence[Frame]) -> bool:
+    """The thread runs under a multiprocessing bootstrap (a forked or spawned child)."""
+    for fn, path in _files(frames):
+        if path.endswith("multiprocessing/process.py") and fn == "_bootstrap":
+            return True
+        if path.endswith("multiprocessing/spawn.py") and fn in ("spawn_main", "_main"):
+            return True
+    return False
+
+
+def _has_checkpoint(frames: Sequence[Frame]) -> bool:
+    for fn, path in _files(frames):
+        if "torch/distributed/checkpoint/" in path or "dist_checkpointing/" in path:
+            return True
+        if path.endswith("torch/serialization.py") and fn in ("save", "_save", "_legacy_save"):
+            return True
+        if "checkpoint" in fn.lower() and ("save" in fn.lower() or "write" in fn.lower()):
+            return True
+    return False
+
+
+def infer_role(threads: Sequence[ThreadStack], *, is_child: bool | None = None) -> ProcessRole:
+    """Guess a process's role from its stacks, for dumps whose collector did not say.
+
+    Rules (first that applies): a thread in ``torch/utils/data/_utils/worker.py`` ``_worker_loop`` →
+    DATALOADER; a multiprocessing child (``multiprocessing/process.py`` ``_bootstrap`` in the main
+    thread, or ``is_child``) saving a checkpoint (``torch.distributed.checkpoint``, Megatron
+    ``dist_checkpointing``, ``torch.save``, a ``*save*checkpoint*`` function) → CHECKPOINT; another
+    multiprocessing child → OTHER; else MAIN. A rank process that saves a checkpoint itself, or in a
+    thread, stays MAIN.
+    """
+    for t in threads:
+        for fn, path in _files(t.frames):
+            if fn == "_worker_loop" and "torch/utils/data/" in path:
+                return ProcessRole.DATALOADER
+    main = next((t for t in threads if t.is_main), threads[0] if threads else None)
+    if main is None:
+        return ProcessRole.MAIN
+    child = bool(is_child) or _is_mp_child(main.frames)
+    if child and _has_checkpoint(main.frames):
+        return ProcessRole.CHECKPOINT
+    if child:
+        return ProcessRole.OTHER
+    return ProcessRole.MAIN
