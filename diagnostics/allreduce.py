@@ -577,7 +577,7 @@ def main(argv=None):
         "warmup": args.warmup,
         "threads": args.threads,
         "gpu": 0,
-        "rdzv_timeout": max(2.0, min(120.0, 0.4 * budget)),
+        "rdzv_timeout": max(2.0, min(120.0, 0.3 * budget)),  # c10d may retry once more
         "op_timeout": max(2.0, 0.4 * budget),
     }
     for key, value in (

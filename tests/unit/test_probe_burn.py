@@ -159,6 +159,7 @@ def test_torch_backend_document() -> None:
     assert dev["max_rel_error"] is not None and dev["max_rel_error"] < burn.TOLERANCE[dev["dtype"]]
 
 
+@pytest.mark.slow
 def test_a_throttled_host_measures_lower_tflops() -> None:
     """Throughput is wall-clock based: a process held off the CPU half the time (like a CPU quota)
     measures clearly fewer TFLOP/s than the same burn running freely."""
