@@ -1,0 +1,310 @@
+"""Rank ↔ parallel coordinates ↔ machine, and the parallel groups of a layout.
+
+Semantics are Megatron-LM's (``megatron/core/parallel_state.py``: ``RankGenerator`` and
+``generate_masked_orthogonal_rank_groups``). A layout's ``order`` lists the dimensions fastest-varying
+first; with sizes ``s_0 … s_4`` in that order and strides ``d_0 = 1, d_i = d_{i-1}·s_{i-1}``::
+
+    rank = Σ coord[i] · d_i            e.g. order tp-cp-ep-dp-pp: rank = tp + TP·(cp + CP·(ep + EP·(dp + DP·pp)))
+
+The group of kind ``K`` (one dimension such as ``"pp"``, or several joined with ``-`` such as
+``"tp-pp"``, Megatron's ``get_ranks(token)``) that contains a rank holds every rank that differs from
+it only in the coordinates of ``K``; groups of a kind are numbered as Megatron enumerates them (the
+other coordinates read as a mixed-radix number, fastest dimension first), and ranks within a group
+ascend. Megatron's documented example (``initialize_model_parallel`` docstring: 16 GPUs, TP=2, PP=4,
+DP=2) gives TP groups ``[0,1] [2,3] …``, PP groups ``[0,4,8,12] [1,5,9,13] …`` and DP groups ``[0,2]
+[1,3] [4,6] …`` (tested in ``tests/unit/test_topology.py``).
+
+Unlike Megatron, which builds expert groups with a second generator (``ep`` replaces part of ``dp``),
+robustctl treats the five dimensions as orthogonal: ``world = tp·cp·ep·dp·pp`` (as
+:class:`~robustctl.config.ParallelLayout` does). Machine ``k`` holds ranks ``k·G … k·G+G-1``
+(``G`` = ranks per host), so rank ``r`` runs on machine ``r // G``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from pydantic import ValidationError
+
+from robustctl.config import ParallelLayout
+from robustctl.errors import UsageError
+
+__all__ = ["DIMS", "Topology", "parse_layout"]
+
+DIMS = ("tp", "cp", "ep", "dp", "pp")
+"""The parallel dimensions robustctl knows."""
+
+_KEYS = {*DIMS, "order"}
+
+
+def parse_layout(text: str, *, world_size: int | None = None) -> ParallelLayout:
+    """Parse a ``--layout`` value such as ``"tp=2,pp=4,dp=4"``.
+
+    Keys: ``tp``, ``pp``, ``dp``, ``cp``, ``ep`` (positive integers, default 1) and ``order`` (e.g.
+    ``order=tp-cp-ep-dp-pp``, fastest first; Megatron's default when absent). Separators: commas or
+    spaces. When ``dp`` is absent and ``world_size`` is given, ``dp`` is the world size divided by the
+    other sizes (Megatron derives DP the same way).
+
+    Args:
+        text: the option value.
+        world_size: the number of ranks the layout must cover, when known (e.g. the highest rank in
+            the dumps + 1, or a job's world size).
+
+    Raises:
+        UsageError: empty text, an unknown key, a repeated key, a value that is not a positive
+            integer, a bad order, or sizes whose product differs from ``world_size``; the message says
+            which and what is expected.
+    """
+    items = [t for t in re.split(r"[,\s]+", text.strip()) if t]
+    if not items:
+        raise UsageError("empty layout: expected e.g. tp=2,pp=4,dp=4")
+    values: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        key = key.strip().lower()
+        if not sep or not value.strip():
+            raise UsageError(f"layout item {item!r} is not KEY=VALUE (e.g. tp=2,pp=4,dp=4)")
+        if key not in _KEYS:
+            known = ", ".join((*DIMS, "order"))
+            raise UsageError(f"unknown layout key {key!r} in {text!r} (known: {known})")
+        if key in values:
+            raise UsageError(f"layout key {key!r} given twice in {text!r}")
+        values[key] = value.strip()
+    sizes: dict[str, int] = {}
+    for key in DIMS:
+        if key in values:
+            v = values[key]
+            if not v.isdigit() or int(v) < 1:
+                raise UsageError(f"layout {key}={v!r}: expected a positive integer")
+            sizes[key] = int(v)
+    if "dp" not in sizes and world_size is not None:
+        others = 1
+        for size in sizes.values():
+            others *= size
+        if world_size % others:
+            raise UsageError(
+                f"layout {text!r}: world size {world_size} is not divisible by "
+                f"{'·'.join(f'{k}={v}' for k, v in sizes.items()) or '1'} = {others}"
+            )
+        sizes["dp"] = world_size // others
+    kwargs: dict[str, object] = dict(sizes)
+    if "order" in values:
+        order = values["order"].lower()
+        parts = order.split("-")
+        if sorted(parts) != sorted(DIMS):
+            raise UsageError(
+                f"layout order {values['order']!r}: expected each of tp, cp, ep, dp, pp once, e.g. tp-cp-ep-dp-pp"
+            )
+        kwargs["order"] = order
+    try:
+        layout = ParallelLayout.model_validate(kwargs)
+    except ValidationError as exc:  # pragma: no cover - the checks above cover the model's rules
+        raise UsageError(f"invalid layout {text!r}: {exc.errors()[0]['msg']}") from None
+    if world_size is not None and layout.world_size != world_size:
+        raise UsageError(
+            f"layout {text!r} multiplies to {layout.world_size} ranks "
+            f"(tp·cp·ep·dp·pp = {layout.tp}·{layout.cp}·{layout.ep}·{layout.dp}·{layout.pp}), "
+            f"but the world size is {world_size}"
+        )
+    return layout
+
+
+@dataclass(frozen=True)
+class _Kind:
+    name: str
+    dims: tuple[int, ...]  # indices into the order, ascending
+    others: tuple[int, ...]
+
+
+class Topology:
+    """A job's rank geometry: coordinates, machines, hosts and groups.
+
+    Args:
+        layout: the parallel layout (W ranks).
+        ranks_per_host: ranks per machine ``G``; ``None`` when unknown (machines are then unknown too).
+        hosts: machine names in rank order (``Job.hosts``); machine ``k`` is ``hosts[k]``. Without
+            it, machine ``k`` is named ``"machine-k"``.
+
+    Raises:
+        UsageError: ``ranks_per_host`` < 1, or ``hosts`` too few to hold W ranks at G per host.
+    """
+
+    def __init__(
+        self,
+        layout: ParallelLayout,
+        ranks_per_host: int | None = None,
+        hosts: Sequence[str] | None = None,
+    ) -> None:
+        self.layout = layout
+        self.order: tuple[str, ...] = tuple(layout.order.split("-"))
+        self.sizes: dict[str, int] = {d: int(getattr(layout, d)) for d in DIMS}
+        self.world_size = layout.world_size
+        strides: list[int] = []
+        acc = 1
+        for d in self.order:
+            strides.append(acc)
+            acc *= self.sizes[d]
+        self._strides = tuple(strides)
+        self._shape = tuple(self.sizes[d] for d in self.order)
+        if ranks_per_host is not None and ranks_per_host < 1:
+            raise UsageError(f"ranks per host must be at least 1, got {ranks_per_host}")
+        self.ranks_per_host = ranks_per_host
+        self.hosts: tuple[str, ...] | None = tuple(hosts) if hosts is not None else None
+        if (
+            self.hosts is not None
+            and ranks_per_host is not None
+            and len(self.hosts) * ranks_per_host < self.world_size
+        ):
+            raise UsageError(
+                f"{len(self.hosts)} hosts × {ranks_per_host} ranks per host hold fewer than the layout's "
+                f"{self.world_size} ranks"
+            )
+
+    # --- ranks and coordinates ------------------------------------------------------------------
+
+    def check_rank(self, rank: int) -> None:
+        """Raise UsageError when ``rank`` is outside ``0 … W-1``."""
+        if not 0 <= rank < self.world_size:
+            raise UsageError(
+                f"rank {rank} is outside the layout's {self.world_size} ranks (0-{self.world_size - 1})"
+            )
+
+    def coords(self, rank: int) -> dict[str, int]:
+        """``{"tp": …, "cp": …, "ep": …, "dp": …, "pp": …}`` of ``rank``. Raises UsageError when out of range."""
+        self.check_rank(rank)
+        return {d: (rank // s) % n for d, s, n in zip(self.order, self._strides, self._shape, strict=True)}
+
+    def rank_of(self, coords: Mapping[str, int]) -> int:
+        """The rank at ``coords`` (missing dimensions are 0). Raises UsageError when a coordinate is out of range."""
+        r = 0
+        for d, s, n in zip(self.order, self._strides, self._shape, strict=True):
+            c = int(coords.get(d, 0))
+            if not 0 <= c < n:
+                raise UsageError(f"{d} coordinate {c} outside 0-{n - 1}")
+            r += c * s
+        return r
+
+    # --- machines -------------------------------------------------------------------------------
+
+    @property
+    def n_machines(self) -> int | None:
+        """Machines the job spans (``ceil(W / G)``), ``None`` when ranks per host is unknown."""
+        if self.ranks_per_host is None:
+            return None
+        return -(-self.world_size // self.ranks_per_host)
+
+    def machine_of(self, rank: int) -> int | None:
+        """Machine index ``rank // G``; ``None`` when ranks per host is unknown."""
+        self.check_rank(rank)
+        return None if self.ranks_per_host is None else rank // self.ranks_per_host
+
+    def machine_name(self, machine: int) -> str:
+        """``hosts[machine]``, or ``"machine-<k>"`` without a host list."""
+        if self.hosts is not None and 0 <= machine < len(self.hosts):
+            return self.hosts[machine]
+        return f"machine-{machine}"
+
+    def host_of(self, rank: int) -> str | None:
+        """The host (or ``machine-k``) running ``rank``; ``None`` when ranks per host is unknown."""
+        m = self.machine_of(rank)
+        return None if m is None else self.machine_name(m)
+
+    def machines_of(self, ranks: Iterable[int]) -> tuple[int, ...]:
+        """Sorted distinct machine indices of ``ranks`` (empty when ranks per host is unknown)."""
+        if self.ranks_per_host is None:
+            return ()
+        g = self.ranks_per_host
+        return tuple(sorted({r // g for r in ranks}))
+
+    def machine_ranks(self, machine: int) -> range:
+        """The ranks machine ``machine`` holds. Raises UsageError when ranks per host is unknown."""
+        if self.ranks_per_host is None:
+            raise UsageError("ranks per host unknown: cannot map machines to ranks")
+        g = self.ranks_per_host
+        return range(machine * g, min((machine + 1) * g, self.world_size))
+
+    # --- groups ---------------------------------------------------------------------------------
+
+    def _kind(self, kind: str) -> _Kind:
+        if kind == "job":
+            parts = set(DIMS)
+        else:
+            parts = set(kind.lower().split("-"))
+            if not parts <= set(DIMS) or not parts:
+                raise UsageError(
+                    f"unknown group kind {kind!r}: expected tp, cp, ep, dp, pp, 'job' or a '-'-joined mix"
+                )
+        dims = tuple(i for i, d in enumerate(self.order) if d in parts)
+        others = tuple(i for i in range(len(self.order)) if i not in dims)
+        return _Kind(self.kind_name(parts), dims, others)
+
+    def kind_name(self, dims: Iterable[str]) -> str:
+        """Canonical name of a group kind: its dimensions in layout order joined by ``-`` (``"tp-pp"``)."""
+        s = set(dims)
+        return "-".join(d for d in self.order if d in s)
+
+    def group_count(self, kind: str) -> int:
+        """How many groups of ``kind`` the layout has."""
+        k = self._kind(kind)
+        n = 1
+        for i in k.others:
+            n *= self._shape[i]
+        return n
+
+    def group_size(self, kind: str) -> int:
+        """Ranks per group of ``kind``."""
+        return self.world_size // self.group_count(kind)
+
+    def group_index(self, rank: int, kind: str) -> int:
+        """Megatron's index of the ``kind`` group that contains ``rank``."""
+        self.check_rank(rank)
+        k = self._kind(kind)
+        idx, mul = 0, 1
+        for i in k.others:
+            idx += ((rank // self._strides[i]) % self._shape[i]) * mul
+            mul *= self._shape[i]
+        return idx
+
+    def group_ranks(self, kind: str, index: int) -> tuple[int, ...]:
+        """The ranks of group ``index`` of ``kind``, ascending. Raises UsageError when out of range."""
+        k = self._kind(kind)
+        count = self.group_count(kind)
+        if not 0 <= index < count:
+            raise UsageError(f"{kind} group {index} outside 0-{count - 1}")
+        base, rem = 0, index
+        for i in k.others:
+            base += (rem % self._shape[i]) * self._strides[i]
+            rem //= self._shape[i]
+        ranks = [base]
+        for i in k.dims:
+            step, n = self._strides[i], self._shape[i]
+            ranks = [r + c * step for c in range(n) for r in ranks]
+        return tuple(sorted(ranks))
+
+    def group_of(self, rank: int, kind: str) -> tuple[int, ...]:
+        """The ranks of the ``kind`` group containing ``rank``."""
+        return self.group_ranks(kind, self.group_index(rank, kind))
+
+    def groups(self, kind: str) -> list[tuple[int, ...]]:
+        """Every group of ``kind`` in Megatron's order (``RankGenerator.get_ranks(kind)``)."""
+        return [self.group_ranks(kind, i) for i in range(self.group_count(kind))]
+
+    def varying_dims(self, ranks: Iterable[int]) -> tuple[str, ...]:
+        """The dimensions (size > 1, layout order) in which ``ranks`` do not all share one coordinate.
+
+        The group of that kind containing any one of the ranks is the smallest group, of any kind,
+        that contains them all (every group containing them must vary in at least these dimensions).
+        """
+        first: dict[str, int] | None = None
+        varying: set[str] = set()
+        for r in ranks:
+            c = self.coords(r)
+            if first is None:
+                first = c
+                continue
+            for d in self.order:
+                if c[d] != first[d]:
+                    varying.add(d)
+        return tuple(d for d in self.order if d in varying)
