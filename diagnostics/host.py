@@ -14,7 +14,7 @@ Standalone (Python >= 3.8, stdlib only); never imports robustctl. Prints exactly
     memory: {total_bytes: int, available_bytes: int, available_pct: float,
              swap_total_bytes: int|null, swap_free_bytes: int|null} | null
     load: {load1: float, load5: float, load15: float, cpu_count: int,
-           load5_per_cpu: float} | null
+           load5_per_cpu: float, procs_blocked: int|null} | null   # blocked: D-state tasks now
     xid: {source: "file"|"dmesg"|"journalctl", path: str|null, lines: [str],   # newest last
           matches: int, truncated: bool, notes: [str]} | null
     nics: [ {name: str, operstate: str|null, carrier: int|null, speed_mbps: int|null,
@@ -352,8 +352,19 @@ def cpu_count(root):
     return os.cpu_count() or 1
 
 
+def procs_blocked(root):
+    """Tasks in uninterruptible sleep now (``procs_blocked`` of /proc/stat), or None."""
+    try:
+        for line in read_text(rooted(root, "/proc/stat")).splitlines():
+            if line.startswith("procs_blocked"):
+                return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
 def collect_load(root, cpus):
-    """Load averages from /proc/loadavg. Raises OSError/ValueError."""
+    """Load averages from /proc/loadavg (+ blocked tasks from /proc/stat). Raises OSError/ValueError."""
     fields = read_text(rooted(root, "/proc/loadavg")).split()
     load1, load5, load15 = float(fields[0]), float(fields[1]), float(fields[2])
     return {
@@ -362,6 +373,7 @@ def collect_load(root, cpus):
         "load15": load15,
         "cpu_count": cpus,
         "load5_per_cpu": round(load5 / max(cpus, 1), 4),
+        "procs_blocked": procs_blocked(root),
     }
 
 

@@ -158,21 +158,32 @@ def evaluate_memory(data: Mapping[str, Any], th: Thresholds) -> list[CheckResult
 
 
 # ---------------------------------------------------------------------------------------- load
-@check("host.load", description="5-minute load average per CPU", level=LEVEL, probe="host", timeout_s=30.0)
+@check(
+    "host.load",
+    description="Load average per CPU and tasks stuck in D state",
+    level=LEVEL,
+    probe="host",
+    timeout_s=30.0,
+)
 def evaluate_load(data: Mapping[str, Any], th: Thresholds) -> list[CheckResult]:
-    """5-minute load average per CPU against ``load_crit_per_cpu`` / ``load_warn_per_cpu``."""
+    """5-minute load average per CPU against ``load_crit_per_cpu`` / ``load_warn_per_cpu``, and tasks
+    in uninterruptible sleep (``procs_blocked``) against ``procs_blocked_warn``."""
     name = "host.load"
     load = data.get("load")
     if not isinstance(load, Mapping) or not isinstance(load.get("load5_per_cpu"), (int, float)):
         return [_r(name, Status.UNKNOWN, f"load not checked: {probe_error(data, 'load')}")]
     per_cpu = float(load["load5_per_cpu"])
+    blocked = load.get("procs_blocked")
     ev = dict(load)
     what = f"load {load.get('load5')} over 5 min on {load.get('cpu_count')} CPUs ({per_cpu:.2f} per CPU)"
+    out: list[CheckResult] = []
     if th.load_crit_per_cpu is not None and per_cpu > th.load_crit_per_cpu:
-        return [_r(name, Status.CRITICAL, what, ev)]
-    if th.load_warn_per_cpu is not None and per_cpu > th.load_warn_per_cpu:
-        return [_r(name, Status.WARNING, what, ev)]
-    return [_r(name, Status.OK, what, ev)]
+        out.append(_r(name, Status.CRITICAL, what, ev))
+    elif th.load_warn_per_cpu is not None and per_cpu > th.load_warn_per_cpu:
+        out.append(_r(name, Status.WARNING, what, ev))
+    if th.procs_blocked_warn is not None and isinstance(blocked, int) and blocked >= th.procs_blocked_warn:
+        out.append(_r(name, Status.WARNING, f"{blocked} tasks in uninterruptible sleep (D state)", ev))
+    return out or [_r(name, Status.OK, what, ev)]
 
 
 # --------------------------------------------------------------------------------------- clock

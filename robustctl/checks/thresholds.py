@@ -126,13 +126,21 @@ class Thresholds(BaseModel):
 
     # --- host.load -------------------------------------------------------------------------------
     load_warn_per_cpu: float | None = Field(
-        2.0,
+        8.0,
         gt=0,
-        description="WARNING when the 5-minute load average per CPU exceeds this (runaway or D-state "
-        "processes, e.g. hung NFS). None: off. Source: robustctl default.",
+        description="WARNING when the 5-minute load average per CPU exceeds this. High on purpose: "
+        "CPU-bound work (a test suite, the previous burn) raises load without any fault, while a "
+        "pile-up of hung tasks drives it far higher. None: off. Source: robustctl default.",
     )
     load_crit_per_cpu: float | None = Field(
         None, gt=0, description="CRITICAL above this 5-minute load per CPU. None: off."
+    )
+    procs_blocked_warn: int | None = Field(
+        32,
+        ge=1,
+        description="WARNING when at least this many tasks are in uninterruptible sleep (D state, "
+        "/proc/stat procs_blocked): the signature of a hung NFS mount or a wedged GPU driver, unlike "
+        "CPU load. None: off. Source: robustctl default.",
     )
 
     # --- host.clock ------------------------------------------------------------------------------

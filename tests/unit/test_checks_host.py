@@ -136,15 +136,26 @@ def test_memory_levels_and_total() -> None:
     assert [r.status for r in out] == [Status.CRITICAL] and "expected at least 240" in out[0].summary
 
 
-def test_load_per_cpu() -> None:
-    def load(per_cpu: float) -> dict[str, Any]:
+def test_load_per_cpu_and_blocked_tasks() -> None:
+    def load(per_cpu: float, blocked: int | None = 0) -> dict[str, Any]:
         return {
-            "load": {"load1": 1, "load5": per_cpu * 8, "load15": 1, "cpu_count": 8, "load5_per_cpu": per_cpu}
+            "load": {
+                "load1": 1,
+                "load5": per_cpu * 8,
+                "load15": 1,
+                "cpu_count": 8,
+                "load5_per_cpu": per_cpu,
+                "procs_blocked": blocked,
+            }
         }
 
     assert evaluate_load(load(0.5), TH)[0].status is Status.OK
-    assert evaluate_load(load(2.5), TH)[0].status is Status.WARNING
+    assert evaluate_load(load(5.0), TH)[0].status is Status.OK  # busy CPUs are not a fault
+    assert evaluate_load(load(9.0), TH)[0].status is Status.WARNING
     assert evaluate_load(load(2.5), Thresholds(load_crit_per_cpu=2.2))[0].status is Status.CRITICAL
+    hung = evaluate_load(load(0.5, blocked=40), TH)
+    assert [r.status for r in hung] == [Status.WARNING] and "D state" in hung[0].summary
+    assert evaluate_load(load(0.5, blocked=None), TH)[0].status is Status.OK
 
 
 def test_clock_skew_outside_the_round_trip_window() -> None:

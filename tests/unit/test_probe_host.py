@@ -65,6 +65,7 @@ def make_root(root: Path, *, kern_log: str = "", eth0: str = "up", ib: bool = Fa
         "SwapTotal:             0 kB\nSwapFree:              0 kB\n",
     )
     write(root, "proc/loadavg", "1.50 3.25 2.00 2/1234 5678\n")
+    write(root, "proc/stat", "cpu  1 2 3 4\nprocs_running 2\nprocs_blocked 3\n")
     write(root, "sys/devices/system/cpu/online", "0-7\n")
     for name, state, carrier in (("eth0", eth0, "1" if eth0 == "up" else "0"), ("eth1", "up", "1")):
         write(root, f"sys/class/net/{name}/operstate", state + "\n")
@@ -114,6 +115,7 @@ def test_simulated_host_document(tmp_path: Path) -> None:
     assert data["memory"]["total_bytes"] == 263842756 * 1024
     assert data["memory"]["available_pct"] == pytest.approx(75.8, abs=0.1)
     assert data["cpu_count"] == 8 and data["load"]["load5_per_cpu"] == pytest.approx(3.25 / 8, abs=1e-4)
+    assert data["load"]["procs_blocked"] == 3
     assert data["xid"]["source"] == "file" and data["xid"]["lines"] == [XID79]
     assert [n["name"] for n in data["nics"]] == ["eno2", "eth0", "eth1"]
     assert sorted(data["nics_skipped"]) == ["docker0", "lo"]
