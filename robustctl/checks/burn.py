@@ -52,8 +52,10 @@ def _devices(name: str, data: Mapping[str, Any]) -> tuple[list[Mapping[str, Any]
     return devices, None
 
 
-def _cpu_instead_of_gpus(name: str, data: Mapping[str, Any]) -> CheckResult | None:
+def _cpu_instead_of_gpus(name: str, data: Mapping[str, Any], th: Thresholds) -> CheckResult | None:
     expected = context(data).get("expected_gpus")
+    if not th.burn_require_gpu:
+        return None
     if isinstance(expected, int) and expected > 0 and not data.get("cuda_available"):
         why = data.get("cuda_reason") or "no CUDA device"
         return _r(
@@ -78,14 +80,15 @@ def evaluate_verify(data: Mapping[str, Any], th: Thresholds) -> list[CheckResult
 
     Wrong products above ``burn_max_mismatches`` → CRITICAL; a CUDA device whose load failed →
     CRITICAL (a CPU device → UNKNOWN); a device that ran no product → UNKNOWN. GPUs expected but
-    the burn ran on the CPU → UNKNOWN (the GPUs were not checked). No torch/numpy → NOT_APPLICABLE.
+    the burn ran on the CPU → UNKNOWN (the GPUs were not checked) unless ``burn_require_gpu`` is
+    false. No torch/numpy → NOT_APPLICABLE.
     """
     name = "burn.verify"
     devices, early = _devices(name, data)
     if early is not None:
         return [early]
     out: list[CheckResult] = []
-    cpu = _cpu_instead_of_gpus(name, data)
+    cpu = _cpu_instead_of_gpus(name, data, th)
     if cpu is not None:
         out.append(cpu)
     checked = 0

@@ -298,6 +298,12 @@ class Thresholds(BaseModel):
         description="CRITICAL when a device produced more wrong matmul results than this (silent data "
         "corruption). Source: gpu-burn / DCGM diag (any miscompare fails).",
     )
+    burn_require_gpu: bool = Field(
+        True,
+        description="When the inventory expects GPUs but the burn ran on the CPU (torch without CUDA, "
+        "no device visible to torch), burn.verify is UNKNOWN: the GPUs were not checked. False judges "
+        "the CPU burn instead (e.g. simulated GPU hosts, or a diagnostics environment known to lack CUDA).",
+    )
     burn_min_tflops: float | None = Field(
         None,
         gt=0,
