@@ -130,6 +130,22 @@ def test_probes_are_python38_syntax(probe: Path) -> None:
     assert proc.returncode == 0, proc.stderr.decode()
 
 
+def test_stdlib_probes_run_on_python38(tmp_path: Path) -> None:
+    """host.py and nvml.py (with an injection file) need nothing but a Python 3.8 stdlib."""
+    py38 = _python38()
+    if py38 is None:
+        pytest.skip("no Python 3.8 interpreter here")
+    path = write_injection(tmp_path / "nvml.json", healthy_gpus(2))
+    docs = {}
+    for probe, args in (("nvml", ["--nvml-injection", str(path)]), ("host", ["--root", str(tmp_path)])):
+        source = (REPO / "diagnostics" / f"{probe}.py").read_bytes()
+        proc = subprocess.run([py38, "-", *args], input=source, capture_output=True, timeout=60)
+        assert proc.returncode == 0, proc.stderr.decode()
+        docs[probe] = json.loads(proc.stdout)
+    assert docs["nvml"]["data"]["count"] == 2 and docs["nvml"]["errors"] == []
+    assert docs["host"]["data"]["infiniband"] == [] and docs["host"]["data"]["memory"] is None
+
+
 def test_probes_never_import_robustctl() -> None:
     for probe in PROBES:
         text = probe.read_text()
