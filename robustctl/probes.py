@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from robustctl.inventory import Host
     from robustctl.transport.base import Transport
 
-PROBES = ("host", "nvml", "burn", "allreduce")
+PROBES = ("host", "nvml", "burn", "allreduce", "stacks")
 """Probes shipped in ``diagnostics/``."""
 
 

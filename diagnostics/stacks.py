@@ -1,0 +1,590 @@
+#!/usr/bin/env python3
+"""robustctl node-side probe ``stacks``: py-spy dumps of a training job's rank processes on this host.
+
+Standalone (Python >= 3.8, stdlib only, plus the ``py-spy`` binary); never imports robustctl. Prints
+exactly one JSON document (see ``diagnostics/README.md``).
+
+What it does:
+
+1. Scans ``/proc`` for rank processes: processes whose command line (arguments joined by spaces)
+   matches ``--match REGEX`` (``re.search``). The global rank comes from the environment variable
+   ``--rank-env`` (default ``RANK``) in ``/proc/PID/environ``, else from the first group of
+   ``--rank-cmdline REGEX`` applied to the command line; the local rank from ``--local-rank-env``.
+   An unreadable environ (EPERM) is recorded (``environ_error``), not fatal.
+2. Tells a rank's **main** process from its **children** by the process tree: a matching process
+   whose nearest matching ancestor has the same rank is a child (a forked data-loader worker or
+   checkpoint writer inherits its rank's command line and environment); every other descendant of a
+   main process is a child too (e.g. a spawned helper). A matching process without a rank whose
+   matching descendants have ranks is a **launcher** (torchrun's agent): listed apart, not dumped.
+   The probe itself, its ancestors, its py-spy children and other ``stacks`` probes with the same
+   ``--match`` are never matched.
+3. ``--ranks 4-7,9``: keeps only the main processes of these global ranks (and their children);
+   mains whose rank is unknown are always kept (they are evidence). Requested ranks with no main
+   process are listed in ``unmatched_ranks``.
+4. Runs ``py-spy dump --pid P --json [--nonblocking] [--native]`` for every kept process, in parallel
+   threads (``--parallel``), each with ``--per-process-timeout`` seconds, all within ``--timeout``;
+   ``RUST_BACKTRACE=0`` in py-spy's environment. A process py-spy cannot read (permission denied,
+   ``D`` state, not Python, gone, zombie, timed out) gets ``dump: null`` and a one-line ``error``:
+   evidence, never a crash of the probe.
+
+``py-spy`` is ``--py-spy PATH``, else the first ``py-spy`` on ``PATH``, else one beside
+``sys.executable`` (a virtual environment's ``bin``). ``--root`` and ``--nvml-injection`` (common
+probe arguments) are accepted and ignored: process ids only mean something in the probe's own PID
+namespace, so the live ``/proc`` is always the one scanned.
+
+``data``::
+
+    {processes: [ {pid: int, ppid: int, rank: int|null, local_rank: int|null,
+                   role: "main"|"child", parent_pid: int|null,   # the rank's main pid, for a child
+                   cmdline: str, state: "R"|"S"|"D"|"Z"|...|null,  # /proc/PID/stat at scan time
+                   rank_source: "env"|"cmdline"|null, environ_error: str|null,
+                   dump: [thread]|null,     # py-spy's JSON thread list, frame "locals" removed
+                   error: str|null,         # why dump is null
+                   elapsed_s: float|null} ],    # wall seconds of this py-spy call
+     launchers: [ {pid: int, cmdline: str} ],
+     py_spy: {path: str, version: str|null} | null,
+     match: str, requested_ranks: [int]|null, unmatched_ranks: [int],
+     options: {nonblocking: bool, native: bool, timeout_s: float, per_process_timeout_s: float,
+               parallel: int},
+     scanned: int,                # /proc entries looked at
+     error: str|null}             # a probe-level failure: py-spy missing, bad --match
+
+A py-spy thread, compacted to ``{thread_id, thread_name, os_thread_id, active, owns_gil, frames: [{name,
+filename, module, short_filename, line}]}`` (``locals`` and py-spy internals dropped), frames innermost
+first. Processes are sorted by (rank, role, pid).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+PROBE = "stacks"
+VERSION = 1
+CMDLINE_MAX = 1000
+ERROR_MAX = 300
+
+
+# --------------------------------------------------------------------------- document plumbing
+class Document:
+    """The probe's one JSON document; :meth:`emit` prints it at most once (thread-safe)."""
+
+    def __init__(self, probe):
+        self.probe = probe
+        self.started = time.monotonic()
+        self.data = {}
+        self.errors = []
+        self._lock = threading.Lock()
+        self._emitted = False
+
+    def set(self, key, value):
+        with self._lock:
+            self.data[key] = value
+
+    def error(self, message):
+        with self._lock:
+            self.errors.append(str(message))
+
+    def emit(self, extra_error=None, finalize=None):
+        with self._lock:
+            if self._emitted:
+                return
+            self._emitted = True
+            if finalize is not None:
+                finalize(self.data)
+            errors = list(self.errors)
+            if extra_error:
+                errors.append(extra_error)
+            doc = {
+                "probe": self.probe,
+                "version": VERSION,
+                "hostname": socket.gethostname(),
+                "time": time.time(),
+                "elapsed_s": round(time.monotonic() - self.started, 6),
+                "data": self.data,
+                "errors": errors,
+            }
+            sys.stdout.write(json.dumps(doc, separators=(",", ":"), default=str) + "\n")
+            sys.stdout.flush()
+
+
+# --------------------------------------------------------------------------- /proc
+def read_bytes(path):
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def read_stat(proc, pid):
+    """``(state, ppid)`` from ``/proc/PID/stat`` (the command name may hold spaces and parens)."""
+    raw = read_bytes(os.path.join(proc, str(pid), "stat")).decode("utf-8", "replace")
+    rest = raw[raw.rindex(")") + 2 :].split()
+    return rest[0], int(rest[1])
+
+
+def read_cmdline(proc, pid):
+    """The argument list, or None for a kernel thread / a process gone."""
+    try:
+        raw = read_bytes(os.path.join(proc, str(pid), "cmdline"))
+    except OSError:
+        return None
+    if not raw:
+        return None
+    return [a.decode("utf-8", "replace") for a in raw.rstrip(b"\0").split(b"\0")]
+
+
+def read_environ(proc, pid, keys):
+    """``({key: value}, error)``: only ``keys`` are kept; error is one line when unreadable."""
+    try:
+        raw = read_bytes(os.path.join(proc, str(pid), "environ"))
+    except PermissionError:
+        return {}, "environ: permission denied"
+    except FileNotFoundError:
+        return {}, "environ: process gone"
+    except OSError as exc:
+        return {}, "environ: " + (exc.strerror or str(exc))
+    out = {}
+    wanted = set(k.encode() for k in keys if k)
+    for item in raw.split(b"\0"):
+        k, sep, v = item.partition(b"=")
+        if sep and k in wanted:
+            out[k.decode()] = v.decode("utf-8", "replace")
+    return out, None
+
+
+def to_int(s):
+    try:
+        return int(str(s).strip())
+    except (TypeError, ValueError):
+        return None
+
+
+def parse_ranks(text):
+    """``"4-7,9"`` → ``[4, 5, 6, 7, 9]``. Raises ValueError."""
+    out = set()
+    for part in text.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        if "-" in part:
+            a, b = part.split("-", 1)
+            lo, hi = int(a), int(b)
+            if lo < 0 or hi < lo:
+                raise ValueError(f"bad rank range {part!r}")
+            out.update(range(lo, hi + 1))
+        else:
+            r = int(part)
+            if r < 0:
+                raise ValueError(f"bad rank {part!r}")
+            out.add(r)
+    if not out:
+        raise ValueError(f"no rank in {text!r}")
+    return sorted(out)
+
+
+def scan(args, match_re, rank_re):
+    """Find the rank processes. Returns ``(processes, launchers, scanned)`` (dicts without dumps)."""
+    proc = "/proc"
+    me = os.getpid()
+    table = {}  # pid -> (state, ppid)
+    scanned = 0
+    for name in os.listdir(proc):
+        if not name.isdigit():
+            continue
+        scanned += 1
+        pid = int(name)
+        try:
+            table[pid] = read_stat(proc, pid)
+        except (OSError, ValueError, IndexError):
+            continue
+    excluded = set()
+    p = me
+    while p in table and p not in excluded and p > 1:  # self and ancestors (ssh session, shell)
+        excluded.add(p)
+        p = table[p][1]
+    children = {}
+    for pid, (_, ppid) in table.items():
+        children.setdefault(ppid, []).append(pid)
+
+    keys = [args.rank_env, args.local_rank_env]
+    matched = {}
+    cmdlines = {}
+    for pid in table:
+        if pid in excluded:
+            continue
+        argv = read_cmdline(proc, pid)
+        if argv is None:
+            continue
+        line = " ".join(argv)
+        if not match_re.search(line):
+            continue
+        if os.path.basename(argv[0]) == "py-spy":
+            continue
+        if "--match" in argv and args.match in argv:  # another stacks probe looking for the same job
+            continue
+        cmdlines[pid] = line
+        env, env_err = read_environ(proc, pid, keys)
+        rank, source = to_int(env.get(args.rank_env)), None
+        if rank is not None:
+            source = "env"
+        elif rank_re is not None:
+            m = rank_re.search(line)
+            if m:
+                rank = to_int(m.group(1) if m.groups() else m.group(0))
+                source = "cmdline" if rank is not None else None
+        matched[pid] = {
+            "rank": rank,
+            "local_rank": to_int(env.get(args.local_rank_env)),
+            "rank_source": source,
+            "environ_error": env_err,
+        }
+
+    def nearest_matched_ancestor(pid):
+        seen = set()
+        p = table[pid][1]
+        while p in table and p not in seen and p > 1:
+            if p in matched:
+                return p
+            seen.add(p)
+            p = table[p][1]
+        return None
+
+    # main vs child: a child's nearest matching ancestor carries the same rank
+    main_of = {}
+    for pid, info in matched.items():
+        anc = nearest_matched_ancestor(pid)
+        if anc is not None and info["rank"] is not None and matched[anc]["rank"] == info["rank"]:
+            main_of[pid] = anc
+    for pid in list(main_of):  # resolve chains (a worker's worker) to the top main
+        top = main_of[pid]
+        while top in main_of:
+            top = main_of[top]
+        main_of[pid] = top
+    mains = [pid for pid in matched if pid not in main_of]
+
+    launchers = []
+    kept_mains = []
+    ranked_mains = set(pid for pid in mains if matched[pid]["rank"] is not None)
+    for pid in mains:
+        if matched[pid]["rank"] is None and _has_ranked_descendant(pid, children, ranked_mains):
+            launchers.append({"pid": pid, "cmdline": cmdlines[pid][:CMDLINE_MAX]})
+        else:
+            kept_mains.append(pid)
+
+    wanted = set(args.ranks) if args.ranks is not None else None
+    if wanted is not None:
+        kept_mains = [p for p in kept_mains if matched[p]["rank"] is None or matched[p]["rank"] in wanted]
+
+    out = []
+    for pid in kept_mains:
+        info = matched[pid]
+        out.append(_entry(pid, table, cmdlines[pid], info, "main", None))
+        for child in _descendants(pid, children):
+            if child in excluded:
+                continue
+            if child in matched:
+                cinfo = matched[child]
+                line = cmdlines[child]
+            else:
+                argv = read_cmdline(proc, child)
+                if argv is None or os.path.basename(argv[0]) == "py-spy":
+                    continue
+                line = " ".join(argv)
+                env, env_err = read_environ(proc, child, keys)
+                crank = to_int(env.get(args.rank_env))
+                cinfo = {
+                    "rank": crank if crank is not None else info["rank"],
+                    "local_rank": to_int(env.get(args.local_rank_env)),
+                    "rank_source": "env" if crank is not None else info["rank_source"],
+                    "environ_error": env_err,
+                }
+            out.append(_entry(child, table, line, cinfo, "child", pid))
+    found = set(e["rank"] for e in out if e["role"] == "main" and e["rank"] is not None)
+    unmatched = sorted(wanted - found) if wanted is not None else []
+    out.sort(key=lambda e: (e["rank"] if e["rank"] is not None else 1 << 62, e["role"] != "main", e["pid"]))
+    return out, launchers, scanned, unmatched
+
+
+def _has_ranked_descendant(pid, children, ranked):
+    return any(d in ranked for d in _descendants(pid, children))
+
+
+def _descendants(pid, children):
+    out, todo, seen = [], list(children.get(pid, ())), set()
+    while todo:
+        c = todo.pop()
+        if c in seen:
+            continue
+        seen.add(c)
+        out.append(c)
+        todo.extend(children.get(c, ()))
+    return sorted(out)
+
+
+def _entry(pid, table, line, info, role, parent):
+    state, ppid = table.get(pid, (None, None))
+    return {
+        "pid": pid,
+        "ppid": ppid,
+        "rank": info["rank"],
+        "local_rank": info["local_rank"],
+        "role": role,
+        "parent_pid": parent,
+        "cmdline": line[:CMDLINE_MAX],
+        "state": state,
+        "rank_source": info["rank_source"],
+        "environ_error": info["environ_error"],
+        "dump": None,
+        "error": None,
+        "elapsed_s": None,
+    }
+
+
+# --------------------------------------------------------------------------- py-spy
+def find_pyspy(explicit):
+    """Path of py-spy or None: ``explicit``, PATH, beside ``sys.executable`` (as given, then resolved)."""
+    if explicit:
+        return explicit if os.path.isfile(explicit) and os.access(explicit, os.X_OK) else None
+    found = shutil.which("py-spy")
+    if found:
+        return found
+    for exe in (sys.executable, os.path.realpath(sys.executable or "")):
+        if exe:
+            cand = os.path.join(os.path.dirname(exe), "py-spy")
+            if os.path.isfile(cand) and os.access(cand, os.X_OK):
+                return cand
+    return None
+
+
+def pyspy_env():
+    env = dict(os.environ)
+    env["RUST_BACKTRACE"] = "0"
+    return env
+
+
+def pyspy_version(path, timeout):
+    try:
+        out = subprocess.run(
+            [path, "--version"],
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            timeout=timeout,
+            env=pyspy_env(),
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    text = out.stdout.decode("utf-8", "replace").strip()
+    return text.split()[-1] if text else None
+
+
+def one_line(text):
+    """The first meaningful line of py-spy's stderr, without the ``Error:`` prefix."""
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.lower().startswith(("stack backtrace", "note: run with")):
+            continue
+        if line.startswith("Error:"):
+            line = line[len("Error:") :].strip()
+        return line[:ERROR_MAX]
+    return ""
+
+
+THREAD_KEYS = ("thread_id", "thread_name", "os_thread_id", "active", "owns_gil")
+FRAME_KEYS = ("name", "filename", "module", "short_filename", "line")
+
+
+def compact(threads):
+    """py-spy's thread list keeping only the keys above (``locals`` and py-spy internals dropped)."""
+    out = []
+    for t in threads:
+        if not isinstance(t, dict):
+            continue
+        ct = dict((k, t.get(k)) for k in THREAD_KEYS)
+        ct["frames"] = [
+            dict((k, f.get(k)) for k in FRAME_KEYS) for f in (t.get("frames") or ()) if isinstance(f, dict)
+        ]
+        out.append(ct)
+    return out
+
+
+def dump_one(pyspy, entry, nonblocking, native, timeout):
+    """Run py-spy on one process; fill ``dump``/``error``/``elapsed_s`` of ``entry``."""
+    pid = entry["pid"]
+    if entry["state"] == "Z":
+        entry["error"] = "zombie process (exited, not reaped by its parent)"
+        entry["elapsed_s"] = 0.0
+        return
+    argv = [pyspy, "dump", "--pid", str(pid), "--json"]
+    if native:
+        argv.append("--native")
+    elif nonblocking:
+        argv.append("--nonblocking")
+    t0 = time.monotonic()
+    try:
+        res = subprocess.run(
+            argv, stdin=subprocess.DEVNULL, capture_output=True, timeout=timeout, env=pyspy_env()
+        )
+    except subprocess.TimeoutExpired:
+        entry["error"] = f"py-spy timed out after {timeout:.1f} s"
+        entry["elapsed_s"] = round(time.monotonic() - t0, 6)
+        entry["state"] = current_state(pid) or entry["state"]
+        return
+    except OSError as exc:
+        entry["error"] = "cannot run py-spy: %s" % (exc.strerror or exc)
+        entry["elapsed_s"] = round(time.monotonic() - t0, 6)
+        return
+    entry["elapsed_s"] = round(time.monotonic() - t0, 6)
+    if res.returncode == 0:
+        try:
+            threads = json.loads(res.stdout.decode("utf-8", "replace"))
+        except ValueError:
+            threads = None
+        if isinstance(threads, list):
+            entry["dump"] = compact(threads)
+            return
+        entry["error"] = "py-spy printed no JSON thread list"
+        return
+    why = one_line(res.stderr.decode("utf-8", "replace")) or f"py-spy exited {res.returncode}"
+    now = current_state(pid)
+    if now is None:
+        why = f"process gone ({why})"
+    else:
+        entry["state"] = now
+    entry["error"] = why
+
+
+def current_state(pid):
+    try:
+        return read_stat("/proc", pid)[0]
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def dump_all(pyspy, entries, args, deadline):
+    """Dump ``entries`` with up to ``args.parallel`` py-spy processes at once, all before ``deadline``."""
+    lock = threading.Lock()
+    todo = list(entries)
+
+    def worker():
+        while True:
+            with lock:
+                if not todo:
+                    return
+                entry = todo.pop(0)
+            left = deadline - time.monotonic()
+            if left <= 0.05:
+                entry["error"] = "not dumped: the probe's --timeout ran out"
+                continue
+            dump_one(pyspy, entry, args.nonblocking, args.native, min(args.per_process_timeout, left))
+
+    threads = [
+        threading.Thread(target=worker, daemon=True) for _ in range(max(1, min(args.parallel, len(todo))))
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(max(0.0, deadline - time.monotonic()) + 1.0)
+
+
+# --------------------------------------------------------------------------- main
+def parse_args(argv):
+    p = argparse.ArgumentParser(prog="stacks.py", description="robustctl stacks probe (one JSON document).")
+    p.add_argument("--root", default=None, help="accepted for the common interface; ignored")
+    p.add_argument("--nvml-injection", default=None, help="accepted for the common interface; ignored")
+    p.add_argument("--match", required=True, help="regex searched in each process command line")
+    p.add_argument("--rank-env", default="RANK", help="environment variable holding the global rank")
+    p.add_argument("--local-rank-env", default="LOCAL_RANK", help="variable holding the local rank")
+    p.add_argument("--rank-cmdline", default=None, help="regex whose first group is the rank")
+    p.add_argument("--ranks", default=None, help="only these global ranks, e.g. 4-7,9")
+    p.add_argument("--py-spy", dest="py_spy", default=None, help="py-spy binary")
+    p.add_argument("--native", action="store_true", help="py-spy --native (implies blocking)")
+    p.add_argument("--nonblocking", dest="nonblocking", action="store_true", default=True)
+    p.add_argument("--blocking", dest="nonblocking", action="store_false", help="pause each process")
+    p.add_argument("--timeout", type=float, default=30.0, help="total time budget, seconds")
+    p.add_argument("--per-process-timeout", type=float, default=10.0, help="per py-spy call, seconds")
+    p.add_argument("--parallel", type=int, default=16, help="py-spy processes at once")
+    args = p.parse_args(argv)
+    if args.ranks is not None:
+        try:
+            args.ranks = parse_ranks(args.ranks)
+        except ValueError as exc:
+            p.error(f"--ranks: {exc}")
+    if args.timeout <= 0 or args.per_process_timeout <= 0 or args.parallel < 1:
+        p.error("--timeout, --per-process-timeout and --parallel must be positive")
+    return args
+
+
+def main(argv=None):
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    doc = Document(PROBE)
+    deadline = time.monotonic() + args.timeout
+    doc.set("match", args.match)
+    doc.set("requested_ranks", args.ranks)
+    doc.set(
+        "options",
+        {
+            "nonblocking": bool(args.nonblocking and not args.native),
+            "native": bool(args.native),
+            "timeout_s": args.timeout,
+            "per_process_timeout_s": args.per_process_timeout,
+            "parallel": args.parallel,
+        },
+    )
+    for key, value in (("processes", []), ("launchers", []), ("unmatched_ranks", []), ("scanned", 0)):
+        doc.set(key, value)
+    doc.set("py_spy", None)
+    doc.set("error", None)
+
+    def finalize(data):  # anything still undumped when the document goes out
+        for e in data.get("processes") or ():
+            if e["dump"] is None and e["error"] is None:
+                e["error"] = "not dumped: the probe's --timeout ran out"
+
+    def fire():
+        doc.emit(f"timeout: probe ran past its {args.timeout:.1f} s budget; partial data", finalize)
+        os._exit(0)
+
+    timer = threading.Timer(args.timeout + 2.0, fire)
+    timer.daemon = True
+    timer.start()
+
+    try:
+        match_re = re.compile(args.match)
+        rank_re = re.compile(args.rank_cmdline) if args.rank_cmdline else None
+    except re.error as exc:
+        doc.set("error", f"bad regular expression: {exc}")
+        doc.error(f"bad regular expression: {exc}")
+        timer.cancel()
+        doc.emit()
+        return 0
+
+    pyspy = find_pyspy(args.py_spy)
+    processes, launchers, scanned, unmatched = scan(args, match_re, rank_re)
+    doc.set("processes", processes)
+    doc.set("launchers", launchers)
+    doc.set("scanned", scanned)
+    doc.set("unmatched_ranks", unmatched)
+    if pyspy is None:
+        where = args.py_spy or f"PATH and beside {sys.executable}"
+        msg = f"py-spy not found (looked in {where}): install py-spy (pip install py-spy)"
+        doc.set("error", msg)
+        doc.error(msg)
+        for e in processes:
+            e["error"] = "not dumped: py-spy not found"
+    else:
+        doc.set("py_spy", {"path": pyspy, "version": pyspy_version(pyspy, min(5.0, args.timeout))})
+        dump_all(pyspy, processes, args, deadline)
+    timer.cancel()
+    doc.emit(finalize=finalize)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
