@@ -1,0 +1,239 @@
+"""Offline analysis of saved py-spy dumps: ``robustctl analyze dumps/rank*.txt --layout tp=2,pp=4,dp=4``.
+
+Two entry points:
+
+* importing this module registers the ``"pyspy"`` :class:`~robustctl.analysis.detect.ArtefactKind`
+  (sniff: :func:`~robustctl.stacks.parse.looks_like_pyspy`), so ``robustctl analyze`` recognises a
+  py-spy dump among other artefacts and reports each one alone (its processes, their state; a file
+  holding several main processes is clustered within itself);
+* :func:`analyze_dumps` clusters *across* all the given files and blames, like the live command: the
+  CLI calls it when every file is a py-spy dump (:func:`all_pyspy`) or ``--layout`` is given.
+
+The rank of a file's processes comes from the dump (``RANK=N``, a JSON record's ``rank``), else from
+the file name (``rank12.txt``, ``rank_12``, ``dump-r12``). A file that cannot be read or is not a
+py-spy dump is an UNKNOWN input with its reason, never a traceback and never a suspect; py-spy's own
+error output is parsed into an unreadable process (evidence, a suspect when it has a rank).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from robustctl.analysis import Finding, Verdict
+from robustctl.analysis.detect import AnalysisOptions, ArtefactKind, kinds, register_kind
+from robustctl.config import ParallelLayout
+from robustctl.inventory.topology import Topology
+from robustctl.models import Status
+from robustctl.stacks.blame import BlameOptions, blame
+from robustctl.stacks.cluster import (
+    ClusterOptions,
+    categorize,
+    cluster,
+    compact_ranges,
+    normalize_function,
+    normalize_path,
+)
+from robustctl.stacks.model import DumpParseError, ProcessDump, ProcessRole
+from robustctl.stacks.parse import looks_like_pyspy, parse_dump_file, parse_dump_text
+from robustctl.stacks.result import InputFile, StacksReport, analyze_stacks, build_report
+
+__all__ = ["KIND", "all_pyspy", "analyze_dumps", "load_dumps"]
+
+KIND = "pyspy"
+"""Name of the registered artefact kind."""
+
+_SNIFF_BYTES = 256 * 1024
+
+
+def load_dumps(paths: Sequence[str | Path]) -> tuple[list[ProcessDump], list[InputFile]]:
+    """Parse every file; never raises for a bad file.
+
+    Returns:
+        ``(dumps, inputs)``: all processes found (file order), and one :class:`InputFile` per path
+        (UNKNOWN with the reason for a file that could not be used).
+    """
+    dumps: list[ProcessDump] = []
+    inputs: list[InputFile] = []
+    for p in paths:
+        try:
+            found = parse_dump_file(p)
+        except DumpParseError as exc:
+            inputs.append(InputFile(path=str(p), status=Status.UNKNOWN, error=str(exc)))
+            continue
+        dumps.extend(found)
+        ranks = [d.rank for d in found if d.rank is not None]
+        inputs.append(
+            InputFile(path=str(p), status=Status.OK, processes=len(found), ranks=compact_ranges(ranks))
+        )
+    return dumps, inputs
+
+
+def all_pyspy(paths: Sequence[str | Path]) -> bool:
+    """True when every path is a readable text file that looks like py-spy output (reads ≤ 256 KiB each)."""
+    if not paths:
+        return False
+    for p in paths:
+        try:
+            with Path(p).open("rb") as fh:
+                head = fh.read(_SNIFF_BYTES)
+        except OSError:
+            return False
+        if b"\x00" in head or not looks_like_pyspy(head.decode("utf-8", errors="replace")):
+            return False
+    return True
+
+
+def analyze_dumps(
+    paths: Sequence[str | Path],
+    *,
+    layout: ParallelLayout | None = None,
+    ranks_per_host: int | None = None,
+    hosts: Sequence[str] | None = None,
+    cluster_options: ClusterOptions | None = None,
+    blame_options: BlameOptions | None = None,
+) -> StacksReport:
+    """Cluster the processes of every dump file together, blame, and report.
+
+    Args:
+        paths: dump files (py-spy text or JSON, any mix; one or several processes each).
+        layout: the job's layout (``--layout``, :func:`robustctl.inventory.topology.parse_layout`);
+            needed for groups and "not collected" ranks.
+        ranks_per_host: G; needed for machines and the over-eviction set.
+        hosts: hosts in rank order, when known (default ``machine-k``).
+        cluster_options, blame_options: thresholds.
+
+    Returns:
+        A :class:`StacksReport` whose ``inputs`` lists every file (UNKNOWN ones with their reason).
+
+    Raises:
+        UsageError: a dump's rank lies outside the layout (the layout does not match).
+    """
+    t0 = time.perf_counter()
+    dumps, inputs = load_dumps(paths)
+    topology = Topology(layout, ranks_per_host, hosts) if layout is not None else None
+    clusters = cluster(dumps, cluster_options)
+    result = blame(clusters, topology, blame_options)
+    dup = [
+        r
+        for r, n in Counter(
+            d.rank for d in dumps if d.role is ProcessRole.MAIN and d.rank is not None
+        ).items()
+        if n > 1
+    ]
+    report = build_report(clusters, result, topology, inputs=inputs, elapsed_s=time.perf_counter() - t0)
+    extra: list[str] = []
+    if dup:
+        extra.append(f"ranks {compact_ranges(dup)} have more than one main-process dump")
+    no_rank = sum(1 for d in dumps if d.rank is None and d.role is ProcessRole.MAIN)
+    if no_rank and layout is not None:
+        extra.append(
+            f"{no_rank} main process{'es' if no_rank != 1 else ''} without a rank (name files rankN.txt)"
+        )
+    if extra:
+        report = replace(report, notes=(*report.notes, *extra))
+    return report
+
+
+# --- the per-file artefact kind ------------------------------------------------------------------------
+
+
+def _process_json(d: ProcessDump) -> dict[str, Any]:
+    t = d.main_thread
+    frames = t.frames if t is not None else ()
+    return {
+        "pid": d.pid,
+        "rank": d.rank,
+        "role": d.role.value,
+        "error": d.error,
+        "threads": len(d.threads),
+        "category": categorize(frames).value if d.error is None else "unreadable",
+        "main_stack": [
+            f"{normalize_function(f.function)} ({normalize_path(f.short_file or f.file)})"
+            for f in reversed(frames)
+        ][-60:],
+    }
+
+
+def _analyze_file(text: str, options: AnalysisOptions) -> Verdict:
+    try:
+        dumps = parse_dump_text(text)
+    except DumpParseError as exc:
+        return Verdict(Status.UNKNOWN, f"py-spy dump: {exc}")
+    details: dict[str, Any] = {"processes": [_process_json(d) for d in dumps[:1000]]}
+    readable = [d for d in dumps if d.error is None]
+    mains = [d for d in readable if d.role is ProcessRole.MAIN]
+    if not readable:
+        errs = "; ".join(sorted({d.error or "" for d in dumps}))
+        return Verdict(
+            Status.UNKNOWN,
+            f"py-spy could not read the process: {errs}",
+            (Finding(Status.UNKNOWN, f"py-spy error: {errs}", {"error": errs}),),
+            details,
+        )
+    if len(mains) >= 3:
+        report = analyze_stacks(dumps)
+        details["stacks"] = {
+            "status": report.status.value,
+            "suspect_ranks": list(report.suspect_ranks),
+            "ambiguity": report.ambiguity,
+        }
+        findings = tuple(
+            Finding(Status.CRITICAL, f"pid {s.pid} rank {s.rank}: {s.reason}", {"pid": s.pid, "rank": s.rank})
+            for s in report.suspects
+        )
+        return Verdict(
+            report.status, f"py-spy dumps of {len(dumps)} processes: {report.summary}", findings, details
+        )
+    findings_l: list[Finding] = []
+    for d in dumps:
+        who = f"pid {d.pid}" if d.pid is not None else "process"
+        if d.rank is not None:
+            who += f" rank {d.rank}"
+        if d.error is not None:
+            findings_l.append(Finding(Status.UNKNOWN, f"{who}: could not be read: {d.error}", {"pid": d.pid}))
+            continue
+        t = d.main_thread
+        frames = t.frames if t is not None else ()
+        cat = categorize(frames)
+        top = (
+            f"{normalize_function(frames[0].function)} ({normalize_path(frames[0].short_file or frames[0].file)})"
+            if frames
+            else "no Python frame"
+        )
+        findings_l.append(
+            Finding(
+                Status.OK,
+                f"{who} ({d.role.value}, {len(d.threads)} threads): {cat.value} in {top}",
+                {"pid": d.pid, "category": cat.value},
+            )
+        )
+    status = Status.worst(f.status for f in findings_l)
+    cats = Counter(categorize(d.main_thread.frames if d.main_thread else ()).value for d in readable)
+    summary = (
+        f"py-spy dump: {len(dumps)} process{'es' if len(dumps) != 1 else ''}; main threads: "
+        + ", ".join(f"{k} ×{n}" if n > 1 else k for k, n in cats.most_common())
+        + " (compare with the other ranks' dumps to find outliers)"
+    )
+    return Verdict(status, summary, tuple(findings_l), details)
+
+
+def _register() -> None:
+    if any(k.name == KIND for k in kinds()):
+        return
+    register_kind(
+        ArtefactKind(
+            name=KIND,
+            description="py-spy dump (text or --json) or py-spy's error output",
+            sniff=looks_like_pyspy,
+            analyze=_analyze_file,
+            priority=40,
+        )
+    )
+
+
+_register()

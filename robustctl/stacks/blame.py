@@ -1,0 +1,456 @@
+"""From outlier stack classes to suspects, the smallest parallel group and the over-eviction set.
+
+ByteRobust (arXiv 2509.16293, §5 "aggregation analysis"): the dominant stack groups are healthy, the
+remaining groups are outliers; find the parallel group the outliers share and over-evict its machines
+rather than hunt the exact faulty one (at 9,600 GPUs it accepts evicting 6–7 healthy machines with
+each PP group). This module does that as a pure function of a :class:`~.cluster.ClusterResult` and the
+job's :class:`~robustctl.inventory.topology.Topology`:
+
+1. **Healthy classes**: the dominant class of each role. If the outliers of the main role then span
+   no small group, *large* classes (≥ ``secondary_fraction``) of ranks *waiting* in a collective or a
+   p2p transfer are also treated as healthy, largest first, until the outliers fit in a group no larger
+   than ``max_evict_fraction`` of the job's machines. Waiting ranks at a second call site are the normal
+   picture of a stalled pipeline (e.g. first/last stages in the embedding all-reduce while the rest wait
+   in the DP all-reduce), while ranks computing, loading data or writing are never promoted. In
+   ByteRobust's Fig. 7 case the PP stage-mates blocked in send/recv are therefore *kept* as outliers:
+   together with the stuck rank they already fit one PP group.
+2. **Outlier ranks**: every rank with a process in an outlier class of a blamed role (main, data
+   loader, checkpoint; ``other`` processes are shown, not blamed), plus every rank whose process py-spy
+   could not read (evidence, "could not be read"). A data-loader worker or checkpoint writer names its
+   rank (it carries its parent's rank).
+3. **Smallest group**: the outliers' coordinates vary in a set S of dimensions; candidates are the
+   single-dimension groups (TP, CP, EP, DP, PP) containing every outlier, the combined S group
+   (e.g. ``tp-pp``, Megatron's model-parallel group, when a stuck stage's TP peers are outliers too) and
+   the whole job. The one with the fewest machines wins (then fewest ranks, then TP, CP, EP, DP, PP
+   order): e.g. a single stuck rank gets its TP group (one machine) rather than its PP group.
+4. **Ambiguity** (say so, name nobody): the main role has no dominant class; the smallest group holding
+   the outliers spans more than ``max_evict_fraction`` (half) of a multi-machine job's machines; no
+   group smaller than the job holds them and they sit on more than ``max_spread_machines`` (4) machines
+   (or more than half) — a pattern with a shared cause, not machine faults (when they sit on a few
+   machines, those machines are named, without a group); without a layout, outliers are more than half
+   the main processes. Nothing could be read at all is not ambiguity but UNKNOWN.
+5. **Missing data never names a suspect**: ranks of the layout with no dump are listed as "not
+   collected", never as suspects; outlier processes without a rank are listed as "unplaced".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from robustctl.errors import UsageError
+from robustctl.inventory.topology import Topology
+from robustctl.stacks.cluster import Category, ClusterResult, StackClass, compact_ranges
+from robustctl.stacks.model import ProcessDump, ProcessRole
+
+__all__ = [
+    "WAITING",
+    "BlameOptions",
+    "BlameResult",
+    "GroupChoice",
+    "Suspect",
+    "blame",
+    "smallest_group",
+]
+
+WAITING = frozenset({Category.COLLECTIVE, Category.P2P})
+"""Categories of ranks waiting on a peer: victims rather than likely culprits."""
+
+BLAMED_ROLES = (ProcessRole.MAIN, ProcessRole.DATALOADER, ProcessRole.CHECKPOINT)
+
+
+@dataclass(frozen=True)
+class BlameOptions:
+    """Thresholds of :func:`blame`.
+
+    Attributes:
+        max_evict_fraction: the largest share of a multi-machine job's machines an over-eviction set
+            may cover before the result is called ambiguous (0.5).
+        promote_waiting: allow large waiting classes to count as healthy when that localizes the
+            outliers (see the module docstring).
+        max_outlier_fraction: without a layout, the largest share of main processes that may be
+            outliers before the result is ambiguous (0.5).
+        max_spread_machines: when no group smaller than the job holds every outlier, the most
+            machines named one by one (4); more is ambiguous (a shared cause, not machine faults).
+    """
+
+    max_evict_fraction: float = 0.5
+    promote_waiting: bool = True
+    max_outlier_fraction: float = 0.5
+    max_spread_machines: int = 4
+
+
+@dataclass(frozen=True)
+class Suspect:
+    """One outlier process and why.
+
+    Attributes:
+        rank: its rank (``None``: unknown, then it is also in ``unplaced``).
+        host: the machine's host name (from the job's host list, else the dump, else ``machine-k``).
+        machine: machine index ``rank // ranks_per_host`` when known.
+        coords: ``{"tp": …, "pp": …, …}`` when a layout is known.
+        role: the process's role. pid: its PID. source: file or ``host:pid``.
+        category: the class's category (``unreadable`` when py-spy failed).
+        class_id: the outlier class (within the role).
+        reason: one line: where its stack leaves the dominant path, or py-spy's error.
+        likely_culprit: not waiting on a peer (compute, data, I/O, checkpoint, unknown, unreadable).
+    """
+
+    rank: int | None
+    host: str | None
+    machine: int | None
+    coords: Mapping[str, int] | None
+    role: ProcessRole
+    pid: int | None
+    source: str | None
+    category: Category
+    class_id: int
+    reason: str
+    likely_culprit: bool
+
+
+@dataclass(frozen=True)
+class GroupChoice:
+    """The smallest parallel group containing every outlier rank.
+
+    Attributes:
+        kind: ``"tp"``, ``"cp"``, ``"ep"``, ``"dp"``, ``"pp"``, a combination in layout order such as
+            ``"tp-pp"``, or ``"job"``.
+        index: Megatron's index of the group among the groups of its kind (0 for ``job``).
+        ranks: the group's ranks as compact ranges (``"0,4,8,12"`` → ``"0,4,8,12"``, ``"0-7"``).
+        n_ranks: how many ranks it holds.
+        machines: its machines' host names (the over-eviction set), machine order.
+        healthy_taken: machines in it running no outlier rank (evicted with the suspects).
+    """
+
+    kind: str
+    index: int
+    ranks: str
+    n_ranks: int
+    machines: tuple[str, ...]
+    healthy_taken: int
+
+
+@dataclass(frozen=True)
+class BlameResult:
+    """Who to blame and what to evict.
+
+    Attributes:
+        suspects: every outlier process (rank order); empty when ambiguous.
+        suspect_ranks: their distinct ranks. suspect_hosts: their distinct hosts (machine order).
+        likely_culprits: suspect ranks not waiting on a peer.
+        group: the smallest group containing the suspects (``None`` without a layout, or none).
+        over_eviction: hosts to evict: the group's machines, else the suspects' hosts.
+        healthy_machines_taken: machines in ``over_eviction`` running no suspect.
+        healthy_classes: ``(role, class id)`` of the classes treated as healthy.
+        not_collected: ranks of the layout with no main-process dump (compact ranges); n_not_collected: count.
+        unplaced: outlier processes without a rank (``source`` or ``host:pid``).
+        ambiguous: the picture does not support naming suspects; ambiguity: why.
+        notes: other observations, one line each.
+    """
+
+    suspects: tuple[Suspect, ...] = ()
+    suspect_ranks: tuple[int, ...] = ()
+    suspect_hosts: tuple[str, ...] = ()
+    likely_culprits: tuple[int, ...] = ()
+    group: GroupChoice | None = None
+    over_eviction: tuple[str, ...] = ()
+    healthy_machines_taken: int = 0
+    healthy_classes: tuple[tuple[ProcessRole, int], ...] = ()
+    not_collected: str = ""
+    n_not_collected: int = 0
+    unplaced: tuple[str, ...] = ()
+    ambiguous: bool = False
+    ambiguity: str | None = None
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+
+# --- groups ----------------------------------------------------------------------------------------
+
+
+def smallest_group(topology: Topology, ranks: Iterable[int]) -> GroupChoice | None:
+    """The group with the fewest machines that contains every rank of ``ranks``.
+
+    Candidates: the single-dimension groups (size > 1) containing them all, the group of exactly the
+    dimensions in which they vary (when that is two or more and not the whole job), and the job.
+    Without ranks per host every group counts as zero machines and the fewest ranks win.
+
+    Returns:
+        ``None`` when ``ranks`` is empty.
+
+    Raises:
+        UsageError: a rank outside the layout.
+    """
+    rs = sorted(set(ranks))
+    if not rs:
+        return None
+    for r in rs:
+        topology.check_rank(r)
+    varying = set(topology.varying_dims(rs))
+    nontrivial = [d for d in topology.order if topology.sizes[d] > 1]
+    kinds: list[str] = [d for d in nontrivial if varying <= {d}]
+    if len(varying) >= 2 and set(nontrivial) - varying:
+        kinds.append(topology.kind_name(varying))
+    kinds.append("job")
+    suspects = set(topology.machines_of(rs))
+    best: tuple[tuple[int, int, int], GroupChoice] | None = None
+    for pos, kind in enumerate(kinds):
+        if kind == "job":
+            members: Sequence[int] = range(topology.world_size)
+            index = 0
+        else:
+            index = topology.group_index(rs[0], kind)
+            members = topology.group_ranks(kind, index)
+        machines = topology.machines_of(members)
+        choice = GroupChoice(
+            kind=kind,
+            index=index,
+            ranks=compact_ranges(members),
+            n_ranks=len(members),
+            machines=tuple(topology.machine_name(m) for m in machines),
+            healthy_taken=len(set(machines) - suspects),
+        )
+        key = (len(machines), len(members), pos)
+        if best is None or key < best[0]:
+            best = (key, choice)
+    return best[1] if best else None
+
+
+# --- blame -----------------------------------------------------------------------------------------
+
+
+def _reason(c: StackClass, dump: ProcessDump) -> str:
+    if c.unreadable:
+        return f"could not be read: {dump.error}"
+    d = c.divergence
+    if d is None:
+        return f"{c.category.value}: {c.frames[-1] if c.frames else 'no Python frame'}"
+    if d.first_different is None:
+        return f"{c.category.value}: stops at {d.last_common} (the dominant stack continues to {d.dominant_next})"
+    at = f"after {d.last_common}" if d.last_common else "from the outermost frame"
+    return f"{c.category.value}: {d.first_different} {at} (dominant: {d.dominant_next or 'ends there'})"
+
+
+def _collected_ranks(clusters: ClusterResult) -> set[int]:
+    return {d.rank for d in clusters.dumps if d.rank is not None and d.role is ProcessRole.MAIN}
+
+
+def _outlier_classes(
+    clusters: ClusterResult, healthy: set[tuple[ProcessRole, int]], notes: list[str]
+) -> list[StackClass]:
+    out: list[StackClass] = []
+    for rc in clusters.roles:
+        if rc.role not in BLAMED_ROLES:
+            continue
+        if rc.dominant is None and rc.role is not ProcessRole.MAIN and rc.readable:
+            # a role with no dominant class contributes only its unreadable processes
+            if rc.reason:
+                notes.append(f"{rc.reason}: its stacks are shown but not blamed")
+        for c in rc.classes:
+            if c.unreadable:
+                out.append(c)
+            elif rc.dominant is not None and (rc.role, c.id) not in healthy:
+                out.append(c)
+    return out
+
+
+def _ranks_of(classes: Iterable[StackClass], dumps: Sequence[ProcessDump]) -> set[int]:
+    return {r for c in classes for i in c.members if (r := dumps[i].rank) is not None}
+
+
+def blame(
+    clusters: ClusterResult,
+    topology: Topology | None = None,
+    options: BlameOptions | None = None,
+) -> BlameResult:
+    """Name suspects, the smallest group containing them and the over-eviction set.
+
+    Args:
+        clusters: from :func:`robustctl.stacks.cluster.cluster`.
+        topology: the job's layout, ranks per host and hosts; ``None`` when unknown (offline without
+            ``--layout``): suspects are then named by rank and the dumps' hosts, with no group.
+        options: thresholds, see :class:`BlameOptions`.
+
+    Returns:
+        A :class:`BlameResult` (see the module docstring for the rules).
+
+    Raises:
+        UsageError: a dump's rank lies outside the layout (the layout does not match the job).
+    """
+    opts = options or BlameOptions()
+    dumps = clusters.dumps
+    notes: list[str] = []
+    if topology is not None:
+        bad = sorted({d.rank for d in dumps if d.rank is not None and not 0 <= d.rank < topology.world_size})
+        if bad:
+            raise UsageError(
+                f"rank{'s' if len(bad) > 1 else ''} {compact_ranges(bad)} in the dumps "
+                f"{'lie' if len(bad) > 1 else 'lies'} outside the layout's {topology.world_size} ranks "
+                f"(0-{topology.world_size - 1}): the layout does not match this job"
+            )
+    not_collected: list[int] = []
+    if topology is not None:
+        have = _collected_ranks(clusters)
+        not_collected = [r for r in range(topology.world_size) if r not in have]
+        if not_collected:
+            notes.append(
+                f"{len(not_collected)} of {topology.world_size} ranks not collected "
+                f"({compact_ranges(not_collected)}): not checked, never blamed"
+            )
+    nc = compact_ranges(not_collected)
+    main = clusters.role(ProcessRole.MAIN)
+
+    if clusters.readable == 0:
+        return BlameResult(
+            not_collected=nc,
+            n_not_collected=len(not_collected),
+            notes=(*notes, "no process could be read: nothing to compare"),
+        )
+    if main is not None and main.ambiguous:
+        return BlameResult(
+            not_collected=nc,
+            n_not_collected=len(not_collected),
+            healthy_classes=(),
+            ambiguous=True,
+            ambiguity=main.reason,
+            notes=tuple(notes),
+        )
+
+    healthy: set[tuple[ProcessRole, int]] = {
+        (rc.role, rc.dominant) for rc in clusters.roles if rc.dominant is not None
+    }
+    outliers = _outlier_classes(clusters, healthy, notes)
+    ranks = _ranks_of(outliers, dumps)
+    group = smallest_group(topology, ranks) if topology is not None else None
+    ambiguity: str | None = None
+
+    def localized(g: GroupChoice | None, rs: set[int]) -> bool:
+        if g is None or topology is None:
+            return True
+        n = topology.n_machines
+        if n is not None and n <= 1:
+            return True
+        if g.kind != "job":
+            return n is None or len(g.machines) <= opts.max_evict_fraction * n
+        # no proper group holds them all: name their own machines if they are few
+        own = len(topology.machines_of(rs)) if n is not None else len(rs)
+        return own <= opts.max_spread_machines and (n is None or own <= opts.max_evict_fraction * n)
+
+    if topology is not None and not localized(group, ranks) and main is not None and opts.promote_waiting:
+        promotable = [
+            c
+            for c in main.classes
+            if c.large and not c.unreadable and not c.dominant and c.category in WAITING
+        ]
+        trial = set(healthy)
+        for c in promotable:
+            trial.add((main.role, c.id))
+            t_out = _outlier_classes(clusters, trial, [])
+            t_ranks = _ranks_of(t_out, dumps)
+            t_group = smallest_group(topology, t_ranks)
+            if localized(t_group, t_ranks):
+                healthy, outliers, group = trial, t_out, t_group
+                ranks = _ranks_of(outliers, dumps)
+                notes.append(
+                    f"main class {c.id} ({c.size} ranks waiting in {c.category.value}) treated as healthy: "
+                    f"with it the outliers fit one {group.kind if group else '?'} group"
+                )
+                break
+    if topology is not None and group is not None and not localized(group, ranks):
+        n = topology.n_machines
+        if group.kind == "job":
+            own = topology.machines_of(ranks)
+            ambiguity = (
+                f"outliers ({len(ranks)} ranks"
+                + (f" on {len(own)} of {n} machines" if n else "")
+                + ") share no parallel group smaller than the whole job: a pattern, not a machine fault"
+            )
+        else:
+            ambiguity = (
+                f"the smallest group holding the outliers ({len(ranks)} ranks), {group.kind} group "
+                f"{group.index}, spans {len(group.machines)} of {n} machines"
+            )
+    if topology is not None and group is not None and group.kind == "job" and ambiguity is None:
+        notes.append(
+            "no parallel group smaller than the job holds every outlier: only the outliers' own machines are named"
+        )
+        group = None
+    if topology is None and main is not None and main.readable:
+        n_out = sum(c.size for c in outliers if c.role is ProcessRole.MAIN)
+        if n_out > opts.max_outlier_fraction * main.processes:
+            ambiguity = f"outliers are {n_out} of {main.processes} main processes: not a minority"
+
+    unplaced = tuple(
+        dumps[i].source or (f"{dumps[i].host}:{dumps[i].pid}" if dumps[i].host else f"pid {dumps[i].pid}")
+        for c in outliers
+        for i in c.members
+        if dumps[i].rank is None
+    )
+    if ambiguity is not None:
+        return BlameResult(
+            not_collected=nc,
+            n_not_collected=len(not_collected),
+            healthy_classes=tuple(sorted(healthy, key=lambda x: (x[0].value, x[1]))),
+            unplaced=unplaced,
+            ambiguous=True,
+            ambiguity=ambiguity,
+            notes=tuple(notes),
+        )
+
+    suspects: list[Suspect] = []
+    for c in outliers:
+        for i in c.members:
+            d = dumps[i]
+            machine = topology.machine_of(d.rank) if topology is not None and d.rank is not None else None
+            host = (
+                topology.machine_name(machine)
+                if topology is not None and machine is not None and (topology.hosts or not d.host)
+                else d.host
+            )
+            suspects.append(
+                Suspect(
+                    rank=d.rank,
+                    host=host,
+                    machine=machine,
+                    coords=topology.coords(d.rank) if topology is not None and d.rank is not None else None,
+                    role=c.role,
+                    pid=d.pid,
+                    source=d.source,
+                    category=c.category,
+                    class_id=c.id,
+                    reason=_reason(c, d),
+                    likely_culprit=c.category not in WAITING,
+                )
+            )
+    suspects.sort(
+        key=lambda s: (s.rank is None, s.rank if s.rank is not None else 0, s.role.value, s.pid or 0)
+    )
+    hosts_by_machine: dict[tuple[int, str], None] = {}
+    for s in suspects:
+        if s.host is not None:
+            hosts_by_machine[(s.machine if s.machine is not None else 1 << 60, s.host)] = None
+    suspect_hosts = tuple(h for _, h in sorted(hosts_by_machine))
+    culprits = tuple(sorted({s.rank for s in suspects if s.likely_culprit and s.rank is not None}))
+    if suspects and not culprits:
+        notes.append(
+            "every outlier is waiting on a peer (collective or p2p): the rank they wait for may be among "
+            "the ranks not collected, or in a healthy-looking class"
+        )
+    over = group.machines if group is not None and group.machines else suspect_hosts
+    taken = group.healthy_taken if group is not None and group.machines else 0
+    if group is not None and topology is not None and topology.ranks_per_host is None:
+        notes.append("ranks per host unknown: no machines, no over-eviction set")
+    return BlameResult(
+        suspects=tuple(suspects),
+        suspect_ranks=tuple(sorted({s.rank for s in suspects if s.rank is not None})),
+        suspect_hosts=suspect_hosts,
+        likely_culprits=culprits,
+        group=group,
+        over_eviction=tuple(over),
+        healthy_machines_taken=taken,
+        healthy_classes=tuple(sorted(healthy, key=lambda x: (x[0].value, x[1]))),
+        not_collected=nc,
+        n_not_collected=len(not_collected),
+        unplaced=unplaced,
+        notes=tuple(notes),
+    )

@@ -1,0 +1,395 @@
+"""The ``robustctl stacks`` result (:class:`StacksReport`, the ``--json`` document) and the pure
+pipeline that builds it from dumps: :func:`analyze_stacks` = cluster → blame → report.
+
+Status (and exit code, :data:`robustctl.exit_codes`):
+
+* CRITICAL (2): suspects named (outliers localized in a group, or unreadable processes next to a
+  dominant class);
+* WARNING (1): ambiguous: no dominant class, or outliers spread over no small group: said, not guessed;
+* UNKNOWN (3): nothing could be read, or some ranks of the layout were not collected and nothing was
+  found among the others (not checked is never healthy);
+* OK (0): a dominant class and no outlier (or a job making progress between two samples).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from robustctl.config import ParallelLayout
+from robustctl.exit_codes import ExitCode
+from robustctl.inventory.topology import Topology
+from robustctl.models import SCHEMA_VERSION, Status
+from robustctl.stacks.blame import BlameOptions, BlameResult, GroupChoice, Suspect, blame
+from robustctl.stacks.cluster import (
+    ClusterOptions,
+    ClusterResult,
+    Divergence,
+    SampleComparison,
+    StackClass,
+    cluster,
+    compact_ranges,
+    compare_samples,
+)
+from robustctl.stacks.model import ProcessDump
+
+__all__ = [
+    "ClassSummary",
+    "InputFile",
+    "ProcessRef",
+    "RoleSummary",
+    "StacksReport",
+    "analyze_stacks",
+    "build_report",
+]
+
+MAX_CLASSES_PER_ROLE = 50
+"""Classes listed per role in a report; the rest are counted in ``RoleSummary.classes_omitted``."""
+MAX_PROCESSES_PER_CLASS = 100
+"""Member processes listed per outlier class (all of them are counted)."""
+PROGRESS_FRACTION = 0.5
+"""With two samples, a job where more than this share of ranks changed stack is making progress."""
+
+
+@dataclass(frozen=True)
+class ProcessRef:
+    """One process of an outlier class, as evidence.
+
+    Attributes:
+        rank, host, pid, parent_pid, role, state (``/proc`` state letter), source: as collected.
+        error: py-spy's error for an unreadable process.
+    """
+
+    rank: int | None
+    host: str | None
+    pid: int | None
+    parent_pid: int | None
+    role: str
+    state: str | None
+    source: str | None
+    error: str | None
+
+
+@dataclass(frozen=True)
+class InputFile:
+    """One dump file of an offline analysis.
+
+    Attributes:
+        path: as given. status: OK when parsed (even if py-spy's error output: that is evidence),
+            UNKNOWN when unreadable or not a py-spy dump. processes: processes it held.
+        ranks: ranks of those processes (compact ranges). error: why it could not be used.
+    """
+
+    path: str
+    status: Status
+    processes: int = 0
+    ranks: str = ""
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class ClassSummary:
+    """One stack class in the report.
+
+    Attributes:
+        role: the processes' role. id: class id within the role (0 = largest).
+        size: processes in it. ranks: their ranks as compact ranges (``"0-5,7"``). n_ranks: how many.
+        category: ``compute``, ``collective``, ``p2p``, ``dataloader``, ``checkpoint``, ``io``,
+            ``unknown`` or ``unreadable``.
+        healthy: treated as healthy (dominant, or a large waiting class promoted by blame).
+        dominant: the role's dominant class. unreadable: py-spy could not read these processes.
+        frames: normalized path, outermost first (empty for unreadable).
+        divergence: where it leaves the dominant path. reasons: py-spy errors with counts (unreadable).
+        partial: cut stacks merged into it. processes: members (outlier classes only, at most
+        :data:`MAX_PROCESSES_PER_CLASS`). hosts: distinct hosts of the members, when known.
+    """
+
+    role: str
+    id: int
+    size: int
+    ranks: str
+    n_ranks: int
+    category: str
+    healthy: bool
+    dominant: bool
+    unreadable: bool
+    frames: tuple[str, ...]
+    divergence: Divergence | None = None
+    reasons: tuple[tuple[str, int], ...] = ()
+    partial: int = 0
+    processes: tuple[ProcessRef, ...] = ()
+    hosts: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class RoleSummary:
+    """One role's clustering outcome.
+
+    Attributes:
+        role, processes (read or not), readable, n_classes (readable classes), dominant (class id or
+        None), ambiguous, reason (why ambiguous), classes_omitted (not listed, beyond the cap).
+    """
+
+    role: str
+    processes: int
+    readable: int
+    n_classes: int
+    dominant: int | None
+    ambiguous: bool
+    reason: str | None
+    classes_omitted: int = 0
+
+
+@dataclass(frozen=True)
+class StacksReport:
+    """The result of ``robustctl stacks`` or of ``robustctl analyze`` on py-spy dumps.
+
+    Attributes:
+        status: see the module docstring. summary: one human line.
+        processes: dumps considered. readable: dumps py-spy read.
+        roles: per-role outcome. classes: per-role classes, largest first, unreadable last.
+        suspects: outlier processes (empty when ambiguous). suspect_ranks / suspect_hosts: distinct.
+        likely_culprits: suspect ranks not waiting on a peer.
+        group: smallest parallel group containing the suspects (None without a layout).
+        over_eviction: hosts to evict. healthy_machines_taken: those running no suspect.
+        ambiguous / ambiguity: the picture does not support naming suspects, and why.
+        not_collected: layout ranks with no dump (compact ranges); n_not_collected: count.
+        unplaced: outlier processes with no rank.
+        layout: ``{"tp": …, "pp": …, "dp": …, "cp": …, "ep": …, "order": …}`` or None.
+        world_size, ranks_per_host: when known.
+        progress: the two-sample comparison, when a previous sample was given.
+        inputs: offline only: one entry per dump file (UNKNOWN when unusable).
+        notes: other observations. elapsed_s: analysis time (seconds).
+        schema_version, kind (``"stacks"``).
+    """
+
+    status: Status
+    summary: str
+    processes: int
+    readable: int
+    roles: tuple[RoleSummary, ...]
+    classes: tuple[ClassSummary, ...]
+    suspects: tuple[Suspect, ...]
+    suspect_ranks: tuple[int, ...]
+    suspect_hosts: tuple[str, ...]
+    likely_culprits: tuple[int, ...]
+    group: GroupChoice | None
+    over_eviction: tuple[str, ...]
+    healthy_machines_taken: int
+    ambiguous: bool
+    ambiguity: str | None
+    not_collected: str
+    n_not_collected: int
+    unplaced: tuple[str, ...]
+    layout: Mapping[str, object] | None
+    world_size: int | None
+    ranks_per_host: int | None
+    progress: SampleComparison | None = None
+    inputs: tuple[InputFile, ...] = ()
+    notes: tuple[str, ...] = ()
+    elapsed_s: float = 0.0
+    schema_version: int = SCHEMA_VERSION
+    kind: str = "stacks"
+
+    @property
+    def exit_code(self) -> ExitCode:
+        """CRITICAL 2 (suspects), WARNING 1 (ambiguous), UNKNOWN 3 (nothing read / not collected), OK 0."""
+        return self.status.exit_code
+
+
+def _process_ref(d: ProcessDump) -> ProcessRef:
+    return ProcessRef(
+        rank=d.rank,
+        host=d.host,
+        pid=d.pid,
+        parent_pid=d.parent_pid,
+        role=d.role.value,
+        state=d.state,
+        source=d.source,
+        error=d.error,
+    )
+
+
+def _class_summary(c: StackClass, clusters: ClusterResult, healthy: bool) -> ClassSummary:
+    procs: tuple[ProcessRef, ...] = ()
+    hosts: tuple[str, ...] = ()
+    if not healthy:
+        members = c.members[:MAX_PROCESSES_PER_CLASS]
+        procs = tuple(_process_ref(clusters.dumps[i]) for i in members)
+        hosts = tuple(dict.fromkeys(h for i in c.members if (h := clusters.dumps[i].host) is not None))
+    return ClassSummary(
+        role=c.role.value,
+        id=c.id,
+        size=c.size,
+        ranks=compact_ranges(c.ranks),
+        n_ranks=len(c.ranks),
+        category=c.category.value,
+        healthy=healthy,
+        dominant=c.dominant,
+        unreadable=c.unreadable,
+        frames=c.frames,
+        divergence=c.divergence,
+        reasons=c.reasons,
+        partial=c.partial,
+        processes=procs,
+        hosts=hosts,
+    )
+
+
+def _summary(status: Status, res: BlameResult, clusters: ClusterResult, progress: bool) -> str:
+    if clusters.readable == 0:
+        return f"no process could be read ({len(clusters.dumps)} unreadable)" if clusters.dumps else "no dump"
+    if progress:
+        return "job is making progress: most ranks changed stack between the two samples; no hang"
+    if res.ambiguous:
+        return f"ambiguous, no suspect named: {res.ambiguity}"
+    if res.suspects:
+        by_cat: dict[str, list[int]] = {}
+        for s in res.suspects:
+            if s.rank is not None:
+                by_cat.setdefault(s.category.value, []).append(s.rank)
+        parts = "; ".join(f"{compact_ranges(v)} {k}" for k, v in by_cat.items())
+        n = len(res.suspect_ranks)
+        msg = f"{n} outlier rank{'s' if n != 1 else ''} ({parts or 'no rank'})"
+        if res.group is not None:
+            msg += f" in {res.group.kind} group {res.group.index}"
+        if res.over_eviction:
+            msg += (
+                f" → over-evict {len(res.over_eviction)} machine{'s' if len(res.over_eviction) != 1 else ''}"
+                f" ({res.healthy_machines_taken} healthy taken)"
+            )
+        return msg
+    if status is Status.UNKNOWN and res.n_not_collected:
+        return f"no outlier among the ranks read, but {res.n_not_collected} ranks were not collected"
+    if status is Status.UNKNOWN:
+        return "no outlier among the dumps read, but some files could not be used"
+    return "no outlier: every process is in the dominant class"
+
+
+def build_report(
+    clusters: ClusterResult,
+    result: BlameResult,
+    topology: Topology | None = None,
+    *,
+    progress: SampleComparison | None = None,
+    inputs: Sequence[InputFile] = (),
+    elapsed_s: float = 0.0,
+) -> StacksReport:
+    """Assemble the :class:`StacksReport` from a clustering and its blame (pure)."""
+    moving = progress is not None and progress.compared > 0 and progress.changed_fraction > PROGRESS_FRACTION
+    if moving:
+        result = BlameResult(
+            not_collected=result.not_collected,
+            n_not_collected=result.n_not_collected,
+            healthy_classes=result.healthy_classes,
+            notes=(
+                *result.notes,
+                f"{len(progress.changed) if progress else 0} of {progress.compared if progress else 0} ranks "
+                "changed stack between samples: classes describe a running job",
+            ),
+        )
+    if clusters.readable == 0:
+        status = Status.UNKNOWN
+    elif result.suspects:
+        status = Status.CRITICAL
+    elif result.ambiguous:
+        status = Status.WARNING
+    elif (result.n_not_collected or any(f.status is Status.UNKNOWN for f in inputs)) and not moving:
+        status = Status.UNKNOWN
+    else:
+        status = Status.OK
+    healthy = set(result.healthy_classes)
+    roles: list[RoleSummary] = []
+    classes: list[ClassSummary] = []
+    for rc in clusters.roles:
+        listed = list(rc.classes[:MAX_CLASSES_PER_ROLE])
+        if rc.classes and rc.classes[-1].unreadable and rc.classes[-1] not in listed:
+            listed.append(rc.classes[-1])
+        roles.append(
+            RoleSummary(
+                role=rc.role.value,
+                processes=rc.processes,
+                readable=rc.readable,
+                n_classes=sum(1 for c in rc.classes if not c.unreadable),
+                dominant=rc.dominant,
+                ambiguous=rc.ambiguous,
+                reason=rc.reason,
+                classes_omitted=len(rc.classes) - len(listed),
+            )
+        )
+        classes.extend(_class_summary(c, clusters, (rc.role, c.id) in healthy) for c in listed)
+    layout = topology.layout if topology is not None else None
+    return StacksReport(
+        status=status,
+        summary=_summary(status, result, clusters, moving),
+        processes=len(clusters.dumps),
+        readable=clusters.readable,
+        roles=tuple(roles),
+        classes=tuple(classes),
+        suspects=result.suspects,
+        suspect_ranks=result.suspect_ranks,
+        suspect_hosts=result.suspect_hosts,
+        likely_culprits=result.likely_culprits,
+        group=result.group,
+        over_eviction=result.over_eviction,
+        healthy_machines_taken=result.healthy_machines_taken,
+        ambiguous=result.ambiguous,
+        ambiguity=result.ambiguity,
+        not_collected=result.not_collected,
+        n_not_collected=result.n_not_collected,
+        unplaced=result.unplaced,
+        layout=_layout_json(layout),
+        world_size=layout.world_size if layout is not None else None,
+        ranks_per_host=topology.ranks_per_host if topology is not None else None,
+        progress=progress,
+        inputs=tuple(inputs),
+        notes=result.notes,
+        elapsed_s=round(elapsed_s, 6),
+    )
+
+
+def _layout_json(layout: ParallelLayout | None) -> dict[str, object] | None:
+    if layout is None:
+        return None
+    return {
+        "tp": layout.tp,
+        "cp": layout.cp,
+        "ep": layout.ep,
+        "dp": layout.dp,
+        "pp": layout.pp,
+        "order": layout.order,
+    }
+
+
+def analyze_stacks(
+    dumps: Sequence[ProcessDump],
+    *,
+    layout: ParallelLayout | None = None,
+    ranks_per_host: int | None = None,
+    hosts: Sequence[str] | None = None,
+    previous: Sequence[ProcessDump] | None = None,
+    cluster_options: ClusterOptions | None = None,
+    blame_options: BlameOptions | None = None,
+) -> StacksReport:
+    """Cluster ``dumps``, blame, and report: the whole pure pipeline of ``robustctl stacks``.
+
+    Args:
+        dumps: every process collected (rank processes and their children; unreadable ones with
+            ``error`` set); frames innermost first.
+        layout: the job's parallel layout; without it suspects are named by rank/host only.
+        ranks_per_host: G (ranks per machine); needed for machines and the over-eviction set.
+        hosts: the job's hosts in rank order (``Job.hosts`` names); default ``machine-k``.
+        previous: an earlier sample of the same job (e.g. 1–2 s before); when most ranks changed
+            stack since, the job is progressing and no suspect is named (OK).
+        cluster_options, blame_options: thresholds.
+
+    Raises:
+        UsageError: the dumps' ranks do not fit the layout, or hosts cannot hold the layout.
+    """
+    t0 = time.perf_counter()
+    topology = Topology(layout, ranks_per_host, hosts) if layout is not None else None
+    clusters = cluster(dumps, cluster_options)
+    result = blame(clusters, topology, blame_options)
+    progress = compare_samples(previous, dumps) if previous is not None else None
+    return build_report(clusters, result, topology, progress=progress, elapsed_s=time.perf_counter() - t0)
