@@ -188,7 +188,8 @@ def smallest_group(topology: Topology, ranks: Iterable[int]) -> GroupChoice | No
         topology.check_rank(r)
     varying = set(topology.varying_dims(rs))
     nontrivial = [d for d in topology.order if topology.sizes[d] > 1]
-    kinds: list[str] = [d for d in nontrivial if varying <= {d}]
+    # a kind whose one group is the whole world is the job itself
+    kinds: list[str] = [d for d in nontrivial if varying <= {d} and topology.sizes[d] < topology.world_size]
     if len(varying) >= 2 and set(nontrivial) - varying:
         kinds.append(topology.kind_name(varying))
     kinds.append("job")
