@@ -50,7 +50,8 @@ Hangs other than ``p2p_recv`` end when the spec is removed from the fault file.
 
 Outputs: ``--progress-dir P``: ``P/rankRRRRR.json`` rewritten atomically after init (``step`` 0,
 ``phase`` "ready") and after every step: ``{rank, pid, step, phase, time, step_s, loss, init_s,
-started_at}`` (seconds, UNIX time). Exit status 0 after ``--steps`` steps, 1 on an error (crash
+started_at, timings: {import_s, init_process_group_s, new_groups_s, model_and_loader_s}}`` (seconds,
+UNIX time; ``init_s`` counts from the process start). Exit status 0 after ``--steps`` steps, 1 on an error (crash
 fault included), 3 when ``--max-runtime-s`` passed, 4 when ``--stdin-watch`` saw the launcher go.
 """
 
@@ -93,6 +94,7 @@ def _process_start_time() -> float:
 
 
 _T0 = _process_start_time()
+_T_IMPORTED = time.time()  # torch and the rest imported
 FAULT_ENV = "ROBUSTCTL_FAULT"
 HANG_PLACES = ("compute", "p2p_recv", "dataloader", "checkpoint")
 _NEVER_SENT_TAG = 7777  # a tag no rank ever sends with: a recv on it blocks forever
@@ -579,15 +581,18 @@ class Trainer:
             Path(args.progress_dir) / f"rank{self.rank:05d}.json" if args.progress_dir else None
         )
         self.init_s: float | None = None
+        self.timings: dict[str, float] = {}
 
     # ---- setup ---------------------------------------------------------------------------------
 
     def setup(self) -> None:
         args = self.args
+        t_setup = time.time()
         self.ckpt = Checkpointer(args, self.rank, self.faults)  # forks the writer before gloo starts
         timeout = datetime.timedelta(seconds=args.pg_timeout_s)
         backend = _bound_gloo_backend(args.bind_addr) if args.bind_addr else "gloo"
         dist.init_process_group(backend, timeout=timeout)
+        t_pg = time.time()
         mine: dict[str, Any] = {}
         for kind, groups in (
             ("tp", self.topo.tp_groups()),
@@ -598,6 +603,7 @@ class Trainer:
                 g = dist.new_group(ranks, timeout=timeout)  # every rank creates every group, in order
                 if self.rank in ranks:
                     mine[kind] = (g, ranks)
+        t_groups = time.time()
         self.tp_group, self.tp_ranks = mine["tp"]
         self.dp_group, self.dp_ranks = mine["dp"]
         self.pp_group, self.pp_ranks = mine["pp"]
@@ -627,7 +633,14 @@ class Trainer:
             worker_init_fn=_worker_init if nw > 0 else None,
         )
         self.data = iter(self.loader)  # starts the workers
-        self.init_s = time.time() - _T0
+        now = time.time()
+        self.init_s = now - _T0
+        self.timings = {
+            "import_s": round(_T_IMPORTED - _T0, 3),
+            "init_process_group_s": round(t_pg - t_setup, 3),
+            "new_groups_s": round(t_groups - t_pg, 3),
+            "model_and_loader_s": round(now - t_groups, 3),
+        }
         self.write_progress("ready", None, None)
 
     # ---- fault hooks (called from the model) -----------------------------------------------------
@@ -783,6 +796,7 @@ class Trainer:
             "step_s": step_s,
             "loss": loss if loss is None or math.isfinite(loss) else None,
             "init_s": self.init_s,
+            "timings": self.timings,
             "started_at": _T0,
         }
         tmp = self.progress_path.with_name(f".{self.progress_path.name}.tmp")

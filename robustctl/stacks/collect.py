@@ -1,0 +1,384 @@
+"""Live stack collection: the ``stacks`` probe on every host of a job, turned into ProcessDumps.
+
+:func:`collect_stacks` fans the node-side probe ``diagnostics/stacks.py`` out to the job's hosts
+(bounded concurrency, per-host and global deadlines, every host's outcome kept). Host ``k`` of the
+job (``Job.hosts`` is in rank order) is asked for its own ranks ``k·G … k·G+G-1`` only. Each process
+the probe reports becomes a :class:`~robustctl.stacks.model.ProcessDump` (its py-spy JSON parsed by
+:func:`~robustctl.stacks.parse.parse_pyspy_json`); the role is MAIN for a rank's main process and is
+inferred from the frames for its children (:func:`~robustctl.stacks.parse.infer_role`).
+
+What is evidence and what is not:
+
+* a process py-spy could not read (permission denied, ``D`` state, not Python, gone, timed out) is a
+  ProcessDump with ``error`` set: evidence, often the culprit;
+* what the *observer* failed to do is not evidence: an unreachable host, a probe that crashed or ran
+  out of time, py-spy missing on a host, ranks that the probe did not find. Those ranks are
+  ``missing_ranks`` ("not collected", never a suspect by themselves) and the host's result is
+  :attr:`~robustctl.models.Status.UNKNOWN` with a one-line reason.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from robustctl.errors import ConfigError, InventoryError
+from robustctl.models import Outcome, Status
+from robustctl.probes import ProbeDocument, run_probe
+from robustctl.stacks.model import DumpParseError, ProcessDump, ProcessRole, ThreadStack
+from robustctl.stacks.parse import infer_role, parse_pyspy_json
+from robustctl.transport.fanout import HostOutcome, fan_out
+
+if TYPE_CHECKING:
+    from robustctl.inventory import Host, Job
+    from robustctl.transport.pool import TransportPool
+
+__all__ = ["CollectSettings", "HostStacks", "StackCollection", "collect_stacks", "dumps_from_document"]
+
+NOT_DUMPED = "not dumped:"
+"""Prefix of a probe's per-process error when the *observer* failed (no py-spy, out of time)."""
+
+
+@dataclass(frozen=True)
+class CollectSettings:
+    """How to collect.
+
+    Attributes:
+        nonblocking: ``py-spy dump --nonblocking`` (default): never pause the training processes.
+        native: ``py-spy --native`` (C/C++ frames; pauses each process, 0.5–1 s each on torch).
+        per_process_timeout_s: budget of one ``py-spy dump``.
+        probe_timeout_s: the probe's own budget on a host (it reports what it has by then).
+        parallel: py-spy processes at once on a host.
+        py_spy: py-spy path on the hosts (default: PATH, then beside the hosts' Python).
+        concurrency: hosts contacted at once.
+        host_timeout_s: per-host deadline (connection, retries and probe); default
+            ``probe_timeout_s + 30``.
+        deadline_s: global deadline of the whole collection (None: none beyond the per-host one).
+        retries: extra connection attempts after a connection error. retry_backoff_s: base of the
+            jittered exponential backoff between them.
+    """
+
+    nonblocking: bool = True
+    native: bool = False
+    per_process_timeout_s: float = 10.0
+    probe_timeout_s: float = 30.0
+    parallel: int = 16
+    py_spy: str | None = None
+    concurrency: int = 64
+    host_timeout_s: float | None = None
+    deadline_s: float | None = None
+    retries: int = 1
+    retry_backoff_s: float = 0.5
+
+
+@dataclass(frozen=True)
+class HostStacks:
+    """What collection got from one host.
+
+    Attributes:
+        host: inventory name. outcome: ok / failed / unreachable / timed_out (the probe command).
+        status: OK when the probe ran and found every expected rank; UNKNOWN otherwise ("not
+            checked" is never healthy). error: one line when not OK, else None.
+        expected_ranks: the ranks this host should hold (``k·G … k·G+G-1``).
+        found_ranks: expected ranks with a main process dumped or reported unreadable.
+        processes: ProcessDumps from this host (mains and children). unreadable: of those, with error.
+        elapsed_s: wall seconds of the probe command (0 when it did not run).
+        py_spy_version: the py-spy version on the host, when the probe found one.
+    """
+
+    host: str
+    outcome: Outcome
+    status: Status
+    error: str | None
+    expected_ranks: tuple[int, ...]
+    found_ranks: tuple[int, ...]
+    processes: int = 0
+    unreadable: int = 0
+    elapsed_s: float = 0.0
+    py_spy_version: str | None = None
+
+    @property
+    def missing_ranks(self) -> tuple[int, ...]:
+        """Expected ranks that were not collected."""
+        found = set(self.found_ranks)
+        return tuple(r for r in self.expected_ranks if r not in found)
+
+
+@dataclass(frozen=True)
+class StackCollection:
+    """Everything one live collection of a job returned.
+
+    Attributes:
+        job: job name. dumps: every process collected, sorted by (rank, role, host, pid): each rank's
+            main process and its children (data-loader workers, checkpoint writers), readable or not.
+        hosts: per-host results, in the order the hosts were asked.
+        expected_ranks: ranks the asked hosts should hold. missing_ranks: those without a main
+            process in ``dumps`` (not collected: unreachable host, no process, observer failure).
+        started_at: UNIX time the collection started. elapsed_s: its wall seconds.
+    """
+
+    job: str
+    dumps: tuple[ProcessDump, ...]
+    hosts: tuple[HostStacks, ...]
+    expected_ranks: tuple[int, ...]
+    missing_ranks: tuple[int, ...]
+    started_at: float
+    elapsed_s: float
+
+    @property
+    def mains(self) -> tuple[ProcessDump, ...]:
+        """The rank main processes (role MAIN)."""
+        return tuple(d for d in self.dumps if d.role is ProcessRole.MAIN)
+
+    @property
+    def unknown_hosts(self) -> tuple[HostStacks, ...]:
+        """Hosts whose result is not OK."""
+        return tuple(h for h in self.hosts if h.status is not Status.OK)
+
+    @property
+    def status(self) -> Status:
+        """OK when every host is OK, else UNKNOWN (collection status only; no verdict on the job)."""
+        return Status.UNKNOWN if self.unknown_hosts or self.missing_ranks else Status.OK
+
+    def by_rank(self) -> dict[int, list[ProcessDump]]:
+        """``{rank: [dumps]}`` (main first), for ranks that are known."""
+        out: dict[int, list[ProcessDump]] = {}
+        for d in self.dumps:
+            if d.rank is not None:
+                out.setdefault(d.rank, []).append(d)
+        return out
+
+
+def _rank_ranges(ranks: Sequence[int]) -> str:
+    """``[4, 5, 6, 9]`` → ``"4-6,9"`` (the probe's ``--ranks`` syntax)."""
+    out: list[str] = []
+    ordered = sorted(set(ranks))
+    i = 0
+    while i < len(ordered):
+        j = i
+        while j + 1 < len(ordered) and ordered[j + 1] == ordered[j] + 1:
+            j += 1
+        out.append(str(ordered[i]) if i == j else f"{ordered[i]}-{ordered[j]}")
+        i = j + 1
+    return ",".join(out)
+
+
+def _opt_int(v: Any) -> int | None:
+    return v if isinstance(v, int) and not isinstance(v, bool) else None
+
+
+def dumps_from_document(host: str, data: Mapping[str, Any]) -> tuple[list[ProcessDump], list[str]]:
+    """Convert the ``data`` of one ``stacks`` probe document into ProcessDumps.
+
+    Args:
+        host: inventory name of the host the document came from.
+        data: the document's ``data`` (schema: ``diagnostics/stacks.py``).
+
+    Returns:
+        ``(dumps, observer_errors)``: one dump per process the probe reported, except those the
+        observer failed to dump (``"not dumped: …"``: no py-spy, probe out of time), whose errors
+        are returned instead. A malformed process entry is skipped with an observer error; a dump
+        that is not py-spy's JSON shape becomes a dump with ``error`` set.
+    """
+    dumps: list[ProcessDump] = []
+    observer: list[str] = []
+    entries = data.get("processes")
+    if not isinstance(entries, list):
+        return [], ["probe reported no process list"]
+    for e in entries:
+        if not isinstance(e, Mapping) or _opt_int(e.get("pid")) is None:
+            observer.append("probe reported a malformed process entry")
+            continue
+        pid = _opt_int(e.get("pid"))
+        error = str(e["error"]) if e.get("error") else None
+        if error is not None and error.startswith(NOT_DUMPED):
+            observer.append(f"pid {pid}: {error}")
+            continue
+        threads: tuple[ThreadStack, ...] = ()
+        if error is None:
+            try:
+                threads = parse_pyspy_json(e.get("dump"))
+            except DumpParseError as exc:
+                error = f"unreadable py-spy output: {exc}"
+        if e.get("role") == "main":
+            role = ProcessRole.MAIN
+        elif threads:
+            role = infer_role(threads, is_child=True)
+            role = ProcessRole.OTHER if role is ProcessRole.MAIN else role
+        else:
+            role = ProcessRole.OTHER  # an unreadable child: never counted as a rank's main process
+        dumps.append(
+            ProcessDump(
+                threads=threads,
+                rank=_opt_int(e.get("rank")),
+                host=host,
+                pid=pid,
+                role=role,
+                parent_pid=_opt_int(e.get("parent_pid")),
+                cmdline=str(e["cmdline"]) if e.get("cmdline") else None,
+                state=str(e["state"]) if e.get("state") else None,
+                error=error,
+                source=f"{host}:{pid}",
+            )
+        )
+    return dumps, observer
+
+
+@dataclass(frozen=True)
+class _HostValue:
+    dumps: tuple[ProcessDump, ...]
+    result: HostStacks
+
+
+def collect_stacks(
+    job: Job,
+    pool: TransportPool,
+    *,
+    hosts: Sequence[Host] | None = None,
+    settings: CollectSettings | None = None,
+    progress: Callable[[HostStacks], None] | None = None,
+) -> StackCollection:
+    """Dump the stacks of every rank process of ``job`` (and their children), host by host.
+
+    Args:
+        job: the job (hosts in rank order, ``ranks_per_host``, process spec).
+        pool: transports to the hosts.
+        hosts: only these hosts of the job (default: all of them); expected ranks are theirs.
+        settings: see :class:`CollectSettings`.
+        progress: called (from worker threads) with each host's result as it finishes.
+
+    Returns:
+        A :class:`StackCollection`; never raises for a host that fails (its result says why).
+
+    Raises:
+        ConfigError: the job has no ``process:`` spec (robustctl cannot find its ranks).
+        InventoryError: a host in ``hosts`` is not one of the job's.
+    """
+    s = settings or CollectSettings()
+    spec = job.process
+    if spec is None:
+        raise ConfigError(
+            f"job {job.name!r} has no 'process:' section: add process: {{match: REGEX}} "
+            "(a regex of its rank processes' command line) to find its ranks"
+        )
+    index = {h.name: k for k, h in enumerate(job.hosts)}
+    targets = list(job.hosts if hosts is None else hosts)
+    for h in targets:
+        if h.name not in index:
+            raise InventoryError(f"host {h.name!r} is not one of job {job.name!r}'s hosts")
+    g = job.ranks_per_host
+    expected_of = {h.name: tuple(range(index[h.name] * g, index[h.name] * g + g)) for h in targets}
+
+    common = ["--match", spec.match, "--rank-env", spec.rank_env, "--local-rank-env", spec.local_rank_env]
+    if spec.rank_cmdline:
+        common += ["--rank-cmdline", spec.rank_cmdline]
+    common += ["--per-process-timeout", f"{s.per_process_timeout_s:g}", "--parallel", str(s.parallel)]
+    if s.native:
+        common.append("--native")
+    elif not s.nonblocking:
+        common.append("--blocking")
+    if s.py_spy:
+        common += ["--py-spy", s.py_spy]
+
+    host_timeout = s.host_timeout_s if s.host_timeout_s is not None else s.probe_timeout_s + 30.0
+    t0 = time.monotonic()
+    started_at = time.time()
+    deadline = t0 + s.deadline_s if s.deadline_s is not None else None
+
+    def work(host: Host, host_deadline: float) -> _HostValue:
+        expected = expected_of[host.name]
+        budget = max(1.0, min(s.probe_timeout_s, host_deadline - time.monotonic() - 3.0))
+        args = [*common, "--ranks", _rank_ranges(expected), "--timeout", f"{budget:.1f}"]
+        doc = run_probe(pool.for_host(host), host, "stacks", args, deadline=host_deadline)
+        dumps, observer = dumps_from_document(host.name, doc.data)
+        return _HostValue(tuple(dumps), _host_result(host.name, expected, doc, dumps, observer))
+
+    def on_done(o: HostOutcome[_HostValue]) -> None:
+        if progress is not None:
+            progress(_result_of(o, expected_of[o.host.name]))
+
+    fan = fan_out(
+        targets,
+        work,
+        concurrency=s.concurrency,
+        host_timeout_s=host_timeout,
+        deadline=deadline,
+        retries=s.retries,
+        backoff_s=s.retry_backoff_s,
+        on_done=on_done,
+        on_deadline=pool.shutdown,
+    )
+    dumps: list[ProcessDump] = []
+    results: list[HostStacks] = []
+    for o in fan.outcomes:
+        results.append(_result_of(o, expected_of[o.host.name]))
+        if o.value is not None:
+            dumps.extend(o.value.dumps)
+    expected = tuple(sorted(r for h in targets for r in expected_of[h.name]))
+    found = {d.rank for d in dumps if d.role is ProcessRole.MAIN and d.rank is not None}
+    dumps.sort(key=_dump_order)
+    return StackCollection(
+        job=job.name,
+        dumps=tuple(dumps),
+        hosts=tuple(results),
+        expected_ranks=expected,
+        missing_ranks=tuple(r for r in expected if r not in found),
+        started_at=started_at,
+        elapsed_s=round(time.monotonic() - t0, 6),
+    )
+
+
+def _dump_order(d: ProcessDump) -> tuple[int, int, str, int]:
+    rank = d.rank if d.rank is not None else 1 << 62
+    return (rank, 0 if d.role is ProcessRole.MAIN else 1, d.host or "", d.pid or 0)
+
+
+def _result_of(o: HostOutcome[_HostValue], expected: tuple[int, ...]) -> HostStacks:
+    if o.value is not None:
+        return o.value.result
+    return HostStacks(
+        host=o.host.name,
+        outcome=o.outcome,
+        status=Status.UNKNOWN,
+        error=f"{o.outcome.value.replace('_', ' ')}: {o.error}" if o.error else o.outcome.value,
+        expected_ranks=expected,
+        found_ranks=(),
+        elapsed_s=o.elapsed_s,
+    )
+
+
+def _host_result(
+    host: str,
+    expected: tuple[int, ...],
+    doc: ProbeDocument,
+    dumps: Sequence[ProcessDump],
+    observer: Sequence[str],
+) -> HostStacks:
+    data = doc.data
+    exp = set(expected)
+    found = tuple(sorted({d.rank for d in dumps if d.role is ProcessRole.MAIN and d.rank in exp}))
+    missing = [r for r in expected if r not in found]
+    problems: list[str] = []
+    if data.get("error"):
+        problems.append(str(data["error"]))
+    if missing:
+        problems.append(f"rank(s) {_rank_ranges(missing)} not found (no matching process with that rank)")
+    if observer and not data.get("error"):
+        problems.append(f"{len(observer)} process(es) not dumped ({observer[0]})")
+    problems.extend(e for e in doc.errors if e not in problems and e != data.get("error"))
+    py_spy = data.get("py_spy")
+    version = py_spy.get("version") if isinstance(py_spy, Mapping) else None
+    return HostStacks(
+        host=host,
+        outcome=Outcome.OK,
+        status=Status.UNKNOWN if problems else Status.OK,
+        error="; ".join(problems) if problems else None,
+        expected_ranks=expected,
+        found_ranks=found,
+        processes=len(dumps),
+        unreadable=sum(1 for d in dumps if d.error is not None),
+        elapsed_s=round(doc.elapsed_s, 6),
+        py_spy_version=str(version) if version else None,
+    )
