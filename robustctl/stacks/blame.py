@@ -223,13 +223,14 @@ def smallest_group(topology: Topology, ranks: Iterable[int]) -> GroupChoice | No
 def _reason(c: StackClass, dump: ProcessDump) -> str:
     if c.unreadable:
         return f"could not be read: {dump.error}"
+    now = f"{c.category.value} in {c.frames[-1]}" if c.frames else f"{c.category.value} (no Python frame)"
     d = c.divergence
     if d is None:
-        return f"{c.category.value}: {c.frames[-1] if c.frames else 'no Python frame'}"
+        return now
     if d.first_different is None:
-        return f"{c.category.value}: stops at {d.last_common} (the dominant stack continues to {d.dominant_next})"
-    at = f"after {d.last_common}" if d.last_common else "from the outermost frame"
-    return f"{c.category.value}: {d.first_different} {at} (dominant: {d.dominant_next or 'ends there'})"
+        return f"{now}; stops where the dominant stack goes on to {d.dominant_next}"
+    where = f"after {d.last_common}" if d.last_common else "at the outermost frame"
+    return f"{now}; leaves the dominant stack {where} ({d.first_different} instead of {d.dominant_next or 'its end'})"
 
 
 def _collected_ranks(clusters: ClusterResult) -> set[int]:

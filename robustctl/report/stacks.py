@@ -1,0 +1,225 @@
+"""Rich rendering of a ``robustctl stacks`` :class:`~robustctl.stacks.result.StacksReport`.
+
+Per role, the stack classes are merged into one prefix tree (outermost frame at the root, as LLNL STAT
+draws it): each branch point shows how many processes continue down each side, each class ends in a
+leaf with its size, ranks as compact ranges (``0-5,7``) and category; outlier classes are red and the
+frame where they leave the dominant path is marked ``✗ diverges``. Straight runs of frames shared by
+the same classes are folded (``⋮ 12 frames``) unless ``verbose``. Then a summary: the verdict,
+suspects, the chosen group, the over-eviction set and the healthy machines it takes, ranks not
+collected, notes. Text taken from dumps is escaped, so a frame can never inject rich markup.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+from rich.tree import Tree
+
+from robustctl.report.console import styled
+from robustctl.stacks.failslow import FailSlowResult
+from robustctl.stacks.result import ClassSummary, StacksReport
+
+__all__ = ["render_failslow", "render_stacks"]
+
+_FOLD = 4
+"""Straight runs longer than this are folded to first frame, ``⋮ n frames``, last frame."""
+
+
+@dataclass
+class _Node:
+    frame: str
+    classes: list[ClassSummary] = field(default_factory=list)
+    ends: list[ClassSummary] = field(default_factory=list)
+    children: dict[str, _Node] = field(default_factory=dict)
+
+    @property
+    def size(self) -> int:
+        return sum(c.size for c in self.classes)
+
+
+def _tree(classes: Sequence[ClassSummary]) -> _Node:
+    root = _Node("")
+    for c in classes:
+        if c.unreadable:
+            continue
+        node = root
+        node.classes.append(c)
+        for f in c.frames:
+            nxt = node.children.get(f)
+            if nxt is None:
+                nxt = node.children[f] = _Node(f)
+            nxt.classes.append(c)
+            node = nxt
+        node.ends.append(c)
+    return root
+
+
+def _leaf(c: ClassSummary) -> str:
+    who = f"rank {c.ranks}" if c.n_ranks == 1 else (f"ranks {c.ranks}" if c.ranks else "no rank")
+    procs = f"{c.size} process{'es' if c.size != 1 else ''}"
+    tag = "[green]healthy[/]" if c.healthy else "[bold red]OUTLIER[/]"
+    if c.dominant:
+        tag = "[green]dominant[/]"
+    extra = f", {c.partial} cut stack{'s' if c.partial != 1 else ''} merged" if c.partial else ""
+    hosts = ""
+    if not c.healthy and c.hosts:
+        shown = ", ".join(c.hosts[:6]) + (" …" if len(c.hosts) > 6 else "")
+        hosts = f" on {escape(shown)}"
+    return f"[bold]class {c.id}[/] · {procs} · {escape(who)}{hosts} · {c.category} · {tag}{extra}"
+
+
+def _label(node: _Node, dominant: ClassSummary | None, marked: bool) -> str:
+    text = escape(node.frame)
+    if marked:
+        return f"[bold red]✗ {text}[/] [red]← diverges[/]"
+    if dominant is not None and dominant not in node.classes:
+        return f"[red]{text}[/]"
+    return text
+
+
+def _add(
+    parent: Tree,
+    node: _Node,
+    dominant: ClassSummary | None,
+    parent_has_dom: bool,
+    verbose: bool,
+    top: bool = False,
+) -> None:
+    chain = [node]
+    while (
+        len(chain[-1].children) == 1
+        and not chain[-1].ends
+        and next(iter(chain[-1].children.values())).classes == chain[-1].classes
+    ):
+        chain.append(next(iter(chain[-1].children.values())))
+    has_dom = dominant is not None and dominant in node.classes
+    marked = dominant is not None and parent_has_dom and not has_dom
+    count = f" [dim]({node.size})[/]" if len(node.classes) > 1 or top else ""
+    if len(chain) > _FOLD and not verbose:
+        lines = [
+            _label(chain[0], dominant, marked) + count,
+            f"[dim]⋮ {len(chain) - 2} frames[/]",
+            _label(chain[-1], dominant, False),
+        ]
+        branch = parent.add("\n".join(lines))
+    else:
+        branch = parent.add(_label(chain[0], dominant, marked) + count)
+        for n in chain[1:]:
+            branch = branch.add(_label(n, dominant, False))
+    last = chain[-1]
+    for c in last.ends:
+        branch.add(_leaf(c))
+    kids = sorted(last.children.values(), key=lambda n: -n.size)
+    for child in kids:
+        _add(branch, child, dominant, has_dom, verbose)
+
+
+def render_stacks(report: StacksReport, console: Console, *, verbose: bool = False) -> None:
+    """Print the class trees and the verdict of ``report`` to ``console`` (meant to be stderr).
+
+    Args:
+        report: from :func:`robustctl.stacks.result.analyze_stacks` or
+            :func:`robustctl.stacks.analyze.analyze_dumps`.
+        console: where to print; colours follow the console (``NO_COLOR``, non-TTY).
+        verbose: show every frame (no folding) and every suspect process.
+    """
+    for f in report.inputs:
+        if f.error:
+            console.print(f"{styled(f.status)} {escape(f.error)}")
+    for role in report.roles:
+        classes = [c for c in report.classes if c.role == role.role]
+        dominant = next((c for c in classes if c.dominant), None)
+        title = (
+            f"[bold]{role.role}[/] processes: {role.processes} ({role.readable} read), "
+            f"{role.n_classes} class{'es' if role.n_classes != 1 else ''}"
+        )
+        if role.ambiguous and role.reason:
+            title += f" · [yellow]{escape(role.reason)}[/]"
+        tree = Tree(title)
+        root = _tree(classes)
+        for child in sorted(root.children.values(), key=lambda n: -n.size):
+            _add(tree, child, dominant, True, verbose, top=True)
+        for c in root.ends:  # classes with no Python frame at all
+            tree.add("[dim](no Python frame)[/] " + _leaf(c))
+        for c in classes:
+            if c.unreadable:
+                reasons = "; ".join(f"{escape(r)} ×{n}" if n > 1 else escape(r) for r, n in c.reasons[:5])
+                who = f"ranks {c.ranks}" if c.ranks else "no rank"
+                tree.add(
+                    f"[bold magenta]could not be read[/] · {c.size} process{'es' if c.size != 1 else ''} · "
+                    f"{escape(who)} · [bold red]OUTLIER[/] · {reasons}"
+                )
+        if role.classes_omitted:
+            tree.add(f"[dim]… {role.classes_omitted} more classes not listed[/]")
+        console.print(tree)
+
+    if report.suspects:
+        table = Table(title="suspects", title_justify="left")
+        for col in ("rank", "host", "role", "pid", "category", "why"):
+            table.add_column(col, overflow="fold", no_wrap=col in ("rank", "pid"))
+        rows = report.suspects if verbose else report.suspects[:40]
+        for s in rows:
+            mark = " [bold]*[/]" if s.likely_culprit else ""
+            table.add_row(
+                ("-" if s.rank is None else str(s.rank)) + mark,
+                escape(s.host or "-"),
+                s.role.value,
+                "-" if s.pid is None else str(s.pid),
+                s.category.value,
+                escape(s.reason),
+            )
+        console.print(table)
+        if len(rows) < len(report.suspects):
+            console.print(f"[dim]… {len(report.suspects) - len(rows)} more suspect processes (--verbose)[/]")
+        if report.likely_culprits:
+            console.print("[dim]* likely culprit: not waiting on a peer[/]")
+    if report.group is not None:
+        g = report.group
+        console.print(
+            f"smallest group holding the suspects: [bold]{g.kind} group {g.index}[/] "
+            f"({g.n_ranks} ranks: {escape(g.ranks)})"
+        )
+    if report.over_eviction:
+        console.print(
+            f"over-eviction set: {escape(', '.join(report.over_eviction))} "
+            f"({len(report.over_eviction)} machine{'s' if len(report.over_eviction) != 1 else ''}, "
+            f"{report.healthy_machines_taken} expected healthy)"
+        )
+    if report.n_not_collected:
+        console.print(
+            f"[magenta]not collected[/]: ranks {escape(report.not_collected)} (not checked, never blamed)"
+        )
+    if report.unplaced:
+        console.print(f"[magenta]outliers without a rank[/]: {escape(', '.join(report.unplaced[:10]))}")
+    for n in report.notes:
+        console.print(f"[dim]note: {escape(n)}[/]")
+    console.print(f"{styled(report.status)}: {escape(report.summary)} → exit {int(report.exit_code)}")
+
+
+def render_failslow(result: FailSlowResult, console: Console) -> None:
+    """Print a fail-slow vote: one line per round, the votes and the degrader (or why none)."""
+    table = Table(title=f"fail-slow voting ({result.kind} groups)", title_justify="left")
+    for col in ("round", "outlier ranks", "flagged", "outliers in it"):
+        table.add_column(col, overflow="fold")
+    for v in result.rounds:
+        flagged = str(v.flagged) if v.flagged is not None else f"[dim]{escape(v.abstained or '-')}[/]"
+        table.add_row(str(v.round), escape(v.outliers or "-"), flagged, str(v.count) if v.count else "-")
+    console.print(table)
+    if result.votes:
+        console.print("votes: " + ", ".join(f"{result.kind} {g}: {n}" for g, n in result.votes))
+    if result.degrader is not None:
+        console.print(
+            f"[bold red]degrader[/]: {result.kind} {result.degrader} (ranks {escape(result.degrader_ranks)})"
+            + (
+                f" → over-evict {escape(', '.join(result.degrader_hosts))} "
+                f"({result.healthy_machines_taken} expected healthy)"
+                if result.degrader_hosts
+                else ""
+            )
+        )
+    else:
+        console.print(f"[yellow]no degrader[/]: {escape(result.reason or '')}")
