@@ -36,7 +36,7 @@ from robustctl.models import (
     RunReport,
     Status,
 )
-from robustctl.probes import ProbeDocument, run_probe
+from robustctl.probes import ProbeDocument, run_probe, run_probes
 from robustctl.transport.fanout import HostOutcome, fan_out
 
 if TYPE_CHECKING:
@@ -248,13 +248,7 @@ class _Engine:
                 )
 
     def _probe_checks(
-        self,
-        host: Host,
-        probe: str,
-        args: Sequence[str],
-        deadline: float,
-        level: int,
-        context: Mapping[str, Any],
+        self, host: Host, probe: str, args: Sequence[str], deadline: float, level: int
     ) -> tuple[ProbeDocument | None, list[CheckResult]]:
         """Run one probe and evaluate its checks; a probe failure is one UNKNOWN check, not a lost host."""
         try:
@@ -262,24 +256,44 @@ class _Engine:
         except ProbeError as exc:
             msg = str(exc).removeprefix(f"{host.name}: ")
             return None, [CheckResult(f"{probe}.probe", level, Status.UNKNOWN, msg)]
+        return doc, self._evaluate(host, probe, doc, level)
+
+    def _evaluate(self, host: Host, probe: str, doc: ProbeDocument, level: int) -> list[CheckResult]:
+        """Evaluate ``probe``'s checks on ``doc`` with the engine's context (see checks/thresholds.py)."""
         data = dict(doc.data)
         data["_context"] = {
-            **context,
+            "expected_gpus": host.gpus,
             "host_time": doc.host_time,
             "control_time": (doc.sent_at + doc.received_at) / 2,
             "round_trip_s": doc.received_at - doc.sent_at,
             "probe_errors": list(doc.errors),
         }
-        return doc, evaluate_probe(probe, data, self.th, level)
+        return evaluate_probe(probe, data, self.th, level)
 
     # -- levels ----------------------------------------------------------------------------------
     def _level0(self, hosts: list[Host]) -> None:
         def work(host: Host, deadline: float) -> list[CheckResult]:
             out: list[CheckResult] = []
-            ctx = {"expected_gpus": host.gpus}
-            for probe in ("host", "nvml"):
-                _, checks = self._probe_checks(host, probe, ["--timeout", _secs(deadline)], deadline, 0, ctx)
-                out.extend(checks)
+            probes = ("host", "nvml")
+            try:
+                docs = run_probes(
+                    self.pool.for_host(host),
+                    host,
+                    [(p, ["--timeout", _secs(deadline)]) for p in probes],
+                    deadline=deadline,
+                )
+            except ProbeError as exc:
+                msg = str(exc).removeprefix(f"{host.name}: ")
+                return [CheckResult(f"{p}.probe", 0, Status.UNKNOWN, msg) for p in probes]
+            for probe, doc in zip(probes, docs, strict=True):
+                if isinstance(doc, ProbeError):
+                    out.append(
+                        CheckResult(
+                            f"{probe}.probe", 0, Status.UNKNOWN, str(doc).removeprefix(f"{host.name}: ")
+                        )
+                    )
+                else:
+                    out.extend(self._evaluate(host, probe, doc, 0))
             return out
 
         self._fan("L0 quick checks", hosts, work, level=0)
@@ -314,8 +328,6 @@ class _Engine:
             out = self._allreduce_args()
             if a.nproc:
                 out += ["--nproc", str(a.nproc)]
-            elif host.gpus > 1:
-                out += ["--nproc", str(host.gpus)]
             if host.transport == "ssh":
                 out += ["--master-addr", host.address if _is_ip(host.address) else "127.0.0.1"]
             if a.use_nccl_tests:
@@ -364,7 +376,6 @@ class _Engine:
                 [*args(host), "--timeout", _secs(deadline)],
                 deadline,
                 level,
-                {"expected_gpus": host.gpus},
             )
             if doc is not None:
                 with lock:

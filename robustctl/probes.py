@@ -18,9 +18,9 @@ from robustctl.errors import ProbeError
 
 if TYPE_CHECKING:
     from robustctl.inventory import Host
-    from robustctl.transport.base import Transport
+    from robustctl.transport.base import CommandResult, Transport
 
-PROBES = ("host", "nvml", "burn", "allreduce", "stacks")
+PROBES = ("host", "nvml", "burn", "allreduce", "stacks", "bundle")
 """Probes shipped in ``diagnostics/``."""
 
 
@@ -79,15 +79,61 @@ def run_probe(
     received = time.time()
     doc = parse_document(res.stdout, name)
     if doc is None:
-        out = res.stdout.decode("utf-8", "replace").strip()
-        if res.exit_status == 0 and out:
-            first = out.splitlines()[0][:80]
-            why = f"printed no JSON document (output starts {first!r})"
-        else:
-            why = res.stderr_tail() or f"exit status {res.exit_status}, no output"
-        if res.exit_status == 127 or "No such file" in why or "not found" in why:
-            why = f"cannot start {host.python.path!r}: {why}"
-        raise ProbeError(f"{host.name}: probe {name} failed: {why}")
+        raise ProbeError(f"{host.name}: probe {name} failed: {_failure(res, host)}")
+    return _document(name, doc, sent, received, res.elapsed_s)
+
+
+def run_probes(
+    transport: Transport, host: Host, probes: Sequence[tuple[str, Sequence[str]]], *, deadline: float
+) -> list[ProbeDocument | ProbeError]:
+    """Run several probes in ONE remote Python process (``diagnostics/bundle.py``), in order.
+
+    Halves the remote interpreter starts of a level that needs several probes per host (L0: host
+    and nvml). Returns one entry per probe: its document, or the :class:`ProbeError` that says why
+    it has none; the other probes' documents are kept.
+
+    Raises:
+        HostUnreachable, HostKeyError, CommandTimeout: from the transport.
+        ProbeError: the bundle itself crashed or printed no bundle document.
+    """
+    payload = [{"name": n, "args": list(a), "source": probe_source(n).decode("utf-8")} for n, a in probes]
+    script = probe_source("bundle") + f"\nrun_bundle({json.dumps(payload)})\n".encode()
+    timeout = max(0.5, deadline - time.monotonic())
+    sent = time.time()
+    res = transport.run(host, probe_argv(host), stdin=script, timeout_s=timeout)
+    received = time.time()
+    bundle = parse_document(res.stdout, "bundle")
+    if bundle is None:
+        names = ", ".join(n for n, _ in probes)
+        raise ProbeError(f"{host.name}: probes {names} failed: {_failure(res, host)}")
+    raw = bundle.get("results")
+    results: list[Any] = raw if isinstance(raw, list) else []
+    out: list[ProbeDocument | ProbeError] = []
+    for i, (name, _) in enumerate(probes):
+        entry = results[i] if i < len(results) and isinstance(results[i], dict) else {}
+        doc = parse_document(str(entry.get("stdout", "")).encode(), name)
+        if doc is None:
+            tail = [ln.strip() for ln in str(entry.get("stderr", "")).splitlines() if ln.strip()]
+            why = tail[-1][:200] if tail else f"exit status {entry.get('exit_code')}, no output"
+            out.append(ProbeError(f"{host.name}: probe {name} failed: {why}"))
+            continue
+        out.append(_document(name, doc, sent, received, res.elapsed_s))
+    return out
+
+
+def _failure(res: CommandResult, host: Host) -> str:
+    """One line saying why a command printed no probe document."""
+    out = res.stdout.decode("utf-8", "replace").strip()
+    if res.exit_status == 0 and out:
+        why = f"printed no JSON document (output starts {out.splitlines()[0][:80]!r})"
+    else:
+        why = res.stderr_tail() or f"exit status {res.exit_status}, no output"
+    if res.exit_status == 127 or "No such file" in why or "not found" in why:
+        why = f"cannot start {host.python.path!r}: {why}"
+    return why
+
+
+def _document(name: str, doc: dict[str, Any], sent: float, received: float, elapsed: float) -> ProbeDocument:
     data = doc.get("data")
     return ProbeDocument(
         probe=name,
@@ -96,7 +142,7 @@ def run_probe(
         host_time=float(doc["time"]) if isinstance(doc.get("time"), (int, float)) else None,
         sent_at=sent,
         received_at=received,
-        elapsed_s=res.elapsed_s,
+        elapsed_s=elapsed,
     )
 
 

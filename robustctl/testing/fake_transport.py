@@ -48,14 +48,19 @@ class FakeTransport:
         self, host: Host, argv: Sequence[str], *, stdin: bytes | None = None, timeout_s: float
     ) -> CommandResult:
         """Answer a probe run (identified by its streamed source) from the script."""
-        probe = _probe_of(stdin)
-        with self._lock:
-            self.calls.append((host.name, probe, list(argv)))
         delay = self.delay_s.get(host.name, 0.0)
         if delay:
             time.sleep(min(delay, timeout_s))
             if delay >= timeout_s:
                 raise CommandTimeout(host.name, f"command timed out after {timeout_s:g}s")
+        bundle = probe_source("bundle")
+        if stdin is not None and stdin.startswith(bundle):
+            return self._bundle(host, stdin[len(bundle) :])
+        return self._answer(host, _probe_of(stdin), list(argv))
+
+    def _answer(self, host: Host, probe: str, argv: list[str]) -> CommandResult:
+        with self._lock:
+            self.calls.append((host.name, probe, argv))
         answer: Any = self.answers.get(host.name, {}).get(probe, {})
         if callable(answer) and not isinstance(answer, BaseException):
             answer = answer(argv)
@@ -71,6 +76,24 @@ class FakeTransport:
             "data": answer,
             "errors": [],
         }
+        return CommandResult(host.name, 0, json.dumps(doc).encode(), b"", 0.001)
+
+    def _bundle(self, host: Host, call: bytes) -> CommandResult:
+        """Answer a ``diagnostics/bundle.py`` run: each probe from the script, one bundle document."""
+        text = call.decode().strip()
+        payload = json.loads(text[len("run_bundle(") : -1])
+        results = []
+        for p in payload:
+            res = self._answer(host, p["name"], [p["name"], *p["args"]])
+            results.append(
+                {
+                    "name": p["name"],
+                    "stdout": res.stdout.decode(),
+                    "stderr": res.stderr.decode(),
+                    "exit_code": res.exit_status,
+                }
+            )
+        doc = {"probe": "bundle", "version": 1, "results": results}
         return CommandResult(host.name, 0, json.dumps(doc).encode(), b"", 0.001)
 
     def close(self) -> None:

@@ -14,6 +14,7 @@ command runs, so output of any size cannot stall the channel window.
 from __future__ import annotations
 
 import contextlib
+import logging
 import select
 import socket
 import threading
@@ -30,6 +31,11 @@ from robustctl.transport.base import CommandResult, remote_command
 
 if TYPE_CHECKING:
     from robustctl.inventory import Host
+
+# paramiko logs connection failures (with tracebacks) that robustctl already reports as one line per
+# host; without a handler Python's last-resort handler would print them on stderr.
+logging.getLogger("paramiko").addHandler(logging.NullHandler())
+logging.getLogger("paramiko").propagate = False
 
 DEFAULT_KNOWN_HOSTS = Path("~/.ssh/known_hosts")
 DEFAULT_SSH_CONFIG = Path("~/.ssh/config")

@@ -146,7 +146,7 @@ def test_probe_crash_on_one_host_loses_no_other_result(testbed: Testbed, tmp_pat
     assert code == 3, err
     hosts = by_host(doc)
     assert hosts[testbed.names[0]]["status"] == "unknown"
-    assert "probe host failed" in json.dumps(hosts[testbed.names[0]]["checks"])
+    assert "probes host, nvml failed" in json.dumps(hosts[testbed.names[0]]["checks"])
     assert all(hosts[n]["status"] == "ok" for n in testbed.names[1:])
 
 
