@@ -14,7 +14,8 @@ What it does:
 2. Tells a rank's **main** process from its **children** by the process tree: a matching process
    whose nearest matching ancestor has the same rank is a child (a forked data-loader worker or
    checkpoint writer inherits its rank's command line and environment); every other descendant of a
-   main process is a child too (e.g. a spawned helper). A matching process without a rank whose
+   main process is a child too (e.g. a spawned helper; a dead, unreaped child shows as state ``Z``
+   with command line ``[comm] <defunct>``). A matching process without a rank whose
    matching descendants have ranks is a **launcher** (torchrun's agent): listed apart, not dumped.
    The probe itself, its ancestors, its py-spy children and other ``stacks`` probes with the same
    ``--match`` are never matched.
@@ -138,6 +139,13 @@ def read_cmdline(proc, pid):
     if not raw:
         return None
     return [a.decode("utf-8", "replace") for a in raw.rstrip(b"\0").split(b"\0")]
+
+
+def read_comm(proc, pid):
+    try:
+        return read_bytes(os.path.join(proc, str(pid), "comm")).decode("utf-8", "replace").strip()
+    except OSError:
+        return "?"
 
 
 def read_environ(proc, pid, keys):
@@ -294,7 +302,11 @@ def scan(args, match_re, rank_re):
                 line = cmdlines[child]
             else:
                 argv = read_cmdline(proc, child)
-                if argv is None or os.path.basename(argv[0]) == "py-spy":
+                if argv is None:
+                    if table.get(child, ("",))[0] != "Z":
+                        continue
+                    argv = [f"[{read_comm(proc, child)}] <defunct>"]  # a dead, unreaped child: evidence
+                if os.path.basename(argv[0]) == "py-spy":
                     continue
                 line = " ".join(argv)
                 env, env_err = read_environ(proc, child, keys)

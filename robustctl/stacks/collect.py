@@ -271,16 +271,21 @@ def collect_stacks(
     g = job.ranks_per_host
     expected_of = {h.name: tuple(range(index[h.name] * g, index[h.name] * g + g)) for h in targets}
 
-    common = ["--match", spec.match, "--rank-env", spec.rank_env, "--local-rank-env", spec.local_rank_env]
+    # "--opt=value": a regex may start with "-", which argparse would take for an option
+    common = [
+        f"--match={spec.match}",
+        f"--rank-env={spec.rank_env}",
+        f"--local-rank-env={spec.local_rank_env}",
+    ]
     if spec.rank_cmdline:
-        common += ["--rank-cmdline", spec.rank_cmdline]
+        common.append(f"--rank-cmdline={spec.rank_cmdline}")
     common += ["--per-process-timeout", f"{s.per_process_timeout_s:g}", "--parallel", str(s.parallel)]
     if s.native:
         common.append("--native")
     elif not s.nonblocking:
         common.append("--blocking")
     if s.py_spy:
-        common += ["--py-spy", s.py_spy]
+        common.append(f"--py-spy={s.py_spy}")
 
     host_timeout = s.host_timeout_s if s.host_timeout_s is not None else s.probe_timeout_s + 30.0
     t0 = time.monotonic()
