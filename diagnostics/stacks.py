@@ -235,7 +235,7 @@ def scan(args, match_re, rank_re):
             continue
         if os.path.basename(argv[0]) == "py-spy":
             continue
-        if "--match" in argv and args.match in argv:  # another stacks probe looking for the same job
+        if is_sibling_probe(argv, args.match):
             continue
         cmdlines[pid] = line
         env, env_err = read_environ(proc, pid, keys)
@@ -322,6 +322,13 @@ def scan(args, match_re, rank_re):
     unmatched = sorted(wanted - found) if wanted is not None else []
     out.sort(key=lambda e: (e["rank"] if e["rank"] is not None else 1 << 62, e["role"] != "main", e["pid"]))
     return out, launchers, scanned, unmatched
+
+
+def is_sibling_probe(argv, match):
+    """Whether ``argv`` is another stacks probe looking for the same job (same ``--match``)."""
+    if "--match=" + match in argv:
+        return True
+    return any(argv[i] == "--match" and argv[i + 1] == match for i in range(len(argv) - 1))
 
 
 def _has_ranked_descendant(pid, children, ranked):

@@ -313,3 +313,17 @@ def test_probe_runs_on_python38(procs: Procs) -> None:
     doc = run_probe(["--match", procs.marker, "--py-spy", str(_pyspy())], python=py38_path)
     assert next(e["pid"] for e in doc["data"]["processes"]) == pid
     assert all(e["error"] is None for e in doc["data"]["processes"])
+
+
+@needs_pyspy
+def test_other_stacks_probes_are_never_matched(procs: Procs) -> None:
+    """On a shared /proc (the testbed) probes of other hosts run at once: a loose --match must not
+    catch them (nor the probe itself)."""
+    pid = procs.rank(2)
+    pattern = f"{procs.marker}|match"  # matches the probes' own command lines too
+    sibling = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(60)", f"--match={pattern}"], start_new_session=True
+    )
+    procs.started.append(sibling)  # type: ignore[arg-type]
+    doc = run_probe([f"--match={pattern}"])
+    assert [e["pid"] for e in doc["data"]["processes"]] == [pid]
