@@ -41,12 +41,13 @@ namespace, so the live ``/proc`` is always the one scanned.
                    rank_source: "env"|"cmdline"|null, environ_error: str|null,
                    dump: [thread]|null,     # py-spy's JSON thread list, frame "locals" removed
                    error: str|null,         # why dump is null
-                   elapsed_s: float|null} ],    # wall seconds of this py-spy call
+                   elapsed_s: float|null,   # wall seconds of the py-spy calls for this process
+                   attempts: int} ],        # py-spy calls made (a transient failure is retried)
      launchers: [ {pid: int, cmdline: str} ],
      py_spy: {path: str, version: str|null} | null,
      match: str, requested_ranks: [int]|null, unmatched_ranks: [int],
      options: {nonblocking: bool, native: bool, timeout_s: float, per_process_timeout_s: float,
-               parallel: int},
+               parallel: int, retries: int},
      scanned: int,                # /proc entries looked at
      error: str|null}             # a probe-level failure: py-spy missing, bad --match
 
@@ -363,6 +364,7 @@ def _entry(pid, table, line, info, role, parent):
         "dump": None,
         "error": None,
         "elapsed_s": None,
+        "attempts": 0,
     }
 
 
@@ -404,15 +406,23 @@ def pyspy_version(path, timeout):
 
 
 def one_line(text):
-    """The first meaningful line of py-spy's stderr, without the ``Error:`` prefix."""
-    for line in text.splitlines():
-        line = line.strip()
+    """py-spy's error as one line: the message without ``Error:``, plus its first ``Caused by`` item."""
+    lines = [ln.strip() for ln in text.splitlines()]
+    first, cause = "", ""
+    for i, line in enumerate(lines):
         if not line or line.lower().startswith(("stack backtrace", "note: run with")):
+            if line.lower().startswith("stack backtrace"):
+                break
             continue
-        if line.startswith("Error:"):
-            line = line[len("Error:") :].strip()
-        return line[:ERROR_MAX]
-    return ""
+        if not first:
+            first = line[len("Error:") :].strip() if line.startswith("Error:") else line
+        elif line.startswith("Caused by"):
+            rest = [x for x in lines[i + 1 :] if x]
+            if rest:
+                cause = rest[0].split(": ", 1)[-1] if rest[0][:1].isdigit() else rest[0]
+            break
+    out = f"{first} ({cause})" if first and cause and cause != first else first
+    return out[:ERROR_MAX]
 
 
 THREAD_KEYS = ("thread_id", "thread_name", "os_thread_id", "active", "owns_gil")
@@ -433,9 +443,15 @@ def compact(threads):
     return out
 
 
-def dump_one(pyspy, entry, nonblocking, native, timeout):
-    """Run py-spy on one process; fill ``dump``/``error``/``elapsed_s`` of ``entry``."""
+def dump_one(pyspy, entry, nonblocking, native, timeout, retries=2):
+    """Run py-spy on one process; fill ``dump``/``error``/``elapsed_s``/``attempts`` of ``entry``.
+
+    ``--nonblocking`` reads a running interpreter's memory without pausing it, and sometimes catches
+    it mid-update ("Failed to get stack traces"): a failure on a live process is retried up to
+    ``retries`` times within ``timeout``, so a transient race is never reported as evidence.
+    """
     pid = entry["pid"]
+    entry["attempts"] = 0
     if entry["state"] == "Z":
         entry["error"] = "zombie process (exited, not reaped by its parent)"
         entry["elapsed_s"] = 0.0
@@ -446,37 +462,47 @@ def dump_one(pyspy, entry, nonblocking, native, timeout):
     elif nonblocking:
         argv.append("--nonblocking")
     t0 = time.monotonic()
-    try:
-        res = subprocess.run(
-            argv, stdin=subprocess.DEVNULL, capture_output=True, timeout=timeout, env=pyspy_env()
-        )
-    except subprocess.TimeoutExpired:
-        entry["error"] = f"py-spy timed out after {timeout:.1f} s"
-        entry["elapsed_s"] = round(time.monotonic() - t0, 6)
-        entry["state"] = current_state(pid) or entry["state"]
-        return
-    except OSError as exc:
-        entry["error"] = "cannot run py-spy: %s" % (exc.strerror or exc)
-        entry["elapsed_s"] = round(time.monotonic() - t0, 6)
-        return
-    entry["elapsed_s"] = round(time.monotonic() - t0, 6)
-    if res.returncode == 0:
+    deadline = t0 + timeout
+    while True:
+        entry["attempts"] += 1
+        left = deadline - time.monotonic()
         try:
-            threads = json.loads(res.stdout.decode("utf-8", "replace"))
-        except ValueError:
-            threads = None
-        if isinstance(threads, list):
-            entry["dump"] = compact(threads)
+            res = subprocess.run(
+                argv, stdin=subprocess.DEVNULL, capture_output=True, timeout=max(0.1, left), env=pyspy_env()
+            )
+        except subprocess.TimeoutExpired:
+            entry["error"] = f"py-spy timed out after {timeout:.1f} s"
+            entry["elapsed_s"] = round(time.monotonic() - t0, 6)
+            entry["state"] = current_state(pid) or entry["state"]
             return
-        entry["error"] = "py-spy printed no JSON thread list"
-        return
-    why = one_line(res.stderr.decode("utf-8", "replace")) or f"py-spy exited {res.returncode}"
-    now = current_state(pid)
-    if now is None:
-        why = f"process gone ({why})"
-    else:
+        except OSError as exc:
+            entry["error"] = f"cannot run py-spy: {exc.strerror or exc}"
+            entry["elapsed_s"] = round(time.monotonic() - t0, 6)
+            return
+        entry["elapsed_s"] = round(time.monotonic() - t0, 6)
+        if res.returncode == 0:
+            try:
+                threads = json.loads(res.stdout.decode("utf-8", "replace"))
+            except ValueError:
+                threads = None
+            if isinstance(threads, list):
+                entry["dump"] = compact(threads)
+                entry["error"] = None
+                return
+            why = "py-spy printed no JSON thread list"
+        else:
+            why = one_line(res.stderr.decode("utf-8", "replace")) or f"py-spy exited {res.returncode}"
+        now = current_state(pid)
+        if now is None or now == "Z":
+            entry["error"] = f"process gone ({why})"
+            if now:
+                entry["state"] = now
+            return
         entry["state"] = now
-    entry["error"] = why
+        entry["error"] = why
+        if entry["attempts"] > retries or deadline - time.monotonic() < 0.2 or "ermission" in why:
+            return
+        time.sleep(0.05)
 
 
 def current_state(pid):
@@ -501,7 +527,9 @@ def dump_all(pyspy, entries, args, deadline):
             if left <= 0.05:
                 entry["error"] = "not dumped: the probe's --timeout ran out"
                 continue
-            dump_one(pyspy, entry, args.nonblocking, args.native, min(args.per_process_timeout, left))
+            dump_one(
+                pyspy, entry, args.nonblocking, args.native, min(args.per_process_timeout, left), args.retries
+            )
 
     threads = [
         threading.Thread(target=worker, daemon=True) for _ in range(max(1, min(args.parallel, len(todo))))
@@ -529,14 +557,17 @@ def parse_args(argv):
     p.add_argument("--timeout", type=float, default=30.0, help="total time budget, seconds")
     p.add_argument("--per-process-timeout", type=float, default=10.0, help="per py-spy call, seconds")
     p.add_argument("--parallel", type=int, default=16, help="py-spy processes at once")
+    p.add_argument(
+        "--retries", type=int, default=2, help="extra py-spy calls after a failure on a live process"
+    )
     args = p.parse_args(argv)
     if args.ranks is not None:
         try:
             args.ranks = parse_ranks(args.ranks)
         except ValueError as exc:
             p.error(f"--ranks: {exc}")
-    if args.timeout <= 0 or args.per_process_timeout <= 0 or args.parallel < 1:
-        p.error("--timeout, --per-process-timeout and --parallel must be positive")
+    if args.timeout <= 0 or args.per_process_timeout <= 0 or args.parallel < 1 or args.retries < 0:
+        p.error("--timeout, --per-process-timeout and --parallel must be positive, --retries >= 0")
     return args
 
 
@@ -554,6 +585,7 @@ def main(argv=None):
             "timeout_s": args.timeout,
             "per_process_timeout_s": args.per_process_timeout,
             "parallel": args.parallel,
+            "retries": args.retries,
         },
     )
     for key, value in (("processes", []), ("launchers", []), ("unmatched_ranks", []), ("scanned", 0)):

@@ -34,6 +34,7 @@ RANK_SCRIPT = textwrap.dedent(
         time.sleep(600)
 
     def rank_main_sleeps_here():
+        print("ready", flush=True)  # printed from here: a dump taken after "ready" shows this frame
         time.sleep(600)
 
     if __name__ == "__main__":
@@ -43,7 +44,6 @@ RANK_SCRIPT = textwrap.dedent(
         if "zombie" in mode:
             if os.fork() == 0:
                 os._exit(0)
-        print("ready", flush=True)
         rank_main_sleeps_here()
     """
 )
