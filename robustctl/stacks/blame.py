@@ -323,7 +323,8 @@ def blame(
     }
     outliers = _outlier_classes(clusters, healthy, notes)
     ranks = _ranks_of(outliers, dumps)
-    group = smallest_group(topology, ranks) if topology is not None else None
+    group: GroupChoice | None = None
+    separate: set[int] = set()  # unreadable ranks named outside the group
     ambiguity: str | None = None
 
     def localized(g: GroupChoice | None, rs: set[int]) -> bool:
@@ -338,41 +339,74 @@ def blame(
         own = len(topology.machines_of(rs)) if n is not None else len(rs)
         return own <= opts.max_spread_machines and (n is None or own <= opts.max_evict_fraction * n)
 
-    if topology is not None and not localized(group, ranks) and main is not None and opts.promote_waiting:
-        promotable = [
-            c
-            for c in main.classes
-            if c.large and not c.unreadable and not c.dominant and c.category in WAITING
-        ]
-        trial = set(healthy)
-        for c in promotable:
-            trial.add((main.role, c.id))
-            t_out = _outlier_classes(clusters, trial, [])
-            t_ranks = _ranks_of(t_out, dumps)
-            t_group = smallest_group(topology, t_ranks)
-            if localized(t_group, t_ranks):
-                healthy, outliers, group = trial, t_out, t_group
-                ranks = _ranks_of(outliers, dumps)
+    def attempt(
+        trial: set[tuple[ProcessRole, int]],
+    ) -> tuple[list[StackClass], GroupChoice | None, set[int]] | None:
+        """Localize the outliers under ``trial`` healthy classes: all together, else the stack outliers
+        in a group with the unreadable ones named machine by machine; ``None`` when neither fits."""
+        assert topology is not None
+        out = _outlier_classes(clusters, trial, [])
+        every = _ranks_of(out, dumps)
+        g = smallest_group(topology, every)
+        if localized(g, every):
+            return out, g, set()
+        stack = _ranks_of((c for c in out if not c.unreadable), dumps)
+        unread = every - stack
+        if stack and unread:
+            g = smallest_group(topology, stack)
+            if g is not None and localized(g, stack) and g.kind != "job":
+                inside = set(topology.group_of(next(iter(stack)), g.kind))
+                rest = unread - inside
+                if (
+                    len(topology.machines_of(rest) if topology.ranks_per_host else rest)
+                    <= opts.max_spread_machines
+                ):
+                    return out, g, rest
+        return None
+
+    if topology is not None:
+        found = attempt(healthy)
+        if found is None and main is not None and opts.promote_waiting:
+            promotable = [
+                c
+                for c in main.classes
+                if c.large and not c.unreadable and not c.dominant and c.category in WAITING
+            ]
+            trial = set(healthy)
+            for c in promotable:
+                trial.add((main.role, c.id))
+                found = attempt(set(trial))
+                if found is not None:
+                    healthy = set(trial)
+                    notes.append(
+                        f"main class {c.id} ({c.size} ranks waiting in {c.category.value}) treated as healthy: "
+                        "with it the outliers fit one group"
+                    )
+                    break
+        if found is not None:
+            outliers, group, separate = found
+            ranks = _ranks_of(outliers, dumps)
+            if separate:
                 notes.append(
-                    f"main class {c.id} ({c.size} ranks waiting in {c.category.value}) treated as healthy: "
-                    f"with it the outliers fit one {group.kind if group else '?'} group"
+                    f"unreadable rank{'s' if len(separate) > 1 else ''} {compact_ranges(separate)} outside "
+                    f"the group: {'their' if len(separate) > 1 else 'its'} machines are named too"
                 )
-                break
-    if topology is not None and group is not None and not localized(group, ranks):
-        n = topology.n_machines
-        if group.kind == "job":
-            own = topology.machines_of(ranks)
-            ambiguity = (
-                f"outliers ({len(ranks)} ranks"
-                + (f" on {len(own)} of {n} machines" if n else "")
-                + ") share no parallel group smaller than the whole job: a pattern, not a machine fault"
-            )
         else:
-            ambiguity = (
-                f"the smallest group holding the outliers ({len(ranks)} ranks), {group.kind} group "
-                f"{group.index}, spans {len(group.machines)} of {n} machines"
-            )
-    if topology is not None and group is not None and group.kind == "job" and ambiguity is None:
+            g = smallest_group(topology, ranks)
+            n = topology.n_machines
+            if g is not None and g.kind == "job":
+                own = topology.machines_of(ranks)
+                ambiguity = (
+                    f"outliers ({len(ranks)} ranks"
+                    + (f" on {len(own)} of {n} machines" if n else "")
+                    + ") share no parallel group smaller than the whole job: a pattern, not a machine fault"
+                )
+            elif g is not None:
+                ambiguity = (
+                    f"the smallest group holding the outliers ({len(ranks)} ranks), {g.kind} group "
+                    f"{g.index}, spans {len(g.machines)} of {n} machines"
+                )
+    if group is not None and group.kind == "job":
         notes.append(
             "no parallel group smaller than the job holds every outlier: only the outliers' own machines are named"
         )
@@ -438,8 +472,12 @@ def blame(
             "every outlier is waiting on a peer (collective or p2p): the rank they wait for may be among "
             "the ranks not collected, or in a healthy-looking class"
         )
-    over = group.machines if group is not None and group.machines else suspect_hosts
-    taken = group.healthy_taken if group is not None and group.machines else 0
+    if group is not None and group.machines and topology is not None:
+        extra = [topology.machine_name(m) for m in topology.machines_of(separate)]
+        over = tuple(dict.fromkeys((*group.machines, *extra)))
+        taken = group.healthy_taken
+    else:
+        over, taken = suspect_hosts, 0
     if group is not None and topology is not None and topology.ranks_per_host is None:
         notes.append("ranks per host unknown: no machines, no over-eviction set")
     return BlameResult(

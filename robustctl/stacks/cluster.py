@@ -348,14 +348,19 @@ def cluster(dumps: Sequence[ProcessDump], options: ClusterOptions | None = None)
     lookup = interner.__getitem__
     by_role: dict[ProcessRole, dict[Any, list[int]]] = {}
     unreadable: dict[ProcessRole, list[int]] = {}
+    all_threads = opts.threads == "all"
+    # hot loop: ~40 frames x 100K processes; everything per frame happens in C (map, attrgetter, dict)
     for i, d in enumerate(dumps):
         if d.error is not None:
             unreadable.setdefault(d.role, []).append(i)
             continue
-        t = _main_thread(d)
+        threads = d.threads
+        t = threads[0] if threads else None
+        if t is not None and t.name != "MainThread":
+            t = _main_thread(d)
         key: Any = tuple(map(lookup, map(getter, t.frames))) if t is not None else ()
-        if opts.threads == "all" and d.threads:
-            others = tuple(sorted(tuple(map(lookup, map(getter, o.frames))) for o in d.threads if o is not t))
+        if all_threads and threads:
+            others = tuple(sorted(tuple(map(lookup, map(getter, o.frames))) for o in threads if o is not t))
             key = (key, others)
         groups = by_role.get(d.role)
         if groups is None:
