@@ -354,7 +354,7 @@ def parse_pyspy_text(
     procs = [p for p in procs if not p.empty()]
     if not procs:
         raise DumpParseError("not a py-spy dump: no thread header, frame line or py-spy error found")
-    file_rank = rank_from_text(text) if len(procs) == 1 else None
+    file_rank = rank_from_text(text)  # one RANK=N in the whole text: the file's rank
     out: list[ProcessDump] = []
     for p in procs:
         threads = tuple(
