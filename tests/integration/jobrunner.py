@@ -290,6 +290,15 @@ class MiniJob:
                 c.close()
         self._clients.clear()
 
+    def drop_connections(self) -> None:
+        """Close the SSH connections without signalling anything, as if the launcher had died.
+
+        The ranks see EOF on stdin (``--stdin-watch``) and exit; their helpers die with them.
+        """
+        for c in self._clients.values():
+            with contextlib.suppress(Exception):
+                c.close()
+
     def __enter__(self) -> MiniJob:
         return self
 

@@ -41,7 +41,7 @@ least every 0.5 s, by the rank, its data-loader workers and its checkpoint write
                                     the rank then blocks in DataLoader._next_data
     hang:checkpoint:rank=0          rank 0's checkpoint save blocks (_checkpoint_hang: in the writer
                                     process; the rank blocks at its next save waiting for it)
-    slow:rank=5:factor=3            rank 5's compute takes factor x as long (_straggle sleeps
+    slow:rank=5:factor=3            (factor default 3) rank 5's compute takes factor x as long (_straggle sleeps
                                     (factor - 1) x the measured compute time of each layer)
     crash:rank=5[:signal=KILL]      rank 5 raises RuntimeError at its next step (or kills itself)
 
@@ -149,7 +149,7 @@ def parse_faults(text: str) -> list[Fault]:
             if "ranks" in opts:
                 ranks = frozenset(int(r) for r in opts.pop("ranks").split(","))
             step = int(opts.pop("step")) if "step" in opts else None
-            factor = float(opts.pop("factor", "3"))
+            factor = float(opts.pop("factor", "3" if kind == "slow" else "1"))
             mode = opts.pop("mode", "sleep")
             sig = opts.pop("signal", None)
         except ValueError as exc:
