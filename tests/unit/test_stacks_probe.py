@@ -327,3 +327,240 @@ def test_other_stacks_probes_are_never_matched(procs: Procs) -> None:
     procs.started.append(sibling)  # type: ignore[arg-type]
     doc = run_probe([f"--match={pattern}"])
     assert [e["pid"] for e in doc["data"]["processes"]] == [pid]
+
+
+# --------------------------------------------------------------------------------------------------
+# The control side: collect_stacks and dumps_from_document (local transport and FakeTransport)
+# --------------------------------------------------------------------------------------------------
+
+
+def _host(name: str, transport: str = "ssh") -> Any:
+    from robustctl.config import PythonSettings, SshSettings
+    from robustctl.inventory import Host
+
+    return Host(
+        name=name,
+        address="local" if transport == "local" else "127.0.0.2",
+        transport=transport,  # type: ignore[arg-type]
+        ssh=SshSettings(),
+        python=PythonSettings(path=sys.executable),
+    )
+
+
+def _job(hosts: Sequence[Any], g: int, match: str, **process: Any) -> Any:
+    from robustctl.config import ParallelLayout, RankProcessSpec
+    from robustctl.inventory import Job
+
+    spec = RankProcessSpec(match=match, **process) if match else None
+    return Job("toy", tuple(hosts), ParallelLayout(dp=len(hosts) * g), g, spec)
+
+
+def _entry(pid: int, rank: int | None, role: str = "main", **kw: Any) -> dict[str, Any]:
+    frames = kw.pop("frames", ["rank_main_sleeps_here", "<module>"])
+    entry = {
+        "pid": pid,
+        "ppid": 1,
+        "rank": rank,
+        "local_rank": None,
+        "role": role,
+        "parent_pid": None,
+        "cmdline": "python train.py",
+        "state": "S",
+        "dump": [
+            {
+                "thread_id": 1,
+                "thread_name": "MainThread",
+                "os_thread_id": pid,
+                "active": False,
+                "owns_gil": False,
+                "frames": [{"name": f, "filename": fn, "line": 1} for f, fn in frames]
+                if frames and isinstance(frames[0], tuple)
+                else [{"name": f, "filename": "train.py", "line": 1} for f in frames],
+            }
+        ],
+        "error": None,
+        "elapsed_s": 0.01,
+    }
+    entry.update(kw)
+    return entry
+
+
+@needs_pyspy
+def test_collect_stacks_local_end_to_end(procs: Procs) -> None:
+    """Real probe, real py-spy, local transport: mains, children, and a missing rank."""
+    from robustctl.models import Outcome, Status
+    from robustctl.stacks.collect import collect_stacks
+    from robustctl.stacks.model import ProcessRole
+    from robustctl.transport.pool import TransportPool
+
+    pids = {r: procs.rank(r, "child") for r in (0, 1, 2)}
+    job = _job([_host("localhost", "local")], 4, procs.marker)
+    pool = TransportPool()
+    seen: list[Any] = []
+    try:
+        c = collect_stacks(job, pool, progress=seen.append)
+    finally:
+        pool.close()
+    assert [h.host for h in seen] == ["localhost"]
+    (h,) = c.hosts
+    assert (h.outcome, h.status, h.expected_ranks, h.found_ranks) == (
+        Outcome.OK,
+        Status.UNKNOWN,
+        (0, 1, 2, 3),
+        (0, 1, 2),
+    )
+    assert h.error and "3 not found" in h.error and h.py_spy_version
+    assert c.missing_ranks == (3,) and c.status is Status.UNKNOWN
+    assert [(d.rank, d.pid, d.role) for d in c.mains] == [(r, pids[r], ProcessRole.MAIN) for r in (0, 1, 2)]
+    for d in c.mains:
+        assert (
+            d.host == "localhost"
+            and d.readable
+            and d.threads[0].frames[0].function == "rank_main_sleeps_here"
+        )
+        (child,) = [x for x in c.dumps if x.parent_pid == d.pid]
+        assert child.rank == d.rank and child.role is ProcessRole.OTHER and child.readable
+    assert len(c.dumps) == 6 and h.processes == 6 and h.unreadable == 0
+
+
+def test_collect_stacks_keeps_every_host_outcome() -> None:
+    """Unreachable, timed-out, crashed and healthy hosts: one result each, never an exception."""
+    from robustctl.errors import HostUnreachable
+    from robustctl.models import Outcome, Status
+    from robustctl.stacks.collect import CollectSettings, collect_stacks
+    from robustctl.testing.fake_transport import FakeTransport
+    from robustctl.transport.base import CommandResult
+    from robustctl.transport.pool import TransportPool
+
+    hosts = [_host(n) for n in ("n1", "n2", "n3", "n4")]
+    fake = FakeTransport(
+        answers={
+            "n1": {"stacks": {"processes": [_entry(11, 0), _entry(12, 1)], "py_spy": {"version": "0.4.3"}}},
+            "n2": {"stacks": HostUnreachable("n2", "connection refused")},
+            "n4": {"stacks": CommandResult("n4", 1, b"", b"Traceback ...\nMemoryError\n", 0.1)},
+        },
+        delay_s={"n3": 5.0},
+    )
+    job = _job(hosts, 2, "train")
+    seen: list[Any] = []
+    c = collect_stacks(
+        job,
+        TransportPool(override=fake),
+        settings=CollectSettings(retries=0, host_timeout_s=1.5, probe_timeout_s=1),
+        progress=seen.append,
+    )
+    by = {h.host: h for h in c.hosts}
+    assert sorted(h.host for h in seen) == ["n1", "n2", "n3", "n4"]
+    assert (by["n1"].outcome, by["n1"].status, by["n1"].error) == (Outcome.OK, Status.OK, None)
+    assert by["n1"].py_spy_version == "0.4.3"
+    assert (by["n2"].outcome, by["n2"].status) == (Outcome.UNREACHABLE, Status.UNKNOWN)
+    assert "connection refused" in (by["n2"].error or "")
+    assert (by["n3"].outcome, by["n3"].status) == (Outcome.TIMED_OUT, Status.UNKNOWN)
+    assert (by["n4"].outcome, by["n4"].status) == (Outcome.FAILED, Status.UNKNOWN)
+    assert "MemoryError" in (by["n4"].error or "")
+    assert c.missing_ranks == (2, 3, 4, 5, 6, 7) and by["n3"].missing_ranks == (4, 5)
+    assert [d.rank for d in c.dumps] == [0, 1]
+    argv = {h: a for h, _, a in fake.calls}
+    assert "--ranks" in argv["n1"] and argv["n1"][argv["n1"].index("--ranks") + 1] == "0-1"
+    assert argv["n2"][argv["n2"].index("--ranks") + 1] == "2-3"
+    assert "--match=train" in argv["n1"] and "--rank-env=RANK" in argv["n1"]
+
+
+def test_observer_failures_are_not_evidence() -> None:
+    """py-spy missing or the probe out of time: no ProcessDump (no suspect), the ranks are missing."""
+    from robustctl.models import Status
+    from robustctl.stacks.collect import collect_stacks
+    from robustctl.testing.fake_transport import FakeTransport
+    from robustctl.transport.pool import TransportPool
+
+    missing = {
+        "processes": [_entry(11, 0, dump=None, error="not dumped: py-spy not found")],
+        "py_spy": None,
+        "error": "py-spy not found (looked in PATH): install py-spy",
+    }
+    late = {
+        "processes": [
+            _entry(21, 2),
+            _entry(22, 3, dump=None, error="not dumped: the probe's --timeout ran out"),
+        ]
+    }
+    fake = FakeTransport(answers={"a": {"stacks": missing}, "b": {"stacks": late}})
+    c = collect_stacks(_job([_host("a"), _host("b")], 2, "train"), TransportPool(override=fake))
+    by = {h.host: h for h in c.hosts}
+    assert [d.pid for d in c.dumps] == [21]
+    assert c.missing_ranks == (0, 1, 3)
+    assert by["a"].status is Status.UNKNOWN and "py-spy not found" in (by["a"].error or "")
+    assert by["b"].status is Status.UNKNOWN and "--timeout ran out" in (by["b"].error or "")
+
+
+def test_dumps_from_document_roles_and_errors() -> None:
+    from robustctl.stacks.collect import dumps_from_document
+    from robustctl.stacks.model import ProcessRole
+
+    loader = [("_worker_loop", "/usr/lib/python3/site-packages/torch/utils/data/_utils/worker.py")]
+    writer = [
+        ("_checkpoint_writer_main", "minimegatron.py"),
+        ("_bootstrap", "/usr/lib/python3.11/multiprocessing/process.py"),
+    ]
+    data = {
+        "processes": [
+            _entry(10, 4),
+            _entry(11, 4, "child", parent_pid=10, frames=loader),
+            _entry(12, 4, "child", parent_pid=10, frames=writer),
+            _entry(13, 4, "child", parent_pid=10, dump=None, error="Permission denied (os error 1)"),
+            _entry(14, 5, dump=None, error="Failed to find python version from target process", state="D"),
+            _entry(15, 6, dump={"not": "a list"}),
+            {"rank": 7},
+        ]
+    }
+    dumps, observer = dumps_from_document("node03", data)
+    roles = {d.pid: d.role for d in dumps}
+    assert roles == {
+        10: ProcessRole.MAIN,
+        11: ProcessRole.DATALOADER,
+        12: ProcessRole.CHECKPOINT,
+        13: ProcessRole.OTHER,  # an unreadable child is never taken for a rank's main process
+        14: ProcessRole.MAIN,
+        15: ProcessRole.MAIN,
+    }
+    by = {d.pid: d for d in dumps}
+    assert by[14].error and by[14].state == "D" and by[14].threads == () and by[14].rank == 5
+    assert by[15].error and "unreadable py-spy output" in by[15].error
+    assert by[11].parent_pid == 10 and by[11].host == "node03" and by[11].source == "node03:11"
+    assert observer == ["probe reported a malformed process entry"]
+    assert dumps_from_document("h", {"processes": None}) == ([], ["probe reported no process list"])
+
+
+def test_collect_stacks_refuses_a_job_it_cannot_search() -> None:
+    from robustctl.errors import ConfigError, InventoryError
+    from robustctl.stacks.collect import collect_stacks
+    from robustctl.testing.fake_transport import FakeTransport
+    from robustctl.transport.pool import TransportPool
+
+    pool = TransportPool(override=FakeTransport())
+    with pytest.raises(ConfigError, match="no 'process:' section"):
+        collect_stacks(_job([_host("a")], 1, ""), pool)
+    with pytest.raises(InventoryError, match="not one of job"):
+        collect_stacks(_job([_host("a")], 1, "x"), pool, hosts=[_host("zz")])
+
+
+def test_settings_reach_the_probe() -> None:
+    from robustctl.stacks.collect import CollectSettings, collect_stacks
+    from robustctl.testing.fake_transport import FakeTransport
+    from robustctl.transport.pool import TransportPool
+
+    fake = FakeTransport()
+    job = _job([_host("a")], 2, "-weird", rank_cmdline=r"--rank (\d+)")
+    collect_stacks(
+        job,
+        TransportPool(override=fake),
+        settings=CollectSettings(
+            nonblocking=False, py_spy="/opt/py-spy", parallel=3, per_process_timeout_s=2
+        ),
+    )
+    argv = fake.calls[0][2]
+    assert "--match=-weird" in argv and r"--rank-cmdline=--rank (\d+)" in argv
+    assert "--blocking" in argv and "--py-spy=/opt/py-spy" in argv
+    assert argv[argv.index("--parallel") + 1] == "3" and argv[argv.index("--per-process-timeout") + 1] == "2"
+    collect_stacks(job, TransportPool(override=fake), settings=CollectSettings(native=True))
+    assert "--native" in fake.calls[1][2] and "--blocking" not in fake.calls[1][2]
