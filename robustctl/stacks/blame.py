@@ -6,14 +6,14 @@ rather than hunt the exact faulty one (at 9,600 GPUs it accepts evicting 6–7 h
 each PP group). This module does that as a pure function of a :class:`~.cluster.ClusterResult` and the
 job's :class:`~robustctl.inventory.topology.Topology`:
 
-1. **Healthy classes**: the dominant class of each role. If the outliers of the main role then span
-   no small group, *large* classes (≥ ``secondary_fraction``) of ranks *waiting* in a collective or a
-   p2p transfer are also treated as healthy, largest first, until the outliers fit in a group no larger
-   than ``max_evict_fraction`` of the job's machines. Waiting ranks at a second call site are the normal
-   picture of a stalled pipeline (e.g. first/last stages in the embedding all-reduce while the rest wait
-   in the DP all-reduce), while ranks computing, loading data or writing are never promoted. In
-   ByteRobust's Fig. 7 case the PP stage-mates blocked in send/recv are therefore *kept* as outliers:
-   together with the stuck rank they already fit one PP group.
+1. **Healthy classes**: the dominant class of each role. If the outliers then fit no proper group,
+   *large* classes (≥ ``secondary_fraction``) of ranks *waiting in a collective* are also treated as
+   healthy, largest first, until the outliers fit a group no larger than ``max_evict_fraction`` of the
+   job's machines. Ranks waiting at a second collective call site are the normal picture of a stalled
+   job (e.g. first/last PP stages in the embedding all-reduce while the rest wait in the DP
+   all-reduce); ranks computing, loading data or writing are never promoted, and neither are ranks
+   blocked in p2p send/recv: in ByteRobust's Fig. 7 case the PP stage-mates of the stuck rank are the
+   small outlier class next to it, and together they fit one PP group.
 2. **Outlier ranks**: every rank with a process in an outlier class of a blamed role (main, data
    loader, checkpoint; ``other`` processes are shown, not blamed), plus every rank whose process py-spy
    could not read (evidence, "could not be read"). A data-loader worker or checkpoint writer names its
@@ -115,12 +115,12 @@ class GroupChoice:
 
     Attributes:
         kind: ``"tp"``, ``"cp"``, ``"ep"``, ``"dp"``, ``"pp"``, a combination in layout order such as
-            ``"tp-pp"``, or ``"job"``.
-        index: Megatron's index of the group among the groups of its kind (0 for ``job``).
+            ``"tp-pp"``, ``"rank"`` (a single rank alone) or ``"job"``.
+        index: Megatron's index of the group among the groups of its kind (the rank for ``rank``, 0
+            for ``job``).
         ranks: the group's ranks as compact ranges (``"0,4,8,12"`` → ``"0,4,8,12"``, ``"0-7"``).
         n_ranks: how many ranks it holds.
         machines: its machines' host names (the over-eviction set), machine order.
-        healthy_taken: machines in it running no outlier rank (evicted with the suspects).
     """
 
     kind: str
@@ -128,7 +128,6 @@ class GroupChoice:
     ranks: str
     n_ranks: int
     machines: tuple[str, ...]
-    healthy_taken: int
 
 
 @dataclass(frozen=True)
@@ -140,8 +139,10 @@ class BlameResult:
         suspect_ranks: their distinct ranks. suspect_hosts: their distinct hosts (machine order).
         likely_culprits: suspect ranks not waiting on a peer.
         group: the smallest group containing the suspects (``None`` without a layout, or none).
-        over_eviction: hosts to evict: the group's machines, else the suspects' hosts.
-        healthy_machines_taken: machines in ``over_eviction`` running no suspect.
+        over_eviction: hosts to evict: the group's machines (plus the machines of unreadable
+            processes outside it), else the suspects' hosts.
+        healthy_machines_taken: machines in ``over_eviction`` expected healthy: running no likely
+            culprit (or, when every suspect waits on a peer, no suspect).
         healthy_classes: ``(role, class id)`` of the classes treated as healthy.
         not_collected: ranks of the layout with no main-process dump (compact ranges); n_not_collected: count.
         unplaced: outlier processes without a rank (``source`` or ``host:pid``).
@@ -172,8 +173,11 @@ def smallest_group(topology: Topology, ranks: Iterable[int]) -> GroupChoice | No
     """The group with the fewest machines that contains every rank of ``ranks``.
 
     Candidates: the single-dimension groups (size > 1) containing them all, the group of exactly the
-    dimensions in which they vary (when that is two or more and not the whole job), and the job.
-    Without ranks per host every group counts as zero machines and the fewest ranks win.
+    dimensions in which they vary (when that is two or more and not the whole job), for a single rank
+    the rank alone (kind ``"rank"``), and the job. The fewest machines win; ties go to the earlier
+    candidate (TP, CP, EP, DP, PP in layout order, then the combined group, the rank, the job), so a
+    single stuck rank gets its TP group when that stays on its machine, and itself otherwise.
+    Without ranks per host every group counts as zero machines.
 
     Returns:
         ``None`` when ``ranks`` is empty.
@@ -187,18 +191,20 @@ def smallest_group(topology: Topology, ranks: Iterable[int]) -> GroupChoice | No
     for r in rs:
         topology.check_rank(r)
     varying = set(topology.varying_dims(rs))
-    nontrivial = [d for d in topology.order if topology.sizes[d] > 1]
-    # a kind whose one group is the whole world is the job itself
-    kinds: list[str] = [d for d in nontrivial if varying <= {d} and topology.sizes[d] < topology.world_size]
+    nontrivial = [d for d in topology.order if 1 < topology.sizes[d] < topology.world_size]
+    kinds: list[str] = [d for d in nontrivial if varying <= {d}]
     if len(varying) >= 2 and set(nontrivial) - varying:
         kinds.append(topology.kind_name(varying))
+    if not varying:
+        kinds.append("rank")  # one rank: the rank alone (a size-1 group)
     kinds.append("job")
-    suspects = set(topology.machines_of(rs))
     best: tuple[tuple[int, int, int], GroupChoice] | None = None
     for pos, kind in enumerate(kinds):
         if kind == "job":
             members: Sequence[int] = range(topology.world_size)
             index = 0
+        elif kind == "rank":
+            members, index = (rs[0],), rs[0]
         else:
             index = topology.group_index(rs[0], kind)
             members = topology.group_ranks(kind, index)
@@ -209,9 +215,8 @@ def smallest_group(topology: Topology, ranks: Iterable[int]) -> GroupChoice | No
             ranks=compact_ranges(members),
             n_ranks=len(members),
             machines=tuple(topology.machine_name(m) for m in machines),
-            healthy_taken=len(set(machines) - suspects),
         )
-        key = (len(machines), len(members), pos)
+        key = (len(machines), pos, len(members))
         if best is None or key < best[0]:
             best = (key, choice)
     return best[1] if best else None
@@ -340,22 +345,23 @@ def blame(
         return own <= opts.max_spread_machines and (n is None or own <= opts.max_evict_fraction * n)
 
     def attempt(
-        trial: set[tuple[ProcessRole, int]],
+        trial: set[tuple[ProcessRole, int]], allow_job: bool
     ) -> tuple[list[StackClass], GroupChoice | None, set[int]] | None:
         """Localize the outliers under ``trial`` healthy classes: all together, else the stack outliers
-        in a group with the unreadable ones named machine by machine; ``None`` when neither fits."""
+        in a group with the unreadable ones named machine by machine; ``None`` when neither fits. A
+        ``job`` result (outliers named by their own machines) is accepted only with ``allow_job``."""
         assert topology is not None
         out = _outlier_classes(clusters, trial, [])
         every = _ranks_of(out, dumps)
         g = smallest_group(topology, every)
-        if localized(g, every):
+        if (allow_job or g is None or g.kind != "job") and localized(g, every):
             return out, g, set()
         stack = _ranks_of((c for c in out if not c.unreadable), dumps)
         unread = every - stack
         if stack and unread:
             g = smallest_group(topology, stack)
-            if g is not None and localized(g, stack) and g.kind != "job":
-                inside = set(topology.group_of(next(iter(stack)), g.kind))
+            if g is not None and g.kind != "job" and localized(g, stack):
+                inside = set(topology.group_of(next(iter(stack)), g.kind)) if g.kind != "rank" else stack
                 rest = unread - inside
                 if (
                     len(topology.machines_of(rest) if topology.ranks_per_host else rest)
@@ -365,24 +371,28 @@ def blame(
         return None
 
     if topology is not None:
-        found = attempt(healthy)
+        # 1. a proper group, with only the dominant classes healthy; 2. the same after treating large
+        # classes waiting in a collective as healthy too; 3. the outliers' own machines, when few
+        found = attempt(healthy, allow_job=False)
         if found is None and main is not None and opts.promote_waiting:
             promotable = [
                 c
                 for c in main.classes
-                if c.large and not c.unreadable and not c.dominant and c.category in WAITING
+                if c.large and not c.unreadable and not c.dominant and c.category is Category.COLLECTIVE
             ]
             trial = set(healthy)
             for c in promotable:
                 trial.add((main.role, c.id))
-                found = attempt(set(trial))
+                found = attempt(set(trial), allow_job=False)
                 if found is not None:
                     healthy = set(trial)
                     notes.append(
-                        f"main class {c.id} ({c.size} ranks waiting in {c.category.value}) treated as healthy: "
+                        f"main class {c.id} ({c.size} ranks waiting in a {c.category.value}) treated as healthy: "
                         "with it the outliers fit one group"
                     )
                     break
+        if found is None:
+            found = attempt(healthy, allow_job=True)
         if found is not None:
             outliers, group, separate = found
             ranks = _ranks_of(outliers, dumps)
@@ -475,9 +485,13 @@ def blame(
     if group is not None and group.machines and topology is not None:
         extra = [topology.machine_name(m) for m in topology.machines_of(separate)]
         over = tuple(dict.fromkeys((*group.machines, *extra)))
-        taken = group.healthy_taken
     else:
-        over, taken = suspect_hosts, 0
+        over = suspect_hosts
+    # expected healthy machines evicted: those running no likely culprit (victims waiting on a peer
+    # run on healthy machines: ByteRobust counts 6-7 such machines per PP group at 9,600 GPUs)
+    blamed = set(culprits) if culprits else {s.rank for s in suspects if s.rank is not None}
+    culprit_hosts = {s.host for s in suspects if s.rank in blamed and s.host is not None}
+    taken = sum(1 for h in over if h not in culprit_hosts)
     if group is not None and topology is not None and topology.ranks_per_host is None:
         notes.append("ranks per host unknown: no machines, no over-eviction set")
     return BlameResult(
