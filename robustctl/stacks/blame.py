@@ -15,8 +15,8 @@ job's :class:`~robustctl.inventory.topology.Topology`:
    blocked in p2p send/recv: in ByteRobust's Fig. 7 case the PP stage-mates of the stuck rank are the
    small outlier class next to it, and together they fit one PP group.
 2. **Outlier ranks**: every rank with a process in an outlier class of a blamed role (main, data
-   loader, checkpoint; ``other`` processes are shown, not blamed), plus every rank whose process py-spy
-   could not read (evidence, "could not be read"). A data-loader worker or checkpoint writer names its
+   loader, checkpoint; readable ``other`` processes are shown, not blamed), plus every rank with a
+   process py-spy could not read, whatever its role (evidence, "could not be read"). A data-loader worker or checkpoint writer names its
    rank (it carries its parent's rank).
 3. **Smallest group**: the outliers' coordinates vary in a set S of dimensions; candidates are the
    single-dimension groups (TP, CP, EP, DP, PP) containing every outlier, the combined S group
@@ -248,6 +248,8 @@ def _outlier_classes(
     out: list[StackClass] = []
     for rc in clusters.roles:
         if rc.role not in BLAMED_ROLES:
+            # other children are shown, not blamed, unless py-spy could not read them (evidence)
+            out.extend(c for c in rc.classes if c.unreadable)
             continue
         if rc.dominant is None and rc.role is not ProcessRole.MAIN and rc.readable:
             # a role with no dominant class contributes only its unreadable processes
@@ -269,6 +271,8 @@ def blame(
     clusters: ClusterResult,
     topology: Topology | None = None,
     options: BlameOptions | None = None,
+    *,
+    expected_ranks: Iterable[int] | None = None,
 ) -> BlameResult:
     """Name suspects, the smallest group containing them and the over-eviction set.
 
@@ -277,6 +281,9 @@ def blame(
         topology: the job's layout, ranks per host and hosts; ``None`` when unknown (offline without
             ``--layout``): suspects are then named by rank and the dumps' hosts, with no group.
         options: thresholds, see :class:`BlameOptions`.
+        expected_ranks: the ranks that were asked for (e.g. the ranks of the hosts a live collection
+            targeted); default every rank of the layout. Expected ranks without a main-process dump
+            are "not collected".
 
     Returns:
         A :class:`BlameResult` (see the module docstring for the rules).
@@ -298,10 +305,11 @@ def blame(
     not_collected: list[int] = []
     if topology is not None:
         have = _collected_ranks(clusters)
-        not_collected = [r for r in range(topology.world_size) if r not in have]
+        wanted = sorted(set(expected_ranks)) if expected_ranks is not None else range(topology.world_size)
+        not_collected = [r for r in wanted if r not in have]
         if not_collected:
             notes.append(
-                f"{len(not_collected)} of {topology.world_size} ranks not collected "
+                f"{len(not_collected)} of {len(wanted)} ranks not collected "
                 f"({compact_ranges(not_collected)}): not checked, never blamed"
             )
     nc = compact_ranges(not_collected)

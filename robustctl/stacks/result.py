@@ -14,7 +14,7 @@ Status (and exit code, :data:`robustctl.exit_codes`):
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from robustctl.config import ParallelLayout
@@ -369,6 +369,7 @@ def analyze_stacks(
     ranks_per_host: int | None = None,
     hosts: Sequence[str] | None = None,
     previous: Sequence[ProcessDump] | None = None,
+    expected_ranks: Iterable[int] | None = None,
     cluster_options: ClusterOptions | None = None,
     blame_options: BlameOptions | None = None,
 ) -> StacksReport:
@@ -382,6 +383,8 @@ def analyze_stacks(
         hosts: the job's hosts in rank order (``Job.hosts`` names); default ``machine-k``.
         previous: an earlier sample of the same job (e.g. 1–2 s before); when most ranks changed
             stack since, the job is progressing and no suspect is named (OK).
+        expected_ranks: ranks that were asked for (default: every rank of the layout); those
+            without a main-process dump are reported "not collected".
         cluster_options, blame_options: thresholds.
 
     Raises:
@@ -390,6 +393,6 @@ def analyze_stacks(
     t0 = time.perf_counter()
     topology = Topology(layout, ranks_per_host, hosts) if layout is not None else None
     clusters = cluster(dumps, cluster_options)
-    result = blame(clusters, topology, blame_options)
+    result = blame(clusters, topology, blame_options, expected_ranks=expected_ranks)
     progress = compare_samples(previous, dumps) if previous is not None else None
     return build_report(clusters, result, topology, progress=progress, elapsed_s=time.perf_counter() - t0)
