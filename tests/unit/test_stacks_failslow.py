@@ -1,0 +1,81 @@
+"""Fail-slow voting over rounds (ByteRobust §5: every 10 s × 5 rounds; most-flagged group degrades)."""
+
+from __future__ import annotations
+
+from robustctl.config import ParallelLayout
+from robustctl.inventory.topology import Topology
+from robustctl.stacks.cluster import ClusterResult, cluster
+from robustctl.stacks.failslow import default_kind, round_outliers, vote
+from robustctl.stacks.model import Frame, ProcessDump, ThreadStack
+
+WAIT = [
+    ("<module>", "train.py"),
+    ("step", "train.py"),
+    ("all_reduce", "torch/distributed/distributed_c10d.py"),
+]
+COMPUTE = [("<module>", "train.py"), ("step", "train.py"), ("forward", "model.py")]
+TOPO = Topology(ParallelLayout(tp=2, pp=4, dp=2), 2)
+
+
+def mk(rank: int, path: list[tuple[str, str]]) -> ProcessDump:
+    frames = tuple(Frame(fn, f) for fn, f in reversed(path))
+    return ProcessDump((ThreadStack("1", "MainThread", frames),), rank=rank)
+
+
+def rnd(computing: set[int], n: int = 16) -> ClusterResult:
+    return cluster([mk(r, COMPUTE if r in computing else WAIT) for r in range(n)])
+
+
+def test_slow_rank_wins_the_vote() -> None:
+    # rank 13 is slow: it computes in 4 of 5 rounds; healthy ranks are caught computing by chance
+    rounds = [rnd({13}), rnd({13, 2}), rnd({6}), rnd({13}), rnd({13, 9})]
+    res = vote(rounds, TOPO)
+    assert res.kind == "pp" and not res.ambiguous
+    assert res.degrader == TOPO.group_index(13, "pp") == 1
+    assert res.degrader_ranks == "1,5,9,13"
+    assert res.degrader_hosts == ("machine-0", "machine-2", "machine-4", "machine-6")
+    assert [v.flagged for v in res.rounds] == [1, None, 2, 1, 1]
+    assert res.rounds[1].abstained == "tie between groups 1-2"
+    assert res.votes == ((1, 3), (2, 1))
+    assert (
+        res.healthy_machines_taken == 1
+    )  # machine-0 held no outlier in any round (ranks 2, 6, 9, 13 did elsewhere)
+
+
+def test_quiet_and_ambiguous_rounds_abstain() -> None:
+    every_differs = cluster([mk(r, [*WAIT[:2], (f"f{r}", "x.py")]) for r in range(16)])
+    rounds = [rnd(set()), every_differs, rnd({3})]
+    res = vote(rounds, TOPO)
+    assert [v.abstained for v in res.rounds] == ["no outlier", "no dominant class", None]
+    assert res.degrader is None and res.ambiguous  # one flag < the 2 needed
+    assert res.reason is not None and "fewer than the 2 needed" in res.reason
+
+
+def test_tie_between_groups_is_ambiguous() -> None:
+    res = vote([rnd({1}), rnd({2}), rnd({1}), rnd({2})], TOPO)
+    assert res.degrader is None and res.ambiguous and res.reason is not None and "tie" in res.reason
+
+
+def test_nothing_flagged() -> None:
+    res = vote([rnd(set()), rnd(set())], TOPO)
+    assert res.degrader is None and not res.ambiguous and res.reason == "no round flagged a group"
+
+
+def test_kinds() -> None:
+    assert default_kind(TOPO) == "pp"
+    assert default_kind(Topology(ParallelLayout(dp=16), 8)) == "machine"
+    assert default_kind(Topology(ParallelLayout(dp=16))) == "rank"
+    assert default_kind(None) == "rank"
+    rounds = [rnd({5}), rnd({5}), rnd({4})]
+    by_machine = vote(rounds, Topology(ParallelLayout(dp=16), 4))
+    assert by_machine.kind == "machine" and by_machine.degrader == 1 and by_machine.degrader_ranks == "4-7"
+    by_rank = vote(rounds, None)
+    assert by_rank.kind == "rank" and by_rank.degrader == 5 and by_rank.degrader_hosts == ()
+    dp = vote(rounds, TOPO, kind="dp")
+    assert dp.kind == "dp" and dp.degrader == TOPO.group_index(5, "dp")
+
+
+def test_round_outliers() -> None:
+    assert round_outliers(rnd({3, 4})) == (3, 4)
+    assert round_outliers(rnd(set())) == ()
+    assert round_outliers(cluster([])) is None
