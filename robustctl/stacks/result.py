@@ -249,7 +249,9 @@ def _summary(status: Status, res: BlameResult, clusters: ClusterResult, progress
         for s in res.suspects:
             if s.rank is not None:
                 by_cat.setdefault(s.category.value, []).append(s.rank)
-        parts = "; ".join(f"{compact_ranges(v)} {k}" for k, v in by_cat.items())
+        parts = "; ".join(
+            f"{'rank' if len(set(v)) == 1 else 'ranks'} {compact_ranges(v)} {k}" for k, v in by_cat.items()
+        )
         n = len(res.suspect_ranks)
         msg = f"{n} outlier rank{'s' if n != 1 else ''} ({parts or 'no rank'})"
         if res.group is not None:
