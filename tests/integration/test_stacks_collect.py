@@ -33,6 +33,8 @@ COMM = ("all_reduce", "recv", "send", "barrier", "broadcast")
 @pytest.fixture(scope="module")
 def job(testbed_session: Testbed, tmp_path_factory: pytest.TempPathFactory) -> Iterator[MiniJob]:
     require_testbed()
+    if testbed_session.n_hosts < 5:
+        pytest.skip("needs a testbed of at least 5 hosts (ROBUSTCTL_TESTBED_HOSTS)")
     workdir = tmp_path_factory.mktemp("stacks-job")
     with MiniJob(testbed_session, workdir, tp=TP, pp=PP, dp=DP, ranks_per_host=G, ckpt_every=3) as j:
         j.start(timeout=150)

@@ -29,6 +29,8 @@ TP, PP, DP, G = 2, 2, 2, 4
 @pytest.fixture(scope="module")
 def job(testbed_session: Testbed, tmp_path_factory: pytest.TempPathFactory) -> Iterator[MiniJob]:
     require_testbed()
+    if testbed_session.n_hosts < 2:
+        pytest.skip("needs a testbed of at least 2 hosts (ROBUSTCTL_TESTBED_HOSTS)")
     workdir = tmp_path_factory.mktemp("train-job")
     with MiniJob(testbed_session, workdir, tp=TP, pp=PP, dp=DP, ranks_per_host=G, ckpt_every=2) as j:
         j.start(timeout=120)
