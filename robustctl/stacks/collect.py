@@ -32,6 +32,7 @@ from robustctl.stacks.parse import infer_role, parse_pyspy_json
 from robustctl.transport.fanout import HostOutcome, fan_out
 
 if TYPE_CHECKING:
+    from robustctl.config import DiagnoseSettings
     from robustctl.inventory import Host, Job
     from robustctl.transport.pool import TransportPool
 
@@ -72,6 +73,17 @@ class CollectSettings:
     retries: int = 1
     retry_backoff_s: float = 0.5
 
+    @classmethod
+    def from_diagnose(cls, diagnose: DiagnoseSettings, **overrides: Any) -> CollectSettings:
+        """Settings taking the inventory's fan-out knobs (concurrency, retries, backoff), then ``overrides``."""
+        base: dict[str, Any] = {
+            "concurrency": diagnose.concurrency,
+            "retries": diagnose.retries,
+            "retry_backoff_s": diagnose.retry_backoff_s,
+        }
+        base.update(overrides)
+        return cls(**base)
+
 
 @dataclass(frozen=True)
 class HostStacks:
@@ -104,6 +116,22 @@ class HostStacks:
         """Expected ranks that were not collected."""
         found = set(self.found_ranks)
         return tuple(r for r in self.expected_ranks if r not in found)
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready form (enums as their values, ``missing_ranks`` included)."""
+        return {
+            "host": self.host,
+            "outcome": self.outcome.value,
+            "status": self.status.value,
+            "error": self.error,
+            "expected_ranks": list(self.expected_ranks),
+            "found_ranks": list(self.found_ranks),
+            "missing_ranks": list(self.missing_ranks),
+            "processes": self.processes,
+            "unreadable": self.unreadable,
+            "elapsed_s": self.elapsed_s,
+            "py_spy_version": self.py_spy_version,
+        }
 
 
 @dataclass(frozen=True)

@@ -564,3 +564,14 @@ def test_settings_reach_the_probe() -> None:
     assert argv[argv.index("--parallel") + 1] == "3" and argv[argv.index("--per-process-timeout") + 1] == "2"
     collect_stacks(job, TransportPool(override=fake), settings=CollectSettings(native=True))
     assert "--native" in fake.calls[1][2] and "--blocking" not in fake.calls[1][2]
+
+
+def test_settings_from_diagnose_and_host_json() -> None:
+    from robustctl.config import DiagnoseSettings
+    from robustctl.models import Outcome, Status
+    from robustctl.stacks.collect import CollectSettings, HostStacks
+
+    s = CollectSettings.from_diagnose(DiagnoseSettings(concurrency=7, retries=0), native=True)
+    assert (s.concurrency, s.retries, s.native, s.nonblocking) == (7, 0, True, True)
+    h = HostStacks("n1", Outcome.UNREACHABLE, Status.UNKNOWN, "refused", (0, 1), ())
+    assert h.as_dict()["missing_ranks"] == [0, 1] and h.as_dict()["outcome"] == "unreachable"
