@@ -56,7 +56,9 @@ app.add_typer(inventory_cmd.app, name="inventory")
 
 def _register_optional() -> None:
     from robustctl.cli import analyze as analyze_cmd
+    from robustctl.cli import stacks as stacks_cmd
 
+    app.command("stacks")(stacks_cmd.stacks)
     app.command("analyze")(analyze_cmd.analyze)
 
 

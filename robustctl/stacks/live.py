@@ -1,0 +1,177 @@
+"""Live ``robustctl stacks``: collect a running job's stacks, then judge them.
+
+Two modes, both built from the pure pipeline (:func:`~robustctl.stacks.result.analyze_stacks`,
+:func:`~robustctl.stacks.failslow.vote`) over live collections
+(:func:`~robustctl.stacks.collect.collect_stacks`):
+
+- **hang** (default): ``samples`` collections ``interval_s`` apart; the last is clustered and blamed,
+  the one before it tells a progressing job (most ranks changed stack) from a stuck one.
+- **fail-slow** (``--slow``): ``rounds`` collections ``interval_s`` apart, each clustered; the
+  parallel group with the most outlier ranks in each round gets a vote, the group voted most often
+  is the degrader (ByteRobust, arXiv 2509.16293 §5: 10 s × 5 rounds).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from robustctl.models import SCHEMA_VERSION, Status, to_jsonable
+from robustctl.stacks.cluster import cluster
+from robustctl.stacks.collect import CollectSettings, StackCollection, collect_stacks
+from robustctl.stacks.failslow import FailSlowResult, vote
+from robustctl.stacks.result import StacksReport, analyze_stacks
+
+if TYPE_CHECKING:
+    from robustctl.exit_codes import ExitCode
+    from robustctl.inventory import Host, Job
+    from robustctl.transport.pool import TransportPool
+
+
+@dataclass(frozen=True)
+class LiveStacks:
+    """A live hang analysis: the report on the last sample plus what each collection got.
+
+    Attributes:
+        report: the verdict. collections: every collection, oldest first.
+    """
+
+    report: StacksReport
+    collections: tuple[StackCollection, ...]
+
+    @property
+    def exit_code(self) -> ExitCode:
+        """The report's exit code (2 suspects, 1 ambiguous, 3 nothing could be read, 0 OK)."""
+        return self.report.exit_code
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``--json`` document: the StacksReport fields plus ``collection`` (per host, per sample)."""
+        doc: dict[str, Any] = to_jsonable(self.report)
+        doc["collection"] = [
+            {
+                "started_at": c.started_at,
+                "elapsed_s": c.elapsed_s,
+                "missing_ranks": list(c.missing_ranks),
+                "hosts": [h.as_dict() for h in c.hosts],
+            }
+            for c in self.collections
+        ]
+        return doc
+
+
+@dataclass(frozen=True)
+class LiveFailSlow:
+    """A fail-slow vote over live rounds.
+
+    Attributes:
+        result: the vote. collections: one per round. status: CRITICAL when a degrader is named,
+        WARNING when the vote is ambiguous, UNKNOWN when no round could be read, OK otherwise.
+    """
+
+    result: FailSlowResult
+    collections: tuple[StackCollection, ...]
+    status: Status
+
+    @property
+    def exit_code(self) -> ExitCode:
+        """Exit code of :attr:`status`."""
+        return self.status.exit_code
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``--json`` document (``kind: "stacks-failslow"``)."""
+        return {
+            "kind": "stacks-failslow",
+            "schema_version": SCHEMA_VERSION,
+            "status": self.status.value,
+            "exit_code": int(self.exit_code),
+            "result": to_jsonable(self.result),
+            "collection": [
+                {"started_at": c.started_at, "elapsed_s": c.elapsed_s, "missing_ranks": list(c.missing_ranks)}
+                for c in self.collections
+            ],
+        }
+
+
+def _rounds(
+    job: Job,
+    pool: TransportPool,
+    n: int,
+    interval_s: float,
+    hosts: Sequence[Host] | None,
+    settings: CollectSettings,
+    on_round: Callable[[int, StackCollection], None] | None,
+) -> list[StackCollection]:
+    out: list[StackCollection] = []
+    for i in range(n):
+        t0 = time.monotonic()
+        col = collect_stacks(job, pool, hosts=hosts, settings=settings)
+        out.append(col)
+        if on_round is not None:
+            on_round(i, col)
+        if i + 1 < n:
+            time.sleep(max(0.0, interval_s - (time.monotonic() - t0)))
+    return out
+
+
+def stacks_hang(
+    job: Job,
+    pool: TransportPool,
+    *,
+    hosts: Sequence[Host] | None = None,
+    settings: CollectSettings | None = None,
+    samples: int = 2,
+    interval_s: float = 1.0,
+    on_sample: Callable[[int, StackCollection], None] | None = None,
+) -> LiveStacks:
+    """Collect ``samples`` times (``interval_s`` apart, ≥ 1 sample) and judge the last sample.
+
+    Raises:
+        ConfigError: the job has no ``process:`` spec. UsageError: dumps do not fit the layout.
+    """
+    settings = settings or CollectSettings()
+    cols = _rounds(job, pool, max(1, samples), interval_s, hosts, settings, on_sample)
+    last = cols[-1]
+    report = analyze_stacks(
+        last.dumps,
+        layout=job.layout,
+        ranks_per_host=job.ranks_per_host,
+        hosts=[h.name for h in job.hosts],
+        previous=cols[-2].dumps if len(cols) > 1 else None,
+        expected_ranks=last.expected_ranks,
+    )
+    return LiveStacks(report, tuple(cols))
+
+
+def stacks_failslow(
+    job: Job,
+    pool: TransportPool,
+    *,
+    hosts: Sequence[Host] | None = None,
+    settings: CollectSettings | None = None,
+    rounds: int = 5,
+    interval_s: float = 10.0,
+    on_round: Callable[[int, StackCollection], None] | None = None,
+) -> LiveFailSlow:
+    """Fail-slow voting over ``rounds`` live collections ``interval_s`` apart.
+
+    Raises:
+        ConfigError: the job has no ``process:`` spec. UsageError: dumps do not fit the layout.
+    """
+    from robustctl.inventory.topology import Topology
+
+    settings = settings or CollectSettings()
+    cols = _rounds(job, pool, max(1, rounds), interval_s, hosts, settings, on_round)
+    topo = Topology(job.layout, job.ranks_per_host, [h.name for h in job.hosts])
+    readable = [c for c in cols if any(d.error is None for d in c.dumps)]
+    result = vote([cluster(c.dumps) for c in cols], topo)
+    if not readable:
+        status = Status.UNKNOWN
+    elif result.degrader is not None:
+        status = Status.CRITICAL
+    elif result.ambiguous:
+        status = Status.WARNING
+    else:
+        status = Status.OK
+    return LiveFailSlow(result, tuple(cols), status)
