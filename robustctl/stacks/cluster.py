@@ -66,6 +66,7 @@ __all__ = [
     "cluster",
     "compact_ranges",
     "compare_samples",
+    "frame_category",
     "normalize_function",
     "normalize_path",
     "prefix_tree",
@@ -293,7 +294,7 @@ class _Interner(dict[Any, int]):
         super().__init__()
         self.options = options
         self.labels: list[str] = []
-        self.parts: list[tuple[str, str]] = []  # (function, normalized path) per id
+        self.parts: list[tuple[str, str]] = []  # (raw function name, normalized path) per id
         self._by_label: dict[str, int] = {}
 
     def __missing__(self, key: tuple[Any, ...]) -> int:
@@ -308,7 +309,7 @@ class _Interner(dict[Any, int]):
             fid = len(self.labels)
             self._by_label[label] = fid
             self.labels.append(label)
-            self.parts.append((fn, path))
+            self.parts.append((function, path))  # the raw (qualified) name, for categories
         self[key] = fid
         return fid
 
@@ -643,15 +644,25 @@ _DATA_FUNCS = frozenset(
 )
 
 
-def _frame_category(fn: str, path: str) -> Category | None:
+_ACTIVATION_CKPT = ("torch/utils/checkpoint.py", "tensor_parallel/random.py")
+_CKPT_VERBS = ("save", "load", "write", "persist", "wait", "flush", "finalize")
+
+
+def frame_category(qualified: str, path: str) -> Category | None:
+    """Category of one frame, or ``None`` when the frame says nothing (``qualified``: the function
+    name as py-spy printed it, e.g. ``Checkpointer.wait_for_previous_save`` on Python ≥ 3.11)."""
+    fn = qualified.rsplit(".", 1)[-1] if not qualified.startswith("<") else qualified
     low = path.lower()
-    fnl = fn.lower()
-    if (
+    fql = qualified.lower()
+    base = low.rsplit("/", 1)[-1]
+    activation = low.endswith(_ACTIVATION_CKPT)
+    if not activation and (
         "distributed/checkpoint/" in low
         or "dist_checkpointing/" in low
         or "checkpoint_engine" in low
         or (low.endswith("torch/serialization.py") and fn in ("save", "_save", "_legacy_save"))
-        or ("checkpoint" in fnl and any(w in fnl for w in ("save", "load", "write", "persist")))
+        or (("checkpoint" in fql or "ckpt" in fql) and any(w in fql for w in _CKPT_VERBS))
+        or ("checkpoint" in base or "ckpt" in base)
     ):
         return Category.CHECKPOINT
     if "p2p" in low or (fn in _P2P_FUNCS and any(h in low for h in _COMM_PATH_HINTS)):
@@ -669,13 +680,13 @@ def _frame_category(fn: str, path: str) -> Category | None:
 
 
 def categorize_parts(parts: Sequence[tuple[str, str]]) -> Category:
-    """:func:`categorize` on ``(function, normalized path)`` pairs, innermost first."""
+    """:func:`categorize` on ``(function as printed, normalized path)`` pairs, innermost first."""
     if not parts:
         return Category.UNKNOWN
     first: Category | None = None
     depth = 0
     for depth, (fn, path) in enumerate(parts):  # noqa: B007 - depth used after the loop
-        first = _frame_category(fn, path)
+        first = frame_category(fn, path)
         if first is not None:
             break
     if first is None:
@@ -684,7 +695,7 @@ def categorize_parts(parts: Sequence[tuple[str, str]]) -> Category:
         return Category.UNKNOWN if neutral else Category.COMPUTE
     if first is Category.IO:
         for fn, path in parts[depth + 1 :]:
-            outer = _frame_category(fn, path)
+            outer = frame_category(fn, path)
             if outer in (Category.CHECKPOINT, Category.DATALOADER):
                 return outer
     return first
@@ -694,7 +705,8 @@ def categorize(frames: Sequence[Frame]) -> Category:
     """What a thread is doing, from its frames (innermost first).
 
     The innermost recognised frame decides: checkpoint (``torch.distributed.checkpoint``, Megatron
-    ``dist_checkpointing``, ``torch.save``, ``*save*checkpoint*``), p2p (``send``/``recv``/``isend``/
+    ``dist_checkpointing``, ``torch.save``, a ``*checkpoint*``/``*ckpt*`` function that saves, loads,
+    writes or waits, a ``*checkpoint*`` module; activation checkpointing is compute), p2p (``send``/``recv``/``isend``/
     ``irecv``/``batch_isend_irecv`` in a distributed module, any ``*p2p*`` module such as Megatron's
     ``p2p_communication.py``), collective (``all_reduce``, ``all_gather*``, ``reduce_scatter*``,
     ``broadcast``, ``barrier``, ``all_to_all*`` … in a distributed module), dataloader
@@ -705,9 +717,7 @@ def categorize(frames: Sequence[Frame]) -> Category:
     recognised: compute when the innermost frame is the process's own code, unknown when it is a
     generic wait.
     """
-    return categorize_parts(
-        [(normalize_function(f.function), normalize_path(f.short_file or f.file)) for f in frames]
-    )
+    return categorize_parts([(f.function, normalize_path(f.short_file or f.file)) for f in frames])
 
 
 # --- the STAT prefix tree (for rendering) ------------------------------------------------------------

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from robustctl.stacks.cluster import Category, frame_category, normalize_path
 from robustctl.stacks.model import DumpParseError, Frame, ProcessDump, ProcessRole, ThreadStack
 
 __all__ = [
@@ -502,14 +503,10 @@ def _is_mp_child(frames: Sequence[Frame]) -> bool:
 
 
 def _has_checkpoint(frames: Sequence[Frame]) -> bool:
-    for fn, path in _files(frames):
-        if "torch/distributed/checkpoint/" in path or "dist_checkpointing/" in path:
-            return True
-        if path.endswith("torch/serialization.py") and fn in ("save", "_save", "_legacy_save"):
-            return True
-        if "checkpoint" in fn.lower() and ("save" in fn.lower() or "write" in fn.lower()):
-            return True
-    return False
+    return any(
+        frame_category(f.function, normalize_path(f.short_file or f.file)) is Category.CHECKPOINT
+        for f in frames
+    )
 
 
 def infer_role(threads: Sequence[ThreadStack], *, is_child: bool | None = None) -> ProcessRole:
@@ -517,8 +514,10 @@ def infer_role(threads: Sequence[ThreadStack], *, is_child: bool | None = None) 
 
     Rules (first that applies): a thread in ``torch/utils/data/_utils/worker.py`` ``_worker_loop`` →
     DATALOADER; a multiprocessing child (``multiprocessing/process.py`` ``_bootstrap`` in the main
-    thread, or ``is_child``) saving a checkpoint (``torch.distributed.checkpoint``, Megatron
-    ``dist_checkpointing``, ``torch.save``, a ``*save*checkpoint*`` function) → CHECKPOINT; another
+    thread, or ``is_child``) with a checkpoint frame anywhere in its main thread (``torch.save``,
+    ``torch.distributed.checkpoint``, Megatron ``dist_checkpointing``, a ``*checkpoint*`` writer
+    function such as ``_checkpoint_writer_main``, see :func:`robustctl.stacks.cluster.categorize`) →
+    CHECKPOINT, so a writer process keeps its role while idle; another
     multiprocessing child → OTHER; else MAIN. A rank process that saves a checkpoint itself, or in a
     thread, stays MAIN.
     """

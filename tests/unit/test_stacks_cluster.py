@@ -139,6 +139,20 @@ def test_fairseq_rank0_is_a_dataloader_wait() -> None:
         ([("_make_request", "urllib3/connectionpool.py")], Category.IO),
         ([("forward", "model.py"), ("_call_impl", "torch/nn/modules/module.py")], Category.COMPUTE),
         ([("checkpoint", "torch/utils/checkpoint.py"), ("forward", "model.py")], Category.COMPUTE),
+        ([("CheckpointFunction.forward", "megatron/core/tensor_parallel/random.py")], Category.COMPUTE),
+        (
+            [("get", "multiprocessing/queues.py"), ("Checkpointer.wait_for_previous_save", "job.py")],
+            Category.CHECKPOINT,
+        ),
+        ([("get", "multiprocessing/queues.py"), ("_checkpoint_writer_main", "job.py")], Category.CHECKPOINT),
+        ([("save_checkpoint", "megatron/training/checkpointing.py")], Category.CHECKPOINT),
+        (
+            [
+                ("wait", "threading.py"),
+                ("finalize", "megatron/core/dist_checkpointing/strategies/async_utils.py"),
+            ],
+            Category.CHECKPOINT,
+        ),
         ([("wait", "threading.py"), ("main", "t.py")], Category.UNKNOWN),
         ([], Category.UNKNOWN),
     ],
