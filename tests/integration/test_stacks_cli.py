@@ -1,0 +1,136 @@
+"""``robustctl stacks`` end to end: the real CLI against a real 16-rank gloo job on 4 testbed hosts.
+
+The job (tp=2, pp=2, dp=4, 4 ranks per host) is shared by the module; each test injects one fault
+from outside the training logic, runs the CLI as a user would, and removes the fault again. The
+ByteRobust Fig. 7 case (a hang in the last PP stage's recv, which is never released) runs last.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from .conftest import require_testbed
+from .jobrunner import MiniJob
+from .testbed import Testbed
+
+TP, PP, DP, G = 2, 2, 4, 4
+
+
+@pytest.fixture(scope="module")
+def job(testbed_session: Testbed, tmp_path_factory: pytest.TempPathFactory) -> Iterator[MiniJob]:
+    require_testbed()
+    if testbed_session.n_hosts < 4:
+        pytest.skip("needs a testbed of at least 4 hosts")
+    workdir = tmp_path_factory.mktemp("stacks-cli-job")
+    with MiniJob(testbed_session, workdir, tp=TP, pp=PP, dp=DP, ranks_per_host=G, ckpt_every=3) as j:
+        j.start(timeout=150)
+        j.wait_step(2, timeout=60)
+        yield j
+
+
+@pytest.fixture(scope="module")
+def inventory(job: MiniJob, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return job.write_inventory(tmp_path_factory.mktemp("stacks-cli-inv") / "inventory.yaml")
+
+
+@pytest.fixture
+def clean(job: MiniJob) -> Iterator[MiniJob]:
+    """The job, training; faults removed (and training resumed) after the test."""
+    yield job
+    job.clear_faults()
+
+
+def robustctl(*args: str, timeout: float = 240) -> tuple[int, dict[str, Any], str]:
+    proc = subprocess.run(
+        [sys.executable, "-m", "robustctl", *args, "--json"],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={"PATH": "/usr/bin:/bin", "NO_COLOR": "1", "HOME": "/nonexistent", "COLUMNS": "200"},
+    )
+    assert "Traceback" not in proc.stderr, proc.stderr
+    return proc.returncode, json.loads(proc.stdout), proc.stderr
+
+
+def test_healthy_job_has_no_suspect(clean: MiniJob, inventory: Path) -> None:
+    clean.wait_step(max(clean.steps_done().values()) + 1, timeout=60)
+    code, doc, err = robustctl("stacks", "-i", str(inventory), "--job", "mini")
+    assert code == 0, err
+    assert doc["kind"] == "stacks" and doc["status"] == "ok"
+    assert doc["suspect_ranks"] == [] and doc["over_eviction"] == []
+    assert doc["n_not_collected"] == 0
+    assert len(doc["collection"]) == 2 and all(h["status"] == "ok" for h in doc["collection"][-1]["hosts"])
+
+
+def test_rank_hung_in_compute_names_its_machine_and_group(clean: MiniJob, inventory: Path) -> None:
+    hung = clean.rank_at(tp=1, dp=2, pp=0)
+    clean.set_faults(f"hang:compute:rank={hung}")
+    clean.wait_stalled(2.0, timeout=60)
+    code, doc, err = robustctl("stacks", "-i", str(inventory), "--job", "mini")
+    assert code == 2, err
+    assert hung in doc["likely_culprits"]
+    assert clean.host_name(hung) in doc["over_eviction"]
+    group = doc["group"]
+    assert group is not None
+    assert str(hung) in group["ranks"] or group["kind"] == "rank"
+    culprit = next(s for s in doc["suspects"] if s["rank"] == hung)
+    assert culprit["category"] == "compute" and culprit["host"] == clean.host_name(hung)
+
+
+def test_stuck_dataloader_worker_is_named_through_the_child(clean: MiniJob, inventory: Path) -> None:
+    stuck = clean.rank_at(tp=0, dp=1, pp=1)
+    clean.set_faults(f"hang:dataloader:rank={stuck}")
+    clean.wait_stalled(2.0, timeout=60)
+    code, doc, err = robustctl("stacks", "-i", str(inventory), "--job", "mini")
+    assert code == 2, err
+    assert stuck in doc["suspect_ranks"]
+    mine = [s for s in doc["suspects"] if s["rank"] == stuck]
+    assert any(s["category"] == "dataloader" for s in mine), mine
+    assert clean.host_name(stuck) in doc["over_eviction"]
+
+
+def test_slow_rank_named_by_fail_slow_voting(clean: MiniJob, inventory: Path) -> None:
+    slow = clean.rank_at(tp=0, dp=3, pp=1)
+    clean.set_faults(f"slow:rank={slow}:factor=3")
+    code, doc, err = robustctl(
+        "stacks", "-i", str(inventory), "--job", "mini", "--slow", "--rounds", "5", "--interval", "0.5"
+    )
+    assert doc["kind"] == "stacks-failslow"
+    res = doc["result"]
+    assert code == 2, (err, json.dumps(res["rounds"], indent=1))
+    assert res["degrader"] is not None
+    assert clean.host_name(slow) in res["degrader_hosts"]
+
+
+def test_fig7_last_pp_stage_stuck_over_evicts_its_pp_group(clean: MiniJob, inventory: Path) -> None:
+    # ByteRobust Fig. 7: a rank of the last PP stage stuck; its stage-mates block in send/recv,
+    # every other rank waits in the DP all-reduce. The PP group is over-evicted.
+    stuck = clean.rank_at(tp=0, dp=2, pp=PP - 1)
+    clean.set_faults(f"hang:p2p_recv:rank={stuck}")
+    clean.wait_stalled(2.0, timeout=60)
+    code, doc, err = robustctl("stacks", "-i", str(inventory), "--job", "mini")
+    assert code == 2, err
+    group = doc["group"]
+    assert group is not None and "pp" in group["kind"].split("-"), group
+    pp_mates = [clean.rank_at(tp=0, dp=2, pp=p) for p in range(PP)]
+    assert set(pp_mates) <= set(doc["suspect_ranks"]) | {int(r) for r in _expand(group["ranks"])}
+    assert set(doc["over_eviction"]) == {clean.host_name(r) for r in _expand(group["ranks"])}
+    assert set(doc["over_eviction"]) >= {clean.host_name(r) for r in pp_mates}
+
+
+def _expand(ranges: str) -> list[int]:
+    out: list[int] = []
+    for part in ranges.split(","):
+        if "-" in part:
+            a, b = part.split("-")
+            out.extend(range(int(a), int(b) + 1))
+        elif part:
+            out.append(int(part))
+    return out
