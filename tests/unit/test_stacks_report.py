@@ -243,3 +243,36 @@ def test_pyspy_artefact_kind_clusters_a_multi_process_file(tmp_path: Path) -> No
     p.write_text(text)
     (a,) = analyze_paths([p]).artefacts
     assert a.kind == KIND and a.status is Status.CRITICAL and a.details["stacks"]["status"] == "critical"
+
+
+def test_minimegatron_compute_hang_end_to_end() -> None:
+    # real dumps of the project's 8-rank job (tp=2, pp=2, dp=2), rank 6 hung in a layer's forward
+    d = DATA / "captured-minimegatron-compute-hang"
+    rep = analyze_dumps(sorted(d.glob("rank*.txt")), layout=parse_layout("tp=2,pp=2,dp=2"), ranks_per_host=2)
+    assert rep.status is Status.CRITICAL and rep.processes == 32 and rep.readable == 32
+    assert rep.suspect_ranks == (2, 3, 6, 7) and rep.likely_culprits == (6,)
+    cats = {s.rank: s.category.value for s in rep.suspects}
+    assert cats == {2: "p2p", 3: "p2p", 6: "compute", 7: "collective"}
+    assert rep.group is not None and (rep.group.kind, rep.group.index, rep.group.ranks) == (
+        "tp-pp",
+        1,
+        "2-3,6-7",
+    )
+    assert rep.over_eviction == ("machine-1", "machine-3") and rep.healthy_machines_taken == 1
+    roles = {r.role: r for r in rep.roles}
+    assert roles["dataloader"].processes == 16 and roles["checkpoint"].processes == 8
+    assert roles["checkpoint"].dominant == 0 and roles["checkpoint"].n_classes == 1
+
+
+def test_minimegatron_dataloader_hang_named_through_workers() -> None:
+    d = DATA / "captured-minimegatron-dataloader-hang"
+    rep = analyze_dumps(sorted(d.glob("rank*.txt")), layout=parse_layout("tp=2,pp=2,dp=2"), ranks_per_host=2)
+    assert rep.status is Status.CRITICAL and rep.likely_culprits == (3,)
+    workers = [s for s in rep.suspects if s.role.value == "dataloader"]
+    assert (
+        len(workers) == 2
+        and {s.rank for s in workers} == {3}
+        and all(s.category.value == "dataloader" for s in workers)
+    )
+    main3 = next(s for s in rep.suspects if s.rank == 3 and s.role.value == "main")
+    assert main3.category.value == "dataloader"
