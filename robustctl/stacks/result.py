@@ -42,6 +42,7 @@ __all__ = [
     "StacksReport",
     "analyze_stacks",
     "build_report",
+    "hosts_from_dumps",
 ]
 
 MAX_CLASSES_PER_ROLE = 50
@@ -364,6 +365,19 @@ def _layout_json(layout: ParallelLayout | None) -> dict[str, object] | None:
     }
 
 
+def hosts_from_dumps(dumps: Sequence[ProcessDump], world_size: int, ranks_per_host: int) -> list[str] | None:
+    """Machine names in rank order as the dumps report them (``ProcessDump.host`` of a rank on machine
+    ``k``); ``machine-k`` where no dump says; ``None`` when no dump has both a rank and a host."""
+    names: dict[int, str] = {}
+    for d in dumps:
+        if d.rank is not None and d.host and 0 <= d.rank < world_size:
+            names.setdefault(d.rank // ranks_per_host, d.host)
+    if not names:
+        return None
+    n = -(-world_size // ranks_per_host)
+    return [names.get(k, f"machine-{k}") for k in range(n)]
+
+
 def analyze_stacks(
     dumps: Sequence[ProcessDump],
     *,
@@ -382,7 +396,8 @@ def analyze_stacks(
             ``error`` set); frames innermost first.
         layout: the job's parallel layout; without it suspects are named by rank/host only.
         ranks_per_host: G (ranks per machine); needed for machines and the over-eviction set.
-        hosts: the job's hosts in rank order (``Job.hosts`` names); default ``machine-k``.
+        hosts: the job's hosts in rank order (``Job.hosts`` names); default: the hosts the dumps
+            name (:func:`hosts_from_dumps`), else ``machine-k``.
         previous: an earlier sample of the same job (e.g. 1–2 s before); when most ranks changed
             stack since, the job is progressing and no suspect is named (OK).
         expected_ranks: ranks that were asked for (default: every rank of the layout); those
@@ -393,6 +408,8 @@ def analyze_stacks(
         UsageError: the dumps' ranks do not fit the layout, or hosts cannot hold the layout.
     """
     t0 = time.perf_counter()
+    if hosts is None and layout is not None and ranks_per_host:
+        hosts = hosts_from_dumps(dumps, layout.world_size, ranks_per_host)
     topology = Topology(layout, ranks_per_host, hosts) if layout is not None else None
     clusters = cluster(dumps, cluster_options)
     result = blame(clusters, topology, blame_options, expected_ranks=expected_ranks)

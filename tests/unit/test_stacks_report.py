@@ -276,3 +276,11 @@ def test_minimegatron_dataloader_hang_named_through_workers() -> None:
     )
     main3 = next(s for s in rep.suspects if s.rank == 3 and s.role.value == "main")
     assert main3.category.value == "dataloader"
+
+
+def test_hosts_default_to_the_dumps_hosts() -> None:
+    rep = analyze_stacks(fig7(), layout=LAYOUT, ranks_per_host=2)  # mk() sets host h{rank // 2}
+    assert rep.over_eviction == ("h0", "h2", "h4", "h6") and rep.suspect_hosts == ("h0", "h2", "h4", "h6")
+    partial = [d for d in fig7() if d.rank != 14 and d.rank != 15]
+    rep2 = analyze_stacks(partial, layout=LAYOUT, ranks_per_host=2, expected_ranks=range(14))
+    assert rep2.over_eviction == ("h0", "h2", "h4", "h6")
