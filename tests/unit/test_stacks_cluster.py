@@ -87,7 +87,7 @@ def test_different_venv_prefixes_and_lines_are_one_class() -> None:
 
 def test_text_and_json_dumps_of_one_job_cluster_together() -> None:
     gloo = DATA / "captured-gloo-4ranks"
-    dumps = [d for r in range(4) for d in parse_dump_file(gloo / f"rank{r}.{'json' if r % 2 else 'txt'}")]
+    dumps = [d for r in range(4) for d in parse_dump_file(gloo / f"rank{r}.{'json' if r % 2 else 'dump'}")]
     (rc,) = cluster(dumps).roles
     assert [c.ranks for c in rc.classes] == [(0, 2), (1,), (3,)]
     assert [c.category for c in rc.classes] == [Category.COLLECTIVE, Category.P2P, Category.COMPUTE]
@@ -97,7 +97,7 @@ def test_text_and_json_dumps_of_one_job_cluster_together() -> None:
 def test_mixtral_pid39_and_pid42_are_one_class() -> None:
     # EXPECTED.json: expected_clusters [["rank_pid39", "rank_pid42"]]; pid39's dump is cut after 8 frames.
     mix = DATA / "mixtral-zero3-accelerate-8xh100-PARTIAL"
-    dumps = [*parse_dump_file(mix / "rank_pid39.txt"), *parse_dump_file(mix / "rank_pid42.txt")]
+    dumps = [*parse_dump_file(mix / "rank_pid39.dump"), *parse_dump_file(mix / "rank_pid42.dump")]
     (rc,) = cluster(dumps).roles
     assert len(rc.classes) == 1
     (c,) = rc.classes
@@ -110,7 +110,7 @@ def test_mixtral_pid39_and_pid42_are_one_class() -> None:
 
 def test_fairseq_rank0_is_a_dataloader_wait() -> None:
     # EXPECTED.json: culprit_category "dataloader"
-    (d,) = parse_dump_file(DATA / "fairseq-rank0-dataloader-hang-PARTIAL" / "rank0.txt")
+    (d,) = parse_dump_file(DATA / "fairseq-rank0-dataloader-hang-PARTIAL" / "rank0.dump")
     assert categorize(d.threads[0].frames) is Category.DATALOADER
     (rc,) = cluster([d]).roles
     assert rc.classes[0].category is Category.DATALOADER and rc.dominant == 0

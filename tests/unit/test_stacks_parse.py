@@ -26,7 +26,7 @@ GLOO = DATA / "captured-gloo-4ranks"
 
 
 def test_fairseq_old_hex_thread_id() -> None:
-    (d,) = parse_dump_file(FAIRSEQ / "rank0.txt")
+    (d,) = parse_dump_file(FAIRSEQ / "rank0.dump")
     assert d.rank == 0 and d.error is None and d.role is ProcessRole.MAIN
     (t,) = d.threads
     assert t.thread_id == "0x7FA6E7C01740" and t.name == "MainThread" and t.idle is True and t.active is False
@@ -36,11 +36,11 @@ def test_fairseq_old_hex_thread_id() -> None:
 
 
 def test_mixtral_header_and_multithread_dump() -> None:
-    (p39,) = parse_dump_file(MIXTRAL / "rank_pid39.txt")
+    (p39,) = parse_dump_file(MIXTRAL / "rank_pid39.dump")
     assert p39.pid == 39 and p39.rank is None  # "rank_pid39": 39 is a PID, not a rank
     assert p39.cmdline is not None and p39.cmdline.startswith("/usr/bin/python3.10 -u src/")
     assert len(p39.threads) == 1 and len(p39.threads[0].frames) == 8
-    (p42,) = parse_dump_file(MIXTRAL / "rank_pid42.txt")
+    (p42,) = parse_dump_file(MIXTRAL / "rank_pid42.dump")
     assert p42.pid == 42  # no header: the main thread's TID
     names = [t.name for t in p42.threads]
     assert names == ["MainThread", "Thread-1", None, None, None, None]
@@ -56,7 +56,7 @@ def test_mixtral_header_and_multithread_dump() -> None:
 
 def test_text_and_json_of_the_same_process_agree() -> None:
     for r in range(4):
-        (t,) = parse_dump_file(GLOO / f"rank{r}.txt")
+        (t,) = parse_dump_file(GLOO / f"rank{r}.dump")
         (j,) = parse_dump_file(GLOO / f"rank{r}.json")
         assert t.rank == j.rank == r and t.pid == j.pid
         tf, jf = t.threads[0].frames, j.threads[0].frames
@@ -69,7 +69,7 @@ def test_text_and_json_of_the_same_process_agree() -> None:
 
 
 def test_several_processes_in_one_file_and_roles() -> None:
-    dumps = parse_dump_file(DATA / "captured-dataloader-worker-stuck" / "rank0-with-workers.txt")
+    dumps = parse_dump_file(DATA / "captured-dataloader-worker-stuck" / "rank0-with-workers.dump")
     assert [d.pid for d in dumps] == [13621, 13622, 13593]
     assert [d.role for d in dumps] == [ProcessRole.DATALOADER, ProcessRole.DATALOADER, ProcessRole.MAIN]
     assert {d.rank for d in dumps} == {0}
@@ -80,10 +80,10 @@ def test_several_processes_in_one_file_and_roles() -> None:
 @pytest.mark.parametrize(
     ("name", "message"),
     [
-        ("no-such-process-rust-backtrace.txt", "Failed to get process executable name"),
-        ("no-such-process.txt", "No such file or directory (os error 2)"),
-        ("not-python.txt", "Failed to find python version"),
-        ("permission-denied.txt", "Permission Denied"),
+        ("no-such-process-rust-backtrace.dump", "Failed to get process executable name"),
+        ("no-such-process.dump", "No such file or directory (os error 2)"),
+        ("not-python.dump", "Failed to find python version"),
+        ("permission-denied.dump", "Permission Denied"),
     ],
 )
 def test_pyspy_error_output_is_an_unreadable_process(name: str, message: str) -> None:
@@ -94,7 +94,7 @@ def test_pyspy_error_output_is_an_unreadable_process(name: str, message: str) ->
 
 
 def test_crafted_old_format_locals_fence_two_processes() -> None:
-    dumps = parse_dump_file(DATA / "crafted" / "old-format-two-processes.txt")
+    dumps = parse_dump_file(DATA / "crafted" / "old-format-two-processes.dump")
     assert len(dumps) == 2
     first, second = dumps
     assert first.rank == second.rank == 5  # "RANK=5" in the text
@@ -106,7 +106,7 @@ def test_crafted_old_format_locals_fence_two_processes() -> None:
 
 
 def test_crafted_headerless_cut_stack() -> None:
-    (d,) = parse_dump_file(DATA / "crafted" / "headerless-truncated.txt")
+    (d,) = parse_dump_file(DATA / "crafted" / "headerless-truncated.dump")
     (t,) = d.threads
     assert t.thread_id == "?" and t.name is None
     assert [f.function for f in t.frames] == ["compute", "forward", "_call_impl", "train_step"]
@@ -172,7 +172,7 @@ def test_rank_from_name_and_text() -> None:
     assert rank_from_name("RANK-3.txt") == 3
     assert rank_from_name("dump-r12.txt") == 12
     assert rank_from_name("node01.r7.txt") == 7
-    assert rank_from_name("rank_pid39.txt") is None
+    assert rank_from_name("rank_pid39.dump") is None
     assert rank_from_name("worker.txt") is None
     assert rank_from_text("env: RANK=4 LOCAL_RANK=0") == 4
     assert rank_from_text("LOCAL_RANK=2") is None
@@ -203,12 +203,12 @@ def test_native_frames_without_line() -> None:
 
 def test_sniff() -> None:
     for p in [
-        FAIRSEQ / "rank0.txt",
-        MIXTRAL / "rank_pid39.txt",
+        FAIRSEQ / "rank0.dump",
+        MIXTRAL / "rank_pid39.dump",
         GLOO / "rank1.json",
-        DATA / "crafted" / "headerless-truncated.txt",
-        DATA / "captured-errors" / "permission-denied.txt",
-        DATA / "captured-errors" / "no-such-process.txt",
+        DATA / "crafted" / "headerless-truncated.dump",
+        DATA / "captured-errors" / "permission-denied.dump",
+        DATA / "captured-errors" / "no-such-process.dump",
     ]:
         assert looks_like_pyspy(p.read_text()), p
     for text in [
@@ -222,7 +222,7 @@ def test_sniff() -> None:
 
 
 def test_infer_role() -> None:
-    dumps = parse_dump_file(DATA / "captured-dataloader-worker-stuck" / "rank0-with-workers.txt")
+    dumps = parse_dump_file(DATA / "captured-dataloader-worker-stuck" / "rank0-with-workers.dump")
     assert infer_role(dumps[0].threads) is ProcessRole.DATALOADER
     assert infer_role(dumps[2].threads) is ProcessRole.MAIN
     assert infer_role(()) is ProcessRole.MAIN

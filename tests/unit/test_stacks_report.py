@@ -158,7 +158,7 @@ def test_render_ambiguous_and_failslow() -> None:
 
 
 def test_analyze_dumps_on_captured_gloo_job() -> None:
-    paths = sorted(GLOO.glob("rank*.txt"))
+    paths = sorted(GLOO.glob("rank*.dump"))
     assert all_pyspy(paths)
     rep = analyze_dumps(paths, layout=parse_layout("tp=2,dp=2", world_size=4), ranks_per_host=1)
     # ranks 0,2 all_reduce (dominant); 1 recv, 3 compute: DP group [1,3] on machines 1 and 3
@@ -175,19 +175,19 @@ def test_analyze_dumps_on_captured_gloo_job() -> None:
 
 def test_analyze_dumps_bad_files_are_unknown_inputs_never_suspects(tmp_path: Path) -> None:
     for r in range(4):
-        shutil.copy(GLOO / f"rank{r}.txt", tmp_path / f"rank{r}.txt")
-    (tmp_path / "rank4.txt").write_text("garbage\n")
-    (tmp_path / "rank5.txt").write_bytes(b"\x00\x01")
-    paths = [*sorted(tmp_path.glob("rank*.txt")), tmp_path / "missing.txt"]
+        shutil.copy(GLOO / f"rank{r}.dump", tmp_path / f"rank{r}.dump")
+    (tmp_path / "rank4.dump").write_text("garbage\n")
+    (tmp_path / "rank5.dump").write_bytes(b"\x00\x01")
+    paths = [*sorted(tmp_path.glob("rank*.dump")), tmp_path / "missing.txt"]
     assert not all_pyspy(paths)
     rep = analyze_dumps(paths, layout=parse_layout("dp=8"), ranks_per_host=1)
     bad = [f for f in rep.inputs if f.status is Status.UNKNOWN]
-    assert [Path(f.path).name for f in bad] == ["rank4.txt", "rank5.txt", "missing.txt"]
+    assert [Path(f.path).name for f in bad] == ["rank4.dump", "rank5.dump", "missing.txt"]
     assert all(f.error for f in bad)
     assert 4 not in rep.suspect_ranks and 5 not in rep.suspect_ranks
     assert rep.not_collected == "4-7"
     text = render(rep)
-    assert "rank4.txt: not a py-spy dump" in text
+    assert "rank4.dump: not a py-spy dump" in text
 
 
 def test_analyze_dumps_garbage_only_is_unknown() -> None:
@@ -196,29 +196,31 @@ def test_analyze_dumps_garbage_only_is_unknown() -> None:
 
 
 def test_analyze_dumps_real_samples() -> None:
-    fairseq = analyze_dumps([DATA / "fairseq-rank0-dataloader-hang-PARTIAL" / "rank0.txt"])
+    fairseq = analyze_dumps([DATA / "fairseq-rank0-dataloader-hang-PARTIAL" / "rank0.dump"])
     assert fairseq.status is Status.OK and fairseq.classes[0].category == "dataloader"
     mix = DATA / "mixtral-zero3-accelerate-8xh100-PARTIAL"
-    rep = analyze_dumps([mix / "rank_pid39.txt", mix / "rank_pid42.txt"])
+    rep = analyze_dumps([mix / "rank_pid39.dump", mix / "rank_pid42.dump"])
     assert len(rep.classes) == 1 and rep.classes[0].size == 2 and rep.classes[0].partial == 1
-    with_layout = analyze_dumps([mix / "rank_pid39.txt", mix / "rank_pid42.txt"], layout=parse_layout("dp=8"))
+    with_layout = analyze_dumps(
+        [mix / "rank_pid39.dump", mix / "rank_pid42.dump"], layout=parse_layout("dp=8")
+    )
     assert with_layout.status is Status.UNKNOWN and with_layout.n_not_collected == 8
     assert any("without a rank" in n for n in with_layout.notes)
 
 
 def test_errors_and_dataloader_workers_offline() -> None:
-    dumps, inputs = load_dumps(sorted((DATA / "captured-errors").glob("*.txt")))
+    dumps, inputs = load_dumps(sorted((DATA / "captured-errors").glob("*.dump")))
     assert len(dumps) == 4 and all(d.error for d in dumps) and all(f.status is Status.OK for f in inputs)
-    rep = analyze_dumps([DATA / "captured-dataloader-worker-stuck" / "rank0-with-workers.txt"])
+    rep = analyze_dumps([DATA / "captured-dataloader-worker-stuck" / "rank0-with-workers.dump"])
     roles = {r.role: r for r in rep.roles}
     assert roles["dataloader"].ambiguous and roles["main"].dominant == 0
 
 
 def test_pyspy_artefact_kind_registered() -> None:
-    text = (GLOO / "rank3.txt").read_text()
+    text = (GLOO / "rank3.dump").read_text()
     kind = detect_kind(text)
     assert kind is not None and kind.name == KIND
-    report = analyze_paths([GLOO / "rank3.txt", DATA / "captured-errors" / "permission-denied.txt"])
+    report = analyze_paths([GLOO / "rank3.dump", DATA / "captured-errors" / "permission-denied.dump"])
     a, b = report.artefacts
     assert a.kind == KIND and a.status is Status.OK and "compute" in a.summary
     assert a.details["processes"][0]["main_stack"][-1] == "compute (g.py)"
@@ -248,7 +250,7 @@ def test_pyspy_artefact_kind_clusters_a_multi_process_file(tmp_path: Path) -> No
 def test_minimegatron_compute_hang_end_to_end() -> None:
     # real dumps of the project's 8-rank job (tp=2, pp=2, dp=2), rank 6 hung in a layer's forward
     d = DATA / "captured-minimegatron-compute-hang"
-    rep = analyze_dumps(sorted(d.glob("rank*.txt")), layout=parse_layout("tp=2,pp=2,dp=2"), ranks_per_host=2)
+    rep = analyze_dumps(sorted(d.glob("rank*.dump")), layout=parse_layout("tp=2,pp=2,dp=2"), ranks_per_host=2)
     assert rep.status is Status.CRITICAL and rep.processes == 32 and rep.readable == 32
     assert rep.suspect_ranks == (2, 3, 6, 7) and rep.likely_culprits == (6,)
     cats = {s.rank: s.category.value for s in rep.suspects}
@@ -266,7 +268,7 @@ def test_minimegatron_compute_hang_end_to_end() -> None:
 
 def test_minimegatron_dataloader_hang_named_through_workers() -> None:
     d = DATA / "captured-minimegatron-dataloader-hang"
-    rep = analyze_dumps(sorted(d.glob("rank*.txt")), layout=parse_layout("tp=2,pp=2,dp=2"), ranks_per_host=2)
+    rep = analyze_dumps(sorted(d.glob("rank*.dump")), layout=parse_layout("tp=2,pp=2,dp=2"), ranks_per_host=2)
     assert rep.status is Status.CRITICAL and rep.likely_culprits == (3,)
     workers = [s for s in rep.suspects if s.role.value == "dataloader"]
     assert (
