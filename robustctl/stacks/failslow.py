@@ -8,8 +8,12 @@ rounds, while healthy ranks caught mid-compute land there only by chance.
 
 :func:`vote` is the pure half (the live command takes the samples; ``--rounds 5 --interval 10``):
 
-* a round's outliers are the ranks of the main role's non-dominant classes plus unreadable ranks
-  (blame's localization is not applied: a slow round is often spread, and votes add up instead);
+* a round votes with its *busy* ranks, those not waiting on a peer (compute, data loading, I/O,
+  checkpoint, unreadable), when they are fewer than half the ranks: a straggler is busy while its
+  peers wait for it in collectives and p2p calls spread over many call sites, so "non-dominant" alone
+  would sweep the waiting ranks in too. When most ranks are busy, the round votes with the ranks of
+  the main role's non-dominant classes plus unreadable ranks (blame's localization is not applied:
+  a slow round is often spread, and votes add up instead);
 * a round flags the group of ``kind`` holding the most outlier ranks; a round with no dominant class,
   or with no outlier, **abstains** (flags nothing); a round where several groups tie for the most
   outliers **abstains** too (recorded as a tie: it cannot tell them apart);
@@ -28,6 +32,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from robustctl.inventory.topology import Topology
+from robustctl.stacks.blame import WAITING
 from robustctl.stacks.cluster import ClusterResult, compact_ranges
 from robustctl.stacks.model import ProcessRole
 
@@ -89,12 +94,22 @@ def default_kind(topology: Topology | None) -> str:
 
 
 def round_outliers(clusters: ClusterResult) -> tuple[int, ...] | None:
-    """Outlier ranks of one round (main role's non-dominant classes + unreadable), ``None`` if no dominant class."""
+    """The ranks one round votes with; ``None`` when the main role has no dominant class.
+
+    When fewer than half of the ranks are *busy* (in a class that is not waiting on a peer:
+    compute, data loading, I/O, checkpoint, unknown or unreadable), the busy ranks are the ones the
+    others wait for, and they vote. Otherwise (most ranks busy) the outliers of the dominant class
+    vote: the main role's non-dominant classes plus unreadable ranks.
+    """
     main = clusters.role(ProcessRole.MAIN)
     if main is None or main.dominant is None:
         return None
-    ranks = {r for c in main.classes if c.id != main.dominant for r in c.ranks}
-    return tuple(sorted(ranks))
+    ranks = {r for c in main.classes for r in c.ranks}
+    busy = {r for c in main.classes if c.category not in WAITING for r in c.ranks}
+    if busy and 2 * len(busy) < len(ranks):
+        return tuple(sorted(busy))
+    outliers = {r for c in main.classes if c.id != main.dominant for r in c.ranks}
+    return tuple(sorted(outliers))
 
 
 def _group_of(rank: int, kind: str, topology: Topology | None) -> int:

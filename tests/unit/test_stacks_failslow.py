@@ -78,3 +78,31 @@ def test_round_outliers() -> None:
     assert round_outliers(rnd({3, 4})) == (3, 4)
     assert round_outliers(rnd(set())) == ()
     assert round_outliers(cluster([])) is None
+
+
+P2P = [("<module>", "train.py"), ("step", "train.py"), ("recv", "torch/distributed/distributed_c10d.py")]
+TP_WAIT = [
+    ("<module>", "train.py"),
+    ("forward", "model.py"),
+    ("all_reduce", "torch/distributed/distributed_c10d.py"),
+]
+
+
+def test_busy_ranks_vote_when_waiting_ranks_spread_over_call_sites() -> None:
+    # A straggler computes while its peers wait at several call sites (DP all-reduce, TP all-reduce,
+    # PP recv): the non-dominant classes hold waiting ranks too, but only the busy rank votes.
+    paths = {r: WAIT for r in range(16)}
+    for r in (0, 1, 4, 5):
+        paths[r] = P2P
+    for r in (8, 9):
+        paths[r] = TP_WAIT
+    paths[13] = COMPUTE
+    one = cluster([mk(r, p) for r, p in paths.items()])
+    assert round_outliers(one) == (13,)
+    res = vote([one, one, rnd({13, 2})], TOPO)
+    assert res.degrader == TOPO.group_index(13, "pp")
+
+
+def test_most_ranks_busy_falls_back_to_non_dominant_classes() -> None:
+    busy = cluster([mk(r, WAIT if r in (3, 7) else COMPUTE) for r in range(16)])
+    assert round_outliers(busy) == (3, 7)
