@@ -7,13 +7,15 @@
 #   nftables        network faults on loopback hosts (Testbed.block_host)
 #   procps          ps/pkill-free process inspection used when debugging the testbed
 #   passwd          useradd/usermod for the testbed's login user
+#   slurmctld slurmd slurm-client munge
+#                   the real Slurm 22.05 controller and nodes of tests/integration/slurmbed.py
 #
 # Idempotent: `apt-get update` runs only when something must be installed; prints one line when
 # nothing is to do. Needs root (or sudo) only when it has to install. Non-Debian systems: says so and
 # exits 0, leaving the tests to skip with their own reason.
 set -euo pipefail
 
-PACKAGES=(openssh-server openssh-client pdsh nftables procps passwd)
+PACKAGES=(openssh-server openssh-client pdsh nftables procps passwd slurmctld slurmd slurm-client munge)
 
 if ! command -v dpkg-query >/dev/null 2>&1; then
     echo "testbed-deps: not a Debian-like system (no dpkg-query); install ${PACKAGES[*]} by hand" >&2
