@@ -25,6 +25,9 @@ Inventory YAML (every key optional except ``hosts``)::
         state: active          # active | standby | evicted
     thresholds: {...}          # robustctl.checks.thresholds.Thresholds
     diagnose: {concurrency: 64, host_timeout_s: 120, deadline_s: 900, retries: 2}
+    scheduler: {kind: inventory, timeout_s: 30}   # inventory | slurm | kubernetes (+ slurm:/kubernetes:)
+    policy: {max_job_fraction: 0.5, max_cluster_fraction: 0.1, max_evictions_per_hour: 32,
+             circuit_breaker_fraction: 0.3, window_s: 3600, lock_timeout_s: 30}
 """
 
 from __future__ import annotations
@@ -202,6 +205,65 @@ class JobSpec(StrictModel):
     process: RankProcessSpec | None = None
 
 
+class SlurmSettings(StrictModel):
+    """``scheduler.slurm``: settings of the Slurm back end (filled by robustctl.schedulers.slurm)."""
+
+
+class KubernetesSettings(StrictModel):
+    """``scheduler.kubernetes``: settings of the Kubernetes back end (filled by its back end)."""
+
+
+class SchedulerSettings(StrictModel):
+    """``scheduler:``: which back end takes machines out of service and puts them back.
+
+    ``kind: inventory`` (default) keeps every state in robustctl's own store; ``slurm`` and
+    ``kubernetes`` drive the real scheduler with the settings of the sub-section of that name.
+    """
+
+    kind: Literal["inventory", "slurm", "kubernetes"] = Field(
+        "inventory", description="Back end: inventory (embedded, the store only), slurm or kubernetes."
+    )
+    timeout_s: Seconds = Field(30.0, description="Deadline of any one scheduler command or API call.")
+    slurm: SlurmSettings | None = None
+    kubernetes: KubernetesSettings | None = None
+
+
+Fraction = Annotated[float, Field(gt=0, le=1)]
+
+
+class PolicySettings(StrictModel):
+    """``policy:``: the safety rails of destructive actions (:mod:`robustctl.actions.rails`).
+
+    Defaults and where they come from:
+
+    * ``max_job_fraction`` 0.5: at most half of a job's machines evicted per window (an over-evicted PP
+      group of a PP=2 job is half the job). Cluster API MachineHealthCheck ``maxUnhealthy`` plays this
+      role per machine set.
+    * ``max_cluster_fraction`` 0.1: at most 10% of the inventory's hosts evicted per window.
+    * ``max_evictions_per_hour`` 32: a rate limit, like kube-controller-manager's
+      ``--node-eviction-rate`` (0.1 node/s by default; a training cluster wants far fewer).
+    * ``circuit_breaker_fraction`` 0.3: refuse when more than 30% of the hosts look bad at once
+      (suspect, evicted, or targeted): more likely an observer fault (Kubernetes stops evicting in a zone
+      past ``--unhealthy-zone-threshold`` 0.55; Google's Diskerase post-mortem: an empty target set read
+      as "everything" erased a fleet).
+    * ``window_s`` 3600: the sliding window of the fraction limits.
+    * ``lock_timeout_s`` 30: how long an action waits for another robustctl holding the store's lock.
+    * ``standby_repair_window_days`` 1.0 and ``standby_quantile`` 0.99: standby pool sizing
+      (ByteRobust, arXiv 2509.16293, Table 5).
+    """
+
+    max_job_fraction: Fraction = Field(0.5, description="Max share of a job's machines evicted per window.")
+    max_cluster_fraction: Fraction = Field(0.1, description="Max share of all hosts evicted per window.")
+    max_evictions_per_hour: int = Field(32, ge=1, le=100_000, description="Max machines evicted per hour.")
+    circuit_breaker_fraction: Fraction = Field(
+        0.3, description="Refuse when more than this share of hosts look bad at once."
+    )
+    window_s: Seconds = Field(3600.0, description="Sliding window of the fraction limits, seconds.")
+    lock_timeout_s: float = Field(30.0, ge=0, le=3600, description="Wait for another robustctl's lock, s.")
+    standby_repair_window_days: float = Field(1.0, gt=0, le=365, description="Days a failed machine is out.")
+    standby_quantile: float = Field(0.99, gt=0, lt=1, description="Quantile of failures the pool covers.")
+
+
 class InventoryFile(StrictModel):
     """Top level of an inventory file."""
 
@@ -212,10 +274,13 @@ class InventoryFile(StrictModel):
     thresholds: Thresholds = Field(default_factory=Thresholds)
     diagnose: DiagnoseSettings = Field(default_factory=DiagnoseSettings)
     jobs: dict[str, JobSpec] = Field(default_factory=dict, description="Training jobs by name.")
+    scheduler: SchedulerSettings = Field(default_factory=SchedulerSettings)
+    policy: PolicySettings = Field(default_factory=PolicySettings)
 
 
 ENV_VARS: dict[str, str] = {
     "ROBUSTCTL_INVENTORY": "inventory file used when -i is not given",
+    "ROBUSTCTL_STATE": "state store (SQLite) used when --state is not given",
     "ROBUSTCTL_CONCURRENCY": "diagnose.concurrency",
     "ROBUSTCTL_HOST_TIMEOUT": "diagnose.host_timeout_s",
     "ROBUSTCTL_DEADLINE": "diagnose.deadline_s",
