@@ -33,6 +33,8 @@ def make_scheduler(settings: SchedulerSettings, *, inventory: Inventory, store: 
         raise ConfigError(f"scheduler.kind {settings.kind!r} is not available: {exc}") from None
     create: Any = getattr(module, "create", None)
     if create is None:
-        raise ConfigError(f"scheduler.kind {settings.kind!r}: robustctl.schedulers.{settings.kind} has no create()")
+        raise ConfigError(
+            f"scheduler.kind {settings.kind!r}: robustctl.schedulers.{settings.kind} has no create()"
+        )
     sched: Scheduler = create(settings, inventory=inventory, store=store)
     return sched

@@ -1,0 +1,660 @@
+"""robustctl's state store: one SQLite file (WAL) holding machine states, job host lists and the audit log.
+
+Where: ``--state PATH``, else ``$ROBUSTCTL_STATE``, else ``$XDG_STATE_HOME/robustctl/state.db``, else
+``~/.local/state/robustctl/state.db`` (:func:`default_path`).
+
+What it holds (schema version :data:`SCHEMA_VERSION`, migrations recorded in ``migrations``):
+
+* ``machines``: robustctl's lifecycle state of each host (:class:`MachineState`: active, standby,
+  suspect, evicted, returned) and, for standbys, its readiness (:class:`Readiness`: ready, bad,
+  unchecked); every change appends a ``machine_history`` row (who, when, from → to, why, audit id).
+  A host without a row is in its inventory state.
+* ``sched_nodes``: the embedded ``inventory`` scheduler's view (drained/standby/active) of each host.
+* ``job_hosts``: a job's machines in rank order once robustctl changed them (standby activation).
+* ``audit`` + ``audit_steps``: an append-only log (deleting rows is refused by a trigger). An action
+  writes its record *before* applying (status ``started``, the plan JSON included), marks each step
+  ``running`` before it runs and ``done``/``noop``/``failed`` after, then the final status. A robustctl
+  killed mid-apply thus leaves a record whose steps say exactly which ran, and which one was in flight.
+
+The lock (:meth:`Store.lock`): an ``fcntl`` lock on the sidecar file ``<state>.lock``, held while an
+action plans and applies, so two robustctl processes never act at once; the kernel drops it when the
+holder dies (no stale locks). A second process waits up to ``lock_timeout_s`` and then refuses
+(:class:`StoreLocked`, naming the holder's pid, host and action).
+
+Errors: any SQLite failure (read-only file or file system, disk or database full, corrupt file) is a
+:class:`StoreError` (a :class:`~robustctl.errors.ConfigError`, exit 78) naming the file; since the
+audit record is the first write of an action, a store that cannot be written stops the action before
+any scheduler step runs. A file whose permission bits forbid writing is opened read-only even by root.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+import errno
+import fcntl
+import getpass
+import json
+import os
+import socket
+import sqlite3
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from robustctl.errors import ActionRefused, ConfigError
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "AuditRecord",
+    "AuditStep",
+    "HistoryRow",
+    "MachineRecord",
+    "MachineState",
+    "Readiness",
+    "Store",
+    "StoreError",
+    "StoreLocked",
+    "default_path",
+    "whoami",
+]
+
+SCHEMA_VERSION = 1
+"""Version of the store's schema; :meth:`Store.open` migrates older files forward."""
+
+
+class MachineState(str, enum.Enum):
+    """robustctl's lifecycle state of a machine."""
+
+    ACTIVE = "active"
+    STANDBY = "standby"
+    SUSPECT = "suspect"
+    EVICTED = "evicted"
+    RETURNED = "returned"
+
+
+class Readiness(str, enum.Enum):
+    """Whether a standby passed its self-check (``robustctl standby check``)."""
+
+    READY = "ready"
+    BAD = "bad"
+    UNCHECKED = "unchecked"
+
+
+class StoreError(ConfigError):
+    """The state store cannot be opened, read or written (the message names the file)."""
+
+
+class StoreLocked(ActionRefused):
+    """Another robustctl holds the store's action lock past the wait time."""
+
+
+@dataclass(frozen=True)
+class MachineRecord:
+    """A host's row in ``machines``.
+
+    Attributes:
+        host, state, readiness, reason (of the last change), updated_at (UNIX seconds).
+    """
+
+    host: str
+    state: MachineState
+    readiness: Readiness
+    reason: str
+    updated_at: float
+
+
+@dataclass(frozen=True)
+class HistoryRow:
+    """One state change: ``host`` went ``from_state`` → ``to_state`` at ``at`` (UNIX s)."""
+
+    host: str
+    at: float
+    from_state: str | None
+    to_state: str
+    readiness: str | None
+    reason: str
+    who: str
+    audit_id: int | None
+
+
+@dataclass(frozen=True)
+class AuditStep:
+    """One step of an audited action.
+
+    Attributes:
+        index: position in the plan (0-based). description: e.g. ``"drain node017 via inventory"``.
+        status: ``running`` (started, no outcome recorded: the process died or is still running),
+            ``done``, ``noop`` (already in the wanted state), ``failed``.
+        detail: the outcome line. started_at/finished_at: UNIX seconds (finished None while running).
+    """
+
+    index: int
+    description: str
+    status: str
+    detail: str
+    started_at: float
+    finished_at: float | None
+
+
+@dataclass(frozen=True)
+class AuditRecord:
+    """One action in the audit log.
+
+    Attributes:
+        id, started_at, finished_at (None until it ends), who (``user@host``), pid, action
+        (``evict``, ``return``, ``standby-add``, ...), targets, reason, evidence (report file or
+        ``None``), plan (the applied plan's JSON), status (``started``, ``applied``, ``failed``,
+        ``refused``), message (final outcome line), forced (rails overridden) and steps.
+    """
+
+    id: int
+    started_at: float
+    finished_at: float | None
+    who: str
+    pid: int
+    action: str
+    targets: tuple[str, ...]
+    reason: str
+    evidence: str | None
+    plan: Mapping[str, Any] | None
+    status: str
+    message: str
+    forced: bool
+    steps: tuple[AuditStep, ...] = ()
+
+
+def default_path(environ: Mapping[str, str] | None = None) -> Path:
+    """``$ROBUSTCTL_STATE``, else ``$XDG_STATE_HOME/robustctl/state.db``, else ``~/.local/state/robustctl/state.db``."""
+    env = os.environ if environ is None else environ
+    if env.get("ROBUSTCTL_STATE"):
+        return Path(env["ROBUSTCTL_STATE"]).expanduser()
+    base = env.get("XDG_STATE_HOME") or str(Path("~/.local/state").expanduser())
+    return Path(base) / "robustctl" / "state.db"
+
+
+def whoami() -> str:
+    """``user@host`` of this process (uid when the user has no name)."""
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):
+        user = str(os.getuid())
+    return f"{user}@{socket.gethostname()}"
+
+
+_MIGRATIONS: dict[int, tuple[str, str]] = {
+    1: (
+        "machines, history, scheduler nodes, job hosts, audit log",
+        """
+        CREATE TABLE machines(
+            host TEXT PRIMARY KEY, state TEXT NOT NULL, readiness TEXT NOT NULL DEFAULT 'unchecked',
+            reason TEXT NOT NULL DEFAULT '', updated_at REAL NOT NULL);
+        CREATE TABLE machine_history(
+            id INTEGER PRIMARY KEY AUTOINCREMENT, host TEXT NOT NULL, at REAL NOT NULL, from_state TEXT,
+            to_state TEXT NOT NULL, readiness TEXT, reason TEXT NOT NULL DEFAULT '', who TEXT NOT NULL,
+            audit_id INTEGER);
+        CREATE INDEX machine_history_state_at ON machine_history(to_state, at);
+        CREATE TABLE sched_nodes(
+            host TEXT PRIMARY KEY, state TEXT NOT NULL, reason TEXT NOT NULL DEFAULT '', updated_at REAL NOT NULL);
+        CREATE TABLE job_hosts(job TEXT NOT NULL, idx INTEGER NOT NULL, host TEXT NOT NULL,
+            PRIMARY KEY(job, idx));
+        CREATE TABLE audit(
+            id INTEGER PRIMARY KEY AUTOINCREMENT, started_at REAL NOT NULL, finished_at REAL,
+            who TEXT NOT NULL, pid INTEGER NOT NULL, action TEXT NOT NULL, targets TEXT NOT NULL,
+            reason TEXT NOT NULL, evidence TEXT, plan TEXT, status TEXT NOT NULL,
+            message TEXT NOT NULL DEFAULT '', forced INTEGER NOT NULL DEFAULT 0);
+        CREATE INDEX audit_started ON audit(started_at);
+        CREATE TABLE audit_steps(
+            audit_id INTEGER NOT NULL REFERENCES audit(id), idx INTEGER NOT NULL, description TEXT NOT NULL,
+            status TEXT NOT NULL, detail TEXT NOT NULL DEFAULT '', started_at REAL NOT NULL,
+            finished_at REAL, PRIMARY KEY(audit_id, idx));
+        CREATE TRIGGER audit_append_only BEFORE DELETE ON audit
+            BEGIN SELECT RAISE(ABORT, 'the audit log is append-only'); END;
+        CREATE TRIGGER audit_steps_append_only BEFORE DELETE ON audit_steps
+            BEGIN SELECT RAISE(ABORT, 'the audit log is append-only'); END;
+        """,
+    ),
+}
+
+
+class Store:
+    """An open state store. Use :meth:`open`; close with :meth:`close` or a ``with`` block.
+
+    Args:
+        path: the SQLite file. clock: UNIX seconds (tests pass a fake). who: ``user@host`` recorded
+            in history and audit rows.
+    """
+
+    def __init__(
+        self,
+        path: Path,
+        conn: sqlite3.Connection,
+        *,
+        clock: Callable[[], float] = time.time,
+        who: str | None = None,
+    ) -> None:
+        self.path = path
+        self._conn = conn
+        self.clock = clock
+        self.who = who or whoami()
+        self._lock_fd: int | None = None
+
+    # --- opening ---------------------------------------------------------------------------------
+
+    @classmethod
+    def open(
+        cls,
+        path: Path | None = None,
+        *,
+        clock: Callable[[], float] = time.time,
+        who: str | None = None,
+        busy_timeout_s: float = 30.0,
+    ) -> Store:
+        """Open (creating it and its directory when missing) and migrate the store at ``path``.
+
+        Args:
+            path: the file; ``None``: :func:`default_path`.
+            busy_timeout_s: how long one SQLite statement waits for another writer.
+
+        Raises:
+            StoreError: the file or directory cannot be created or written, is not a robustctl
+                store, or comes from a newer robustctl (schema version above :data:`SCHEMA_VERSION`).
+        """
+        p = Path(path) if path is not None else default_path()
+        read_only = p.exists() and not (p.stat().st_mode & 0o222)
+        try:
+            if not read_only:
+                p.parent.mkdir(parents=True, exist_ok=True)
+            uri = f"file:{p}?mode=ro" if read_only else f"file:{p}"
+            conn = sqlite3.connect(uri, uri=True, timeout=busy_timeout_s, isolation_level=None)
+        except (OSError, sqlite3.Error) as exc:
+            raise StoreError(_describe(p, exc)) from None
+        store = cls(p, conn, clock=clock, who=who)
+        try:
+            store._setup(read_only)
+        except sqlite3.Error as exc:
+            conn.close()
+            raise StoreError(_describe(p, exc)) from None
+        return store
+
+    def _setup(self, read_only: bool) -> None:
+        c = self._conn
+        if not read_only:
+            c.execute("PRAGMA journal_mode=WAL")
+            c.execute("PRAGMA synchronous=FULL")
+        c.execute("PRAGMA foreign_keys=ON")
+        tables = {r[0] for r in c.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        version = 0
+        if "migrations" in tables:
+            row = c.execute("SELECT MAX(version) FROM migrations").fetchone()
+            version = int(row[0] or 0)
+        elif tables - {"sqlite_sequence"}:
+            raise sqlite3.DatabaseError("not a robustctl state store (unknown tables)")
+        if version > SCHEMA_VERSION:
+            raise sqlite3.DatabaseError(
+                f"schema version {version} is newer than this robustctl's {SCHEMA_VERSION}: upgrade robustctl"
+            )
+        if version == SCHEMA_VERSION:
+            return
+        if read_only:
+            raise sqlite3.OperationalError("attempt to write a readonly database")
+        with self._tx():
+            c.execute(
+                "CREATE TABLE IF NOT EXISTS migrations("
+                "version INTEGER PRIMARY KEY, applied_at REAL NOT NULL, description TEXT NOT NULL)"
+            )
+            for v in range(version + 1, SCHEMA_VERSION + 1):
+                desc, sql = _MIGRATIONS[v]
+                for stmt in sql.split(";\n"):
+                    if stmt.strip():
+                        c.execute(stmt)
+                c.execute(
+                    "INSERT INTO migrations(version, applied_at, description) VALUES (?, ?, ?)",
+                    (v, self.clock(), desc),
+                )
+
+    def close(self) -> None:
+        """Release the lock (if held) and close the connection."""
+        self.unlock()
+        self._conn.close()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @contextlib.contextmanager
+    def _tx(self) -> Iterator[sqlite3.Connection]:
+        """One ``BEGIN IMMEDIATE`` transaction; SQLite errors become StoreError naming the file."""
+        try:
+            self._conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.Error as exc:
+            raise StoreError(_describe(self.path, exc)) from None
+        try:
+            yield self._conn
+            self._conn.execute("COMMIT")
+        except sqlite3.Error as exc:
+            with contextlib.suppress(sqlite3.Error):
+                self._conn.execute("ROLLBACK")
+            raise StoreError(_describe(self.path, exc)) from None
+        except BaseException:
+            with contextlib.suppress(sqlite3.Error):
+                self._conn.execute("ROLLBACK")
+            raise
+
+    def _query(self, sql: str, args: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        try:
+            return list(self._conn.execute(sql, tuple(args)).fetchall())
+        except sqlite3.Error as exc:
+            raise StoreError(_describe(self.path, exc)) from None
+
+    @property
+    def schema_version(self) -> int:
+        """The file's schema version."""
+        return int(self._query("SELECT MAX(version) FROM migrations")[0][0] or 0)
+
+    # --- the action lock -------------------------------------------------------------------------
+
+    @property
+    def lock_path(self) -> Path:
+        """The sidecar file the action lock is taken on."""
+        return self.path.with_name(self.path.name + ".lock")
+
+    def lock(self, action: str, *, timeout_s: float = 30.0, poll_s: float = 0.1) -> None:
+        """Take the action lock, waiting up to ``timeout_s``; re-entrant within this Store.
+
+        Raises:
+            StoreLocked: another process holds it past ``timeout_s`` (the message names it and says
+                to retry or raise ``--lock-timeout``).
+            StoreError: the lock file cannot be created.
+        """
+        if self._lock_fd is not None:
+            return
+        try:
+            fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise StoreError(f"{self.lock_path}: cannot create the lock file: {exc.strerror}") from None
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except OSError as exc:
+                if exc.errno not in (errno.EAGAIN, errno.EACCES):
+                    os.close(fd)
+                    raise StoreError(f"{self.lock_path}: cannot lock: {exc.strerror}") from None
+                if time.monotonic() >= deadline:
+                    holder = _read_holder(fd)
+                    os.close(fd)
+                    raise StoreLocked(
+                        f"another robustctl is acting on {self.path} ({holder}); waited {timeout_s:g} s. "
+                        "Retry when it finishes, or pass a longer --lock-timeout"
+                    ) from None
+                time.sleep(poll_s)
+        holder = json.dumps({"pid": os.getpid(), "who": self.who, "action": action, "since": self.clock()})
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, holder.encode(), 0)
+        self._lock_fd = fd
+
+    def unlock(self) -> None:
+        """Release the action lock (no-op when not held)."""
+        if self._lock_fd is not None:
+            with contextlib.suppress(OSError):
+                os.ftruncate(self._lock_fd, 0)
+                fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
+            os.close(self._lock_fd)
+            self._lock_fd = None
+
+    @property
+    def locked(self) -> bool:
+        """Whether this Store holds the action lock."""
+        return self._lock_fd is not None
+
+    # --- machines --------------------------------------------------------------------------------
+
+    def machine(self, host: str) -> MachineRecord | None:
+        """The host's row, or None when robustctl never changed it (it is in its inventory state)."""
+        rows = self._query(
+            "SELECT host, state, readiness, reason, updated_at FROM machines WHERE host=?", [host]
+        )
+        return _machine(rows[0]) if rows else None
+
+    def machines(self, states: Iterable[MachineState] | None = None) -> list[MachineRecord]:
+        """Every recorded host (optionally only those in ``states``), by name."""
+        rows = self._query("SELECT host, state, readiness, reason, updated_at FROM machines ORDER BY host")
+        out = [_machine(r) for r in rows]
+        if states is not None:
+            wanted = set(states)
+            out = [m for m in out if m.state in wanted]
+        return out
+
+    def set_state(
+        self,
+        host: str,
+        state: MachineState,
+        reason: str,
+        *,
+        readiness: Readiness | None = None,
+        audit_id: int | None = None,
+    ) -> bool:
+        """Record ``host`` in ``state`` (and ``readiness`` when given) with a history row.
+
+        Returns:
+            False (and writes nothing) when the host already is in that state and readiness.
+
+        Raises:
+            StoreError: the store cannot be written.
+        """
+        now = self.clock()
+        with self._tx() as c:
+            row = c.execute("SELECT state, readiness FROM machines WHERE host=?", (host,)).fetchone()
+            old_state, old_ready = (row[0], row[1]) if row else (None, Readiness.UNCHECKED.value)
+            new_ready = readiness.value if readiness is not None else old_ready
+            if old_state == state.value and new_ready == old_ready:
+                return False
+            c.execute(
+                "INSERT INTO machines(host, state, readiness, reason, updated_at) VALUES (?, ?, ?, ?, ?) "
+                "ON CONFLICT(host) DO UPDATE SET state=excluded.state, readiness=excluded.readiness, "
+                "reason=excluded.reason, updated_at=excluded.updated_at",
+                (host, state.value, new_ready, reason, now),
+            )
+            c.execute(
+                "INSERT INTO machine_history(host, at, from_state, to_state, readiness, reason, who, audit_id) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (host, now, old_state, state.value, new_ready, reason, self.who, audit_id),
+            )
+        return True
+
+    def history(self, host: str | None = None, *, since: float | None = None) -> list[HistoryRow]:
+        """State changes, oldest first, optionally of one host and/or since a UNIX time."""
+        sql = "SELECT host, at, from_state, to_state, readiness, reason, who, audit_id FROM machine_history"
+        cond: list[str] = []
+        args: list[Any] = []
+        if host is not None:
+            cond.append("host=?")
+            args.append(host)
+        if since is not None:
+            cond.append("at>=?")
+            args.append(since)
+        if cond:
+            sql += " WHERE " + " AND ".join(cond)
+        return [HistoryRow(*r) for r in self._query(sql + " ORDER BY id", args)]
+
+    def evictions_since(self, since: float) -> list[HistoryRow]:
+        """Every transition into ``evicted`` at or after ``since`` (UNIX s), oldest first."""
+        return [h for h in self.history(since=since) if h.to_state == MachineState.EVICTED.value]
+
+    def first_record_at(self) -> float | None:
+        """When the store recorded its first state change (the start of its eviction history)."""
+        rows = self._query("SELECT MIN(at) FROM machine_history")
+        return float(rows[0][0]) if rows and rows[0][0] is not None else None
+
+    # --- the embedded scheduler's node states ----------------------------------------------------
+
+    def sched_state(self, host: str) -> str | None:
+        """The ``inventory`` scheduler's state of ``host`` (None: never set)."""
+        rows = self._query("SELECT state FROM sched_nodes WHERE host=?", [host])
+        return str(rows[0][0]) if rows else None
+
+    def set_sched_state(self, host: str, state: str, reason: str) -> None:
+        """Set the ``inventory`` scheduler's state of ``host``. Raises StoreError."""
+        with self._tx() as c:
+            c.execute(
+                "INSERT INTO sched_nodes(host, state, reason, updated_at) VALUES (?, ?, ?, ?) "
+                "ON CONFLICT(host) DO UPDATE SET state=excluded.state, reason=excluded.reason, "
+                "updated_at=excluded.updated_at",
+                (host, state, reason, self.clock()),
+            )
+
+    # --- job host lists --------------------------------------------------------------------------
+
+    def job_hosts(self, job: str) -> list[str] | None:
+        """The job's machines in rank order as robustctl last set them (None: never set)."""
+        rows = self._query("SELECT host FROM job_hosts WHERE job=? ORDER BY idx", [job])
+        return [str(r[0]) for r in rows] or None
+
+    def set_job_hosts(self, job: str, hosts: Sequence[str]) -> None:
+        """Replace the job's host list. Raises StoreError."""
+        with self._tx() as c:
+            c.execute("DELETE FROM job_hosts WHERE job=?", (job,))
+            c.executemany(
+                "INSERT INTO job_hosts(job, idx, host) VALUES (?, ?, ?)",
+                [(job, i, h) for i, h in enumerate(hosts)],
+            )
+
+    # --- audit -----------------------------------------------------------------------------------
+
+    def audit_begin(
+        self,
+        action: str,
+        targets: Sequence[str],
+        reason: str,
+        *,
+        plan: Mapping[str, Any] | None = None,
+        evidence: str | None = None,
+        forced: bool = False,
+        status: str = "started",
+        message: str = "",
+    ) -> int:
+        """Append an audit record (before anything is applied) and return its id. Raises StoreError."""
+        with self._tx() as c:
+            cur = c.execute(
+                "INSERT INTO audit(started_at, who, pid, action, targets, reason, evidence, plan, status, message, "
+                "forced) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    self.clock(),
+                    self.who,
+                    os.getpid(),
+                    action,
+                    json.dumps(list(targets)),
+                    reason,
+                    evidence,
+                    json.dumps(plan, sort_keys=True) if plan is not None else None,
+                    status,
+                    message,
+                    int(forced),
+                ),
+            )
+            return int(cur.lastrowid or 0)
+
+    def audit_step_start(self, audit_id: int, index: int, description: str) -> None:
+        """Record step ``index`` as ``running`` before it runs. Raises StoreError."""
+        with self._tx() as c:
+            c.execute(
+                "INSERT INTO audit_steps(audit_id, idx, description, status, started_at) VALUES (?, ?, ?, ?, ?)",
+                (audit_id, index, description, "running", self.clock()),
+            )
+
+    def audit_step_end(self, audit_id: int, index: int, status: str, detail: str) -> None:
+        """Record step ``index``'s outcome (``done``, ``noop``, ``failed``). Raises StoreError."""
+        with self._tx() as c:
+            c.execute(
+                "UPDATE audit_steps SET status=?, detail=?, finished_at=? WHERE audit_id=? AND idx=?",
+                (status, detail, self.clock(), audit_id, index),
+            )
+
+    def audit_finish(self, audit_id: int, status: str, message: str) -> None:
+        """Record the action's final status (``applied``, ``failed``). Raises StoreError."""
+        with self._tx() as c:
+            c.execute(
+                "UPDATE audit SET status=?, message=?, finished_at=? WHERE id=?",
+                (status, message, self.clock(), audit_id),
+            )
+
+    def audit(self, *, since: float | None = None, audit_id: int | None = None) -> list[AuditRecord]:
+        """Audit records, oldest first, with their steps; optionally since a UNIX time or one id."""
+        sql = (
+            "SELECT id, started_at, finished_at, who, pid, action, targets, reason, evidence, plan, status, "
+            "message, forced FROM audit"
+        )
+        args: list[Any] = []
+        if audit_id is not None:
+            sql += " WHERE id=?"
+            args.append(audit_id)
+        elif since is not None:
+            sql += " WHERE started_at>=?"
+            args.append(since)
+        rows = self._query(sql + " ORDER BY id", args)
+        steps: dict[int, list[AuditStep]] = {}
+        if rows:
+            srows = self._query(
+                "SELECT audit_id, idx, description, status, detail, started_at, finished_at FROM audit_steps "
+                "WHERE audit_id>=? ORDER BY audit_id, idx",
+                [rows[0][0]],
+            )
+            for s in srows:
+                steps.setdefault(int(s[0]), []).append(AuditStep(int(s[1]), s[2], s[3], s[4], s[5], s[6]))
+        return [
+            AuditRecord(
+                id=int(r[0]),
+                started_at=float(r[1]),
+                finished_at=r[2],
+                who=r[3],
+                pid=int(r[4]),
+                action=r[5],
+                targets=tuple(json.loads(r[6])),
+                reason=r[7],
+                evidence=r[8],
+                plan=json.loads(r[9]) if r[9] else None,
+                status=r[10],
+                message=r[11],
+                forced=bool(r[12]),
+                steps=tuple(steps.get(int(r[0]), ())),
+            )
+            for r in rows
+        ]
+
+
+def _machine(row: Sequence[Any]) -> MachineRecord:
+    return MachineRecord(str(row[0]), MachineState(row[1]), Readiness(row[2]), str(row[3]), float(row[4]))
+
+
+def _read_holder(fd: int) -> str:
+    try:
+        data = json.loads(os.pread(fd, 4096, 0).decode() or "{}")
+    except (OSError, ValueError):
+        data = {}
+    if not data:
+        return "holder unknown"
+    since = data.get("since")
+    ago = f", for {time.time() - float(since):.0f} s" if isinstance(since, (int, float)) else ""
+    return f"pid {data.get('pid')} of {data.get('who')}, {data.get('action')}{ago}"
+
+
+def _describe(path: Path, exc: BaseException) -> str:
+    text = str(exc)
+    low = text.lower()
+    if "readonly" in low or "read-only" in low or isinstance(exc, PermissionError):
+        hint = "the state store is read-only; fix its permissions or pass --state to use another file"
+    elif "full" in low or getattr(exc, "errno", None) == errno.ENOSPC:
+        hint = "the state store's disk or database is full; free space or pass --state"
+    elif "not a database" in low or "not a robustctl" in low or "malformed" in low:
+        hint = "not a robustctl state store; pass --state to use another file"
+    elif "unable to open" in low:
+        hint = "cannot open the state store; check the directory exists and is writable, or pass --state"
+    else:
+        hint = "state store error"
+    return f"{path}: {hint} ({text})"
