@@ -1,0 +1,330 @@
+"""``robustctl evict`` and ``robustctl return``: plan the eviction (with over-eviction) or the return.
+
+Targets come from host names/ranges, or from a report file (``--from-report``):
+
+* a ``robustctl diagnose --json`` document (``kind: "diagnose"``, :class:`~robustctl.models.RunReport`):
+  its ``suspects``;
+* a ``robustctl stacks --json`` document (``kind: "stacks"``, :class:`~robustctl.stacks.result.StacksReport`):
+  its ``suspect_hosts``; with ``--over-evict auto`` and no ``--job``, the report's own
+  ``over_eviction`` (the machines of the ``group`` it chose with its layout).
+
+``--over-evict tp|pp|dp|cp|ep|auto`` with ``--job NAME`` expands the suspects to the machines of the
+job's parallel group(s) of that kind containing any rank of a suspect machine (``auto``: the smallest
+group containing every suspect rank, :func:`robustctl.stacks.blame.smallest_group`), over the job's
+*current* host list (the scheduler's, which follows standby activations).
+
+An eviction plan has, per target host, ``drain`` (scheduler) then ``mark evicted`` (store); a step
+already in its wanted state is a no-op. A return plan has ``resume`` then ``mark active`` (history:
+evicted → returned → active).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from robustctl.actions import ActionContext
+from robustctl.actions.plan import Plan, RailCheck, Step, StepKind
+from robustctl.actions.rails import evaluate_rails, non_empty
+from robustctl.config import HostState
+from robustctl.errors import InventoryError, UsageError
+from robustctl.inventory.topology import Topology
+from robustctl.schedulers.base import NodeState, SchedulerError
+from robustctl.stacks.blame import smallest_group
+from robustctl.store import MachineState
+
+__all__ = [
+    "OVER_EVICT_MODES",
+    "EvictRequest",
+    "ReportTargets",
+    "current_state",
+    "expand_over_eviction",
+    "load_report",
+    "plan_evict",
+    "plan_return",
+]
+
+OVER_EVICT_MODES = ("tp", "pp", "dp", "cp", "ep", "auto")
+"""Accepted ``--over-evict`` values."""
+
+
+@dataclass(frozen=True)
+class EvictRequest:
+    """What ``robustctl evict`` was asked.
+
+    Attributes:
+        hosts: a host range (``node[001-004],node017``) or None. report: a report file or None.
+        job: the job whose layout defines the groups. over_evict: a mode of :data:`OVER_EVICT_MODES` or None.
+        reason: why (required by the CLI). force / force_reason: override the overridable rails.
+    """
+
+    hosts: str | None = None
+    report: Path | None = None
+    job: str | None = None
+    over_evict: str | None = None
+    reason: str = ""
+    force: bool = False
+    force_reason: str | None = None
+
+
+@dataclass(frozen=True)
+class ReportTargets:
+    """What a report file names.
+
+    Attributes:
+        kind: ``"diagnose"`` or ``"stacks"``. suspects: hosts named bad. over_eviction: the stacks
+        report's own over-eviction set (empty for diagnose). group: one line on the stacks report's group.
+    """
+
+    kind: str
+    suspects: tuple[str, ...]
+    over_eviction: tuple[str, ...] = ()
+    group: str | None = None
+
+
+def load_report(path: Path) -> ReportTargets:
+    """Read a ``diagnose --json`` or ``stacks --json`` document.
+
+    Raises:
+        UsageError: unreadable file, not JSON, or not one of these two kinds (the message names the file).
+    """
+    try:
+        doc: Any = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot read the report: {exc.strerror}") from None
+    except ValueError as exc:
+        raise UsageError(f"{path}: not a JSON report: {exc}") from None
+    if not isinstance(doc, dict):
+        raise UsageError(f"{path}: expected a JSON object (a diagnose or stacks --json report)")
+    kind = doc.get("kind")
+
+    def names(key: str) -> tuple[str, ...]:
+        value = doc.get(key) or []
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise UsageError(f"{path}: {key!r} is not a list of host names")
+        return tuple(value)
+
+    if kind == "diagnose":
+        return ReportTargets("diagnose", names("suspects"))
+    if kind == "stacks":
+        group = doc.get("group")
+        desc = None
+        if isinstance(group, dict):
+            desc = (
+                f"{group.get('kind')} group {group.get('index')} (ranks {group.get('ranks')}) from the report"
+            )
+        return ReportTargets("stacks", names("suspect_hosts"), names("over_eviction"), desc)
+    raise UsageError(f"{path}: kind {kind!r} is not a diagnose or stacks report")
+
+
+def current_state(ctx: ActionContext, host: str) -> MachineState:
+    """robustctl's lifecycle state of ``host``: the store's, else the inventory's."""
+    rec = ctx.store.machine(host)
+    if rec is not None:
+        return rec.state
+    inv = {h.name: h.state for h in ctx.inventory.hosts}.get(host, HostState.ACTIVE)
+    return MachineState(inv.value)
+
+
+def _resolve_hosts(ctx: ActionContext, pattern: str) -> list[str]:
+    try:
+        return [h.name for h in ctx.inventory.select(pattern, states=None)]
+    except InventoryError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _job_hosts(ctx: ActionContext, job: str) -> list[str]:
+    try:
+        ctx.inventory.job(job)
+    except InventoryError as exc:
+        raise UsageError(str(exc)) from None
+    return ctx.scheduler.job_hosts(job)
+
+
+def expand_over_eviction(
+    ctx: ActionContext, job: str, suspects: Sequence[str], mode: str
+) -> tuple[tuple[str, ...], str]:
+    """The machines to evict for ``suspects`` of ``job`` under ``mode``, and a line naming the group(s).
+
+    Raises:
+        UsageError: unknown job or mode, a suspect not in the job, or a layout that does not match the
+            job's current host list.
+    """
+    if mode not in OVER_EVICT_MODES:
+        raise UsageError(f"--over-evict {mode!r}: expected one of {', '.join(OVER_EVICT_MODES)}")
+    spec = ctx.inventory.job(job) if job in ctx.inventory.jobs else None
+    hosts = _job_hosts(ctx, job)
+    assert spec is not None
+    g = spec.ranks_per_host
+    if len(hosts) * g != spec.layout.world_size:
+        raise UsageError(
+            f"job {job}: layout of {spec.layout.world_size} ranks does not match its {len(hosts)} hosts × {g} ranks"
+        )
+    topo = Topology(spec.layout, g, hosts)
+    index = {h: i for i, h in enumerate(hosts)}
+    outside = [h for h in suspects if h not in index]
+    if outside:
+        raise UsageError(f"host {outside[0]!r} is not in job {job} (its hosts: {', '.join(hosts)})")
+    ranks = [r for h in suspects for r in topo.machine_ranks(index[h])]
+    if not ranks:
+        return (), "no suspect"
+    if mode == "auto":
+        choice = smallest_group(topo, ranks)
+        assert choice is not None
+        return choice.machines, f"{choice.kind} group {choice.index} (ranks {choice.ranks}) of job {job}"
+    groups = sorted({topo.group_index(r, mode) for r in ranks})
+    members = {r for gi in groups for r in topo.group_ranks(mode, gi)}
+    machines = tuple(topo.machine_name(m) for m in topo.machines_of(members))
+    which = ", ".join(str(gi) for gi in groups)
+    return machines, f"{mode} group{'s' if len(groups) > 1 else ''} {which} of job {job}"
+
+
+def _jobs_hosts(ctx: ActionContext) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for name in ctx.inventory.jobs:
+        try:
+            out[name] = ctx.scheduler.job_hosts(name)
+        except SchedulerError:
+            out[name] = [h.name for h in ctx.inventory.jobs[name].hosts]
+    return out
+
+
+def _ordered(ctx: ActionContext, hosts: Iterable[str]) -> tuple[str, ...]:
+    wanted = set(hosts)
+    order = [h.name for h in ctx.inventory.hosts if h.name in wanted]
+    return tuple(order + sorted(wanted - set(order)))
+
+
+def plan_evict(req: EvictRequest, ctx: ActionContext) -> Plan:
+    """Resolve targets, expand over-eviction, evaluate the rails and build the eviction plan.
+
+    A plan that breaks a rail is still returned (``plan.refused``); :func:`~robustctl.actions.plan.apply_plan`
+    refuses it, and the CLI prints it with the rule that fired.
+
+    Raises:
+        UsageError: no targets given, both or neither of hosts/report, a bad host range or unknown host,
+            an unknown job, a suspect not in the job, ``--over-evict`` (other than ``auto`` with a stacks
+            report) without ``--job``, ``--force`` without ``--force-reason``.
+    """
+    if req.force and not (req.force_reason or "").strip():
+        raise UsageError('--force needs --force-reason "why" (it is recorded in the audit log)')
+    if req.hosts is None and req.report is None:
+        raise UsageError(
+            "name the hosts to evict (e.g. node017 or 'node[001-004]') or pass --from-report FILE"
+        )
+    notes: list[str] = []
+    suspects: list[str] = []
+    report: ReportTargets | None = None
+    if req.hosts is not None:
+        suspects.extend(_resolve_hosts(ctx, req.hosts))
+    if req.report is not None:
+        report = load_report(req.report)
+        unknown = [
+            h
+            for h in report.suspects + report.over_eviction
+            if h not in {x.name for x in ctx.inventory.hosts}
+        ]
+        if unknown:
+            raise UsageError(
+                f"{req.report}: names host {unknown[0]!r} that is not in {ctx.inventory.source} (unresolved target)"
+            )
+        suspects.extend(h for h in report.suspects if h not in suspects)
+    group: str | None = None
+    targets: tuple[str, ...]
+    if req.over_evict is None:
+        targets = _ordered(ctx, suspects)
+    elif req.job is None:
+        if req.over_evict == "auto" and report is not None and report.kind == "stacks" and not req.hosts:
+            targets = _ordered(ctx, report.over_eviction or report.suspects)
+            group = report.group
+        else:
+            raise UsageError(
+                f"--over-evict {req.over_evict} needs --job NAME (whose layout defines the groups)"
+            )
+    else:
+        machines, group = expand_over_eviction(ctx, req.job, suspects, req.over_evict)
+        targets = tuple(dict.fromkeys([*machines, *suspects]))
+    what = "the named hosts" if req.hosts is not None else f"report {req.report}"
+    rails: list[RailCheck] = [non_empty(targets, what)]
+    node_states = ctx.scheduler.state(list(targets)) if targets else {}
+    steps: list[Step] = []
+    new: list[str] = []
+    for host in targets:
+        drained = node_states.get(host) is NodeState.DRAINED
+        if node_states.get(host) is NodeState.STANDBY:
+            notes.append(f"{host} is a standby held out of scheduling: it is drained for eviction")
+        evicted = current_state(ctx, host) is MachineState.EVICTED
+        if not evicted:
+            new.append(host)
+        steps.append(
+            Step(StepKind.DRAIN, host, ctx.scheduler.name, noop=drained, note="stop scheduling work on it")
+        )
+        steps.append(Step(StepKind.MARK, host, "store", to_state=MachineState.EVICTED, noop=evicted))
+    if targets:
+        rails.extend(
+            evaluate_rails(
+                new_evictions=new,
+                suspects=suspects,
+                cluster_hosts=[h.name for h in ctx.inventory.hosts],
+                jobs=_jobs_hosts(ctx),
+                store=ctx.store,
+                policy=ctx.policy,
+                now=ctx.clock(),
+            )
+        )
+    if targets and not new:
+        notes.append("every target is already evicted: nothing to do")
+    return Plan(
+        action="evict",
+        targets=targets,
+        steps=tuple(steps),
+        reason=req.reason,
+        scheduler=ctx.scheduler.name,
+        rails=tuple(rails),
+        source=str(req.report) if req.report is not None else None,
+        suspects=_ordered(ctx, suspects),
+        job=req.job,
+        over_evict=req.over_evict,
+        group=group,
+        forced=req.force,
+        force_reason=req.force_reason if req.force else None,
+        notes=tuple(notes),
+    )
+
+
+def plan_return(hosts: str, reason: str, ctx: ActionContext) -> Plan:
+    """Plan putting evicted hosts back in service: ``resume`` (scheduler), then ``mark active`` (store).
+
+    Raises:
+        UsageError: a bad host range or unknown host.
+    """
+    targets = _ordered(ctx, _resolve_hosts(ctx, hosts))
+    node_states = ctx.scheduler.state(list(targets)) if targets else {}
+    steps: list[Step] = []
+    notes: list[str] = []
+    for host in targets:
+        state = current_state(ctx, host)
+        steps.append(
+            Step(StepKind.RESUME, host, ctx.scheduler.name, noop=node_states.get(host) is NodeState.ACTIVE)
+        )
+        if state is MachineState.ACTIVE:
+            notes.append(f"{host} is already active in the store")
+            continue
+        if state is MachineState.STANDBY:
+            notes.append(f"{host} is a standby: returning it puts it in service and out of the pool")
+        steps.append(
+            Step(StepKind.MARK, host, "store", to_state=MachineState.RETURNED, note=f"was {state.value}")
+        )
+        steps.append(Step(StepKind.MARK, host, "store", to_state=MachineState.ACTIVE))
+    return Plan(
+        action="return",
+        targets=targets,
+        steps=tuple(steps),
+        reason=reason,
+        scheduler=ctx.scheduler.name,
+        rails=(non_empty(targets, f"{hosts!r}"),),
+        notes=tuple(notes),
+    )
