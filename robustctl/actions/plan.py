@@ -38,6 +38,7 @@ __all__ = [
     "Step",
     "StepKind",
     "StepResult",
+    "apply_json",
     "apply_plan",
     "plan_json",
 ]
@@ -212,6 +213,13 @@ class ApplyResult:
     def exit_code(self) -> ExitCode:
         """OK (0) when applied or nothing to do, UNKNOWN (3) when a step failed."""
         return ExitCode.UNKNOWN if self.status == "failed" else ExitCode.OK
+
+
+def apply_json(result: ApplyResult) -> dict[str, Any]:
+    """The applied action as the ``--json`` document: the result with the plan as :func:`plan_json` prints it."""
+    out: dict[str, Any] = to_jsonable(result)
+    out["plan"] = plan_json(result.plan)
+    return out
 
 
 def _run_step(step: Step, plan: Plan, scheduler: Scheduler, store: Store, audit_id: int) -> tuple[bool, str]:

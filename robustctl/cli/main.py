@@ -62,7 +62,19 @@ def _register_optional() -> None:
     app.command("analyze")(analyze_cmd.analyze)
 
 
+def _register_actions() -> None:
+    from robustctl.cli import audit as audit_cmd
+    from robustctl.cli import evict as evict_cmd
+    from robustctl.cli import standby as standby_cmd
+
+    app.command("evict")(evict_cmd.evict)
+    app.command("return")(evict_cmd.return_)
+    app.add_typer(standby_cmd.app, name="standby")
+    app.command("audit")(audit_cmd.audit)
+
+
 _register_optional()
+_register_actions()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,0 +1,388 @@
+"""Warm standbys: a self-checked pool of machines that replace evicted ones, and its size.
+
+* ``add``: hold hosts out of scheduling as standbys (scheduler ``hold_standby``) and record them
+  ``standby``/``unchecked`` in the store (:func:`plan_add`).
+* ``check``: run robustctl's own ``diagnose`` levels 0–1 (quick checks, verified burn) on the standbys
+  and record each ``ready`` (OK or not applicable) or ``bad`` (anything else: a fault, a warning, or
+  "could not check": never ready unchecked) (:func:`check_standbys`).
+* ``activate``: put a ready standby in the place of an evicted (or suspect) host of a job: scheduler
+  ``replace_host``, the store's job host list, ``resume`` the standby, mark it active
+  (:func:`plan_activate`).
+* ``size``: the pool that covers the P99 of machine failures within one repair window
+  (:func:`pool_size`): the smallest ``k`` with ``P[Binomial(machines, p) ≤ k] ≥ 0.99``, ``p`` = daily
+  failure rate × repair-window days. ByteRobust (arXiv 2509.16293) Table 5 gives 2, 2, 3, 4 spares for
+  128, 256, 512, 1,024 machines at a daily machine failure rate near 0.12% with a one-day window; this
+  convention reproduces all four (tested). :func:`observed_daily_rate` derives the rate from the
+  store's own eviction history instead.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from robustctl.actions import ActionContext
+from robustctl.actions.evict import current_state
+from robustctl.actions.plan import Plan, RailCheck, Step, StepKind
+from robustctl.actions.rails import FORCE_HINT, non_empty
+from robustctl.diagnose import DiagnoseRequest, run_diagnose
+from robustctl.errors import InventoryError, UsageError
+from robustctl.models import RunReport, Status
+from robustctl.schedulers.base import NodeState
+from robustctl.store import MachineState, Readiness
+from robustctl.transport.pool import TransportPool
+
+__all__ = [
+    "StandbyCheck",
+    "StandbyInfo",
+    "binomial_cdf",
+    "check_standbys",
+    "list_standbys",
+    "observed_daily_rate",
+    "plan_activate",
+    "plan_add",
+    "pool_size",
+]
+
+
+# --- sizing -----------------------------------------------------------------------------------------
+
+
+def binomial_cdf(k: int, n: int, p: float) -> float:
+    """``P[X ≤ k]`` for ``X ~ Binomial(n, p)``, summed in log space (``math.lgamma``) so n in the
+    hundreds of thousands neither overflows nor underflows.
+
+    Raises:
+        ValueError: ``n < 0`` or ``p`` outside [0, 1].
+    """
+    if n < 0 or not 0.0 <= p <= 1.0:
+        raise ValueError(f"binomial_cdf: need n >= 0 and 0 <= p <= 1, got n={n}, p={p}")
+    if k < 0:
+        return 0.0
+    if k >= n or p == 0.0:
+        return 1.0
+    if p == 1.0:
+        return 0.0
+    lp, lq = math.log(p), math.log1p(-p)
+    total = 0.0
+    for i in range(k + 1):
+        log_pmf = math.lgamma(n + 1) - math.lgamma(i + 1) - math.lgamma(n - i + 1) + i * lp + (n - i) * lq
+        total += math.exp(log_pmf)
+    return min(1.0, total)
+
+
+def pool_size(
+    machines: int, daily_failure_rate: float, *, window_days: float = 1.0, quantile: float = 0.99
+) -> int:
+    """Standby machines covering the ``quantile`` of failures among ``machines`` within ``window_days``.
+
+    The smallest ``k`` with ``binomial_cdf(k, machines, daily_failure_rate × window_days) ≥ quantile``;
+    ``pool_size(1024, 0.0012) == 4`` (ByteRobust Table 5: 2, 2, 3, 4 for 128 … 1,024 machines).
+
+    Raises:
+        UsageError: machines < 0, a rate outside [0, 1] per window, a quantile outside (0, 1).
+    """
+    if machines < 0:
+        raise UsageError(f"--machines must be >= 0, got {machines}")
+    p = daily_failure_rate * window_days
+    if not 0.0 <= p <= 1.0:
+        raise UsageError(f"failure probability per window {p:g} (rate × window days) must be within 0-1")
+    if not 0.0 < quantile < 1.0:
+        raise UsageError(f"quantile must be within (0, 1), got {quantile}")
+    for k in range(machines + 1):
+        if binomial_cdf(k, machines, p) >= quantile - 1e-12:
+            return k
+    return machines
+
+
+def observed_daily_rate(ctx: ActionContext, machines: int, days: float) -> tuple[float, int, float]:
+    """The daily machine failure rate the store's history shows: evictions / (machines × days observed).
+
+    The observed span is ``days`` back from now, or less when the store's history starts later (at
+    least one hour, so a fresh store does not divide by zero).
+
+    Returns:
+        ``(rate, evictions, span_days)``.
+
+    Raises:
+        UsageError: ``machines`` < 1 or ``days`` <= 0.
+    """
+    if machines < 1 or days <= 0:
+        raise UsageError(f"need machines >= 1 and days > 0 (got {machines}, {days})")
+    now = ctx.clock()
+    since = now - days * 86400.0
+    first = ctx.store.first_record_at()
+    start = max(since, first) if first is not None else since
+    span_days = max((now - start) / 86400.0, 1.0 / 24.0)
+    n = len(ctx.store.evictions_since(since))
+    return n / (machines * span_days), n, span_days
+
+
+# --- the pool ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StandbyInfo:
+    """One standby of the pool.
+
+    Attributes:
+        host, readiness (``ready``/``bad``/``unchecked``), scheduler_state (the back end's view),
+        reason (of the last change), updated_at (UNIX s, None when only the inventory says standby).
+    """
+
+    host: str
+    readiness: Readiness
+    scheduler_state: NodeState
+    reason: str
+    updated_at: float | None
+
+
+def list_standbys(ctx: ActionContext) -> list[StandbyInfo]:
+    """Every host in state ``standby`` (store, else inventory), inventory order."""
+    names = [h.name for h in ctx.inventory.hosts if current_state(ctx, h.name) is MachineState.STANDBY]
+    extra = [m.host for m in ctx.store.machines([MachineState.STANDBY]) if m.host not in names]
+    names += extra
+    sched = ctx.scheduler.state(names) if names else {}
+    out: list[StandbyInfo] = []
+    for name in names:
+        rec = ctx.store.machine(name)
+        out.append(
+            StandbyInfo(
+                host=name,
+                readiness=rec.readiness if rec else Readiness.UNCHECKED,
+                scheduler_state=sched.get(name, NodeState.UNKNOWN),
+                reason=rec.reason if rec else "inventory",
+                updated_at=rec.updated_at if rec else None,
+            )
+        )
+    return out
+
+
+def _resolve(ctx: ActionContext, pattern: str) -> list[str]:
+    try:
+        return [h.name for h in ctx.inventory.select(pattern, states=None)]
+    except InventoryError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _job_of(ctx: ActionContext, host: str) -> str | None:
+    for job in ctx.inventory.jobs:
+        if host in ctx.scheduler.job_hosts(job):
+            return job
+    return None
+
+
+def plan_add(
+    hosts: str, reason: str, ctx: ActionContext, *, force: bool = False, force_reason: str | None = None
+) -> Plan:
+    """Plan adding ``hosts`` to the pool: ``hold_standby`` (scheduler), ``mark standby unchecked`` (store).
+
+    Rail ``not-in-a-job``: a host that runs a job (is in a job's current host list) is refused unless forced.
+
+    Raises:
+        UsageError: bad host range or unknown host; ``--force`` without a reason.
+    """
+    if force and not (force_reason or "").strip():
+        raise UsageError('--force needs --force-reason "why"')
+    targets = tuple(_resolve(ctx, hosts))
+    sched = ctx.scheduler.state(list(targets)) if targets else {}
+    steps: list[Step] = []
+    busy: list[str] = []
+    for host in targets:
+        job = _job_of(ctx, host)
+        if job is not None:
+            busy.append(f"{host} (job {job})")
+        already = current_state(ctx, host) is MachineState.STANDBY
+        steps.append(
+            Step(StepKind.HOLD_STANDBY, host, ctx.scheduler.name, noop=sched.get(host) is NodeState.STANDBY)
+        )
+        steps.append(
+            Step(
+                StepKind.MARK,
+                host,
+                "store",
+                to_state=MachineState.STANDBY,
+                readiness=Readiness.UNCHECKED,
+                noop=already,
+            )
+        )
+    rails = [non_empty(targets, repr(hosts))]
+    if targets:
+        rails.append(
+            RailCheck(
+                "not-in-a-job",
+                not busy,
+                ("runs a job: " + ", ".join(busy)) if busy else "no target runs a job",
+                f"evict it first (robustctl evict), or {FORCE_HINT}",
+            )
+        )
+    return Plan(
+        action="standby-add",
+        targets=targets,
+        steps=tuple(steps),
+        reason=reason,
+        scheduler=ctx.scheduler.name,
+        rails=tuple(rails),
+        forced=force,
+        force_reason=force_reason if force else None,
+    )
+
+
+@dataclass(frozen=True)
+class StandbyCheck:
+    """The outcome of ``standby check``.
+
+    Attributes:
+        results: ``(host, readiness, one line)`` per standby checked. report: the diagnose report.
+        audit_id: the audit record of the readiness changes.
+    """
+
+    results: tuple[tuple[str, Readiness, str], ...]
+    report: RunReport
+    audit_id: int
+
+
+_READY = {Status.OK, Status.NOT_APPLICABLE}
+
+
+def check_standbys(ctx: ActionContext, pool: TransportPool, *, hosts: str | None = None) -> StandbyCheck:
+    """Diagnose (L0–L1, every level) the standbys (or ``hosts``) and record each ready or bad.
+
+    Raises:
+        UsageError: no standby to check, or ``hosts`` names a host that is not a standby.
+        StoreError: the store cannot be written.
+    """
+    pool_hosts = [s.host for s in list_standbys(ctx)]
+    names = _resolve(ctx, hosts) if hosts is not None else pool_hosts
+    not_standby = [n for n in names if n not in pool_hosts]
+    if not_standby:
+        raise UsageError(
+            f"{not_standby[0]} is not a standby (add it with: robustctl standby add {not_standby[0]})"
+        )
+    if not names:
+        raise UsageError("no standby to check (add some with: robustctl standby add HOSTS)")
+    by_name = {h.name: h for h in ctx.inventory.hosts}
+    request = DiagnoseRequest(
+        hosts=tuple(by_name[n] for n in names),
+        settings=ctx.inventory.diagnose,
+        thresholds=ctx.inventory.thresholds,
+        max_level=1,
+        all_levels=True,
+    )
+    report = run_diagnose(request, pool)
+    audit_id = ctx.store.audit_begin("standby-check", names, "self-check: diagnose L0-L1")
+    results: list[tuple[str, Readiness, str]] = []
+    for i, hr in enumerate(report.hosts):
+        ready = Readiness.READY if hr.status in _READY else Readiness.BAD
+        worst = [c.summary for c in hr.checks if c.status not in _READY and c.status is not Status.SKIPPED]
+        line = hr.error or ("; ".join(worst[:3]) if worst else "passed L0-L1")
+        ctx.store.audit_step_start(audit_id, i, f"mark {hr.host} {ready.value}")
+        changed = ctx.store.set_state(
+            hr.host, MachineState.STANDBY, f"standby check: {line}", readiness=ready, audit_id=audit_id
+        )
+        ctx.store.audit_step_end(audit_id, i, "done" if changed else "noop", f"{hr.status.value}: {line}")
+        results.append((hr.host, ready, line))
+    n_ready = sum(r is Readiness.READY for _, r, _ in results)
+    ctx.store.audit_finish(audit_id, "applied", f"{n_ready} ready, {len(results) - n_ready} bad")
+    return StandbyCheck(tuple(results), report, audit_id)
+
+
+def plan_activate(
+    ctx: ActionContext,
+    *,
+    for_host: str,
+    job: str,
+    standby: str | None = None,
+    reason: str = "",
+    requeue: bool = False,
+    force: bool = False,
+    force_reason: str | None = None,
+) -> Plan:
+    """Plan swapping a ready standby in for ``for_host`` (evicted or suspect) in ``job``.
+
+    Picks ``standby``, else the first ready standby in inventory order. Steps: ``replace_host``
+    (scheduler), the store's job host list, ``resume`` the standby (scheduler), mark it active; then
+    ``requeue`` the job when asked. Rails: ``replaced-host-out`` (``for_host`` must be evicted or
+    suspect: not overridable), ``ready-standby`` (a standby exists; a chosen one that is not ready
+    needs ``--force``).
+
+    Raises:
+        UsageError: unknown job or host, ``for_host`` not in the job, ``--force`` without a reason.
+    """
+    if force and not (force_reason or "").strip():
+        raise UsageError('--force needs --force-reason "why"')
+    try:
+        ctx.inventory.job(job)
+        ctx.inventory.by_name(for_host)
+        if standby is not None:
+            ctx.inventory.by_name(standby)
+    except InventoryError as exc:
+        raise UsageError(str(exc)) from None
+    hosts = ctx.scheduler.job_hosts(job)
+    pool = list_standbys(ctx)
+    rails: list[RailCheck] = []
+    notes: list[str] = []
+    if for_host not in hosts:
+        raise UsageError(f"{for_host} is not in job {job} (its hosts: {', '.join(hosts)})")
+    state = current_state(ctx, for_host)
+    rails.append(
+        RailCheck(
+            "replaced-host-out",
+            state in (MachineState.EVICTED, MachineState.SUSPECT),
+            f"{for_host} is {state.value}",
+            f"cannot be overridden: evict it first (robustctl evict {for_host} --reason ...)",
+            overridable=False,
+        )
+    )
+    ready = [s for s in pool if s.readiness is Readiness.READY]
+    chosen: StandbyInfo | None
+    if standby is not None:
+        chosen = next((s for s in pool if s.host == standby), None)
+        if chosen is None:
+            raise UsageError(f"{standby} is not a standby (robustctl standby list)")
+        rails.append(
+            RailCheck(
+                "ready-standby",
+                chosen.readiness is Readiness.READY,
+                f"{standby} is {chosen.readiness.value}",
+                f"run robustctl standby check {standby}, or {FORCE_HINT}",
+            )
+        )
+    else:
+        chosen = ready[0] if ready else None
+        rails.append(
+            RailCheck(
+                "ready-standby",
+                chosen is not None,
+                f"{len(ready)} ready of {len(pool)} standby(s)",
+                "cannot be overridden: add standbys (robustctl standby add) and check them (robustctl standby check)",
+                overridable=False,
+            )
+        )
+    steps: list[Step] = []
+    targets: tuple[str, ...] = (for_host,)
+    if chosen is not None:
+        new = chosen.host
+        targets = (for_host, new)
+        steps = [
+            Step(StepKind.REPLACE, for_host, ctx.scheduler.name, job=job, new_host=new),
+            Step(StepKind.JOB_HOSTS, for_host, "store", job=job, new_host=new),
+            Step(StepKind.RESUME, new, ctx.scheduler.name),
+            Step(StepKind.MARK, new, "store", to_state=MachineState.ACTIVE),
+        ]
+        if requeue:
+            steps.append(Step(StepKind.REQUEUE, job, ctx.scheduler.name, job=job))
+        else:
+            notes.append(f"job {job} is not requeued (pass --requeue, or restart it yourself)")
+    return Plan(
+        action="standby-activate",
+        targets=targets,
+        steps=tuple(steps),
+        reason=reason or f"replace {for_host} in job {job}",
+        scheduler=ctx.scheduler.name,
+        rails=tuple(rails),
+        job=job,
+        forced=force,
+        force_reason=force_reason if force else None,
+        notes=tuple(notes),
+    )
