@@ -1,0 +1,234 @@
+"""Eviction planning and applying with the inventory back end and a temporary store."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+
+import pytest
+
+from robustctl.actions import ActionContext, open_context
+from robustctl.actions.evict import EvictRequest, expand_over_eviction, load_report, plan_evict, plan_return
+from robustctl.actions.plan import StepKind, apply_plan, plan_json
+from robustctl.errors import ActionRefused, UsageError
+from robustctl.schedulers.base import NodeState, OpResult, SchedulerError
+from robustctl.store import MachineState
+
+# 8 machines of 2 ranks, tp=2 pp=4 dp=2 (Megatron's documented 16-GPU example): PP groups are
+# ranks [0,4,8,12] [1,5,9,13] [2,6,10,14] [3,7,11,15] → machines {0,2,4,6} and {1,3,5,7}.
+INVENTORY = """\
+gpus_per_host: 2
+hosts:
+  - name: node[01-08]
+    address: 127.0.0.[2-9]
+  - name: spare[1-2]
+    address: 127.0.0.[10-11]
+    state: standby
+jobs:
+  llama:
+    hosts: node[01-08]
+    layout: {tp: 2, pp: 4, dp: 2}
+policy: {max_cluster_fraction: 1.0, max_job_fraction: 1.0, circuit_breaker_fraction: 0.5}
+"""
+
+
+def write_inventory(tmp_path: Path, text: str = INVENTORY) -> Path:
+    path = tmp_path / "inv.yaml"
+    path.write_text(text)
+    return path
+
+
+@pytest.fixture
+def ctx(tmp_path: Path) -> Iterator[ActionContext]:
+    c = open_context(write_inventory(tmp_path), tmp_path / "state.db")
+    yield c
+    c.close()
+
+
+def evict(ctx: ActionContext, **kw: object) -> list[str]:
+    plan = plan_evict(EvictRequest(reason="test", **kw), ctx)  # type: ignore[arg-type]
+    apply_plan(plan, ctx.scheduler, ctx.store)
+    return [h for h in plan.targets]
+
+
+@pytest.mark.parametrize(
+    ("mode", "expected"),
+    [
+        ("pp", ("node01", "node03", "node05", "node07")),
+        ("tp", ("node03",)),
+        ("dp", ("node03", "node04")),
+        ("auto", ("node03",)),
+    ],
+)
+def test_over_eviction_picks_exactly_the_groups_machines(
+    ctx: ActionContext, mode: str, expected: tuple[str, ...]
+) -> None:
+    plan = plan_evict(EvictRequest(hosts="node03", job="llama", over_evict=mode, reason="xid 79"), ctx)
+    assert plan.targets == expected
+    assert plan.suspects == ("node03",)
+    assert [s.host for s in plan.steps if s.kind is StepKind.DRAIN] == list(expected)
+    result = apply_plan(plan, ctx.scheduler, ctx.store)
+    assert result.status == "applied"
+    drained = {
+        h
+        for h, s in ctx.scheduler.state([f"node0{i}" for i in range(1, 9)]).items()
+        if s is NodeState.DRAINED
+    }
+    assert drained == set(expected)
+    assert {m.host for m in ctx.store.machines([MachineState.EVICTED])} == set(expected)
+
+
+def test_auto_over_eviction_of_suspects_on_two_pp_stages_is_their_pp_group(ctx: ActionContext) -> None:
+    # node01 (ranks 0,1) and node03 (ranks 4,5) vary only in pp: the PP groups 0 and 1 are all on
+    # machines {0,2,4,6}; the smallest single group holding ranks 0,1,4,5 is the tp-pp group 0.
+    machines, group = expand_over_eviction(ctx, "llama", ["node01", "node03"], "auto")
+    assert machines == ("node01", "node03", "node05", "node07")
+    assert group.startswith("tp-pp group 0")
+
+
+def test_over_eviction_follows_the_jobs_current_host_list(ctx: ActionContext) -> None:
+    ctx.store.set_job_hosts("llama", ["spare1", *[f"node0{i}" for i in range(2, 9)]])
+    plan = plan_evict(EvictRequest(hosts="node03", job="llama", over_evict="pp", reason="x"), ctx)
+    assert plan.targets == ("spare1", "node03", "node05", "node07")  # machine order
+
+
+def test_dry_run_plan_is_the_plan_apply_records_and_apply_is_idempotent(ctx: ActionContext) -> None:
+    req = EvictRequest(hosts="node03", job="llama", over_evict="pp", reason="xid 79")
+    plan = plan_evict(req, ctx)
+    dry = json.loads(json.dumps(plan_json(plan)))
+    assert plan_evict(req, ctx) == plan  # deterministic: no clock in the plan
+    result = apply_plan(plan, ctx.scheduler, ctx.store)
+    (record,) = ctx.store.audit()
+    assert record.plan == dry and record.status == "applied" and record.reason == "xid 79"
+    assert [s.status for s in record.steps] == ["done"] * 8
+    again = plan_evict(req, ctx)
+    assert again.nothing_to_do
+    second = apply_plan(again, ctx.scheduler, ctx.store)
+    assert second.status == "nothing-to-do" and {r.status for r in second.results} == {"noop"}
+    assert result.exit_code == second.exit_code == 0
+    assert len(ctx.store.evictions_since(0)) == 4  # nothing applied twice
+
+
+def test_targets_from_a_diagnose_report(ctx: ActionContext, tmp_path: Path) -> None:
+    report = tmp_path / "diag.json"
+    report.write_text(json.dumps({"kind": "diagnose", "schema_version": 1, "suspects": ["node02", "node06"]}))
+    plan = plan_evict(EvictRequest(report=report, reason="diag"), ctx)
+    assert plan.targets == ("node02", "node06") and plan.source == str(report)
+    plan = plan_evict(EvictRequest(report=report, job="llama", over_evict="pp", reason="diag"), ctx)
+    assert plan.targets == ("node02", "node04", "node06", "node08")
+
+
+def test_stacks_report_auto_without_job_uses_the_reports_group(ctx: ActionContext, tmp_path: Path) -> None:
+    report = tmp_path / "stacks.json"
+    report.write_text(
+        json.dumps(
+            {
+                "kind": "stacks",
+                "suspect_hosts": ["node05"],
+                "over_eviction": ["node01", "node03", "node05", "node07"],
+                "group": {"kind": "pp", "index": 0, "ranks": "0,4,8,12", "n_ranks": 4, "machines": []},
+            }
+        )
+    )
+    assert load_report(report).suspects == ("node05",)
+    plan = plan_evict(EvictRequest(report=report, over_evict="auto", reason="hang"), ctx)
+    assert plan.targets == ("node01", "node03", "node05", "node07")
+    assert plan.group is not None and plan.group.startswith("pp group 0")
+
+
+def test_empty_report_is_refused_not_guessed(ctx: ActionContext, tmp_path: Path) -> None:
+    report = tmp_path / "empty.json"
+    report.write_text(json.dumps({"kind": "diagnose", "suspects": []}))
+    plan = plan_evict(EvictRequest(report=report, reason="x", force=True, force_reason="try"), ctx)
+    assert plan.targets == () and plan.refused
+    with pytest.raises(ActionRefused, match="rule non-empty-targets.*cannot be overridden"):
+        apply_plan(plan, ctx.scheduler, ctx.store)
+    (rec,) = ctx.store.audit()
+    assert rec.status == "refused" and rec.steps == ()
+    assert ctx.store.machines() == []
+
+
+@pytest.mark.parametrize(
+    ("kw", "match"),
+    [
+        ({"hosts": "node99"}, "unknown host 'node99'"),
+        ({"hosts": "node[01"}, "node\\[01"),
+        ({"hosts": "spare1", "job": "llama", "over_evict": "pp"}, "not in job llama"),
+        ({"hosts": "node01", "over_evict": "pp"}, "needs --job"),
+        ({"hosts": "node01", "job": "nope", "over_evict": "pp"}, "unknown job 'nope'"),
+        ({"hosts": "node01", "job": "llama", "over_evict": "xx"}, "expected one of"),
+        ({"hosts": "node01", "force": True}, "--force-reason"),
+        ({}, "name the hosts"),
+    ],
+)
+def test_bad_input_is_a_usage_error(ctx: ActionContext, kw: dict[str, object], match: str) -> None:
+    with pytest.raises(UsageError, match=match):
+        plan_evict(EvictRequest(reason="x", **kw), ctx)  # type: ignore[arg-type]
+
+
+def test_report_errors_name_the_file(ctx: ActionContext, tmp_path: Path) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    with pytest.raises(UsageError, match="bad.json: not a JSON report"):
+        plan_evict(EvictRequest(report=bad, reason="x"), ctx)
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps({"kind": "analysis"}))
+    with pytest.raises(UsageError, match="not a diagnose or stacks report"):
+        plan_evict(EvictRequest(report=other, reason="x"), ctx)
+    ghost = tmp_path / "ghost.json"
+    ghost.write_text(json.dumps({"kind": "diagnose", "suspects": ["node42"]}))
+    with pytest.raises(UsageError, match="node42.*unresolved"):
+        plan_evict(EvictRequest(report=ghost, reason="x"), ctx)
+
+
+def test_return_resumes_and_records_returned_then_active(ctx: ActionContext) -> None:
+    evict(ctx, hosts="node02")
+    plan = plan_return("node02", "GPU replaced", ctx)
+    result = apply_plan(plan, ctx.scheduler, ctx.store)
+    assert result.status == "applied"
+    assert ctx.scheduler.state(["node02"])["node02"] is NodeState.ACTIVE
+    assert [h.to_state for h in ctx.store.history("node02")] == ["evicted", "returned", "active"]
+    again = apply_plan(plan_return("node02", "GPU replaced", ctx), ctx.scheduler, ctx.store)
+    assert again.status == "nothing-to-do"
+
+
+class FailingScheduler:
+    """The inventory back end, except that draining ``bad`` fails like a hung command."""
+
+    name = "flaky"
+
+    def __init__(self, inner: object, bad: str) -> None:
+        self.inner = inner
+        self.bad = bad
+
+    def drain(self, hosts: Sequence[str], reason: str) -> list[OpResult]:
+        if self.bad in hosts:
+            raise SchedulerError(self.name, f"drain {self.bad}", "timed out after 30 s")
+        return self.inner.drain(hosts, reason)  # type: ignore[attr-defined, no-any-return]
+
+    def state(self, hosts: Sequence[str]) -> Mapping[str, NodeState]:
+        return self.inner.state(hosts)  # type: ignore[attr-defined, no-any-return]
+
+    def job_hosts(self, job: str) -> list[str]:
+        return self.inner.job_hosts(job)  # type: ignore[attr-defined, no-any-return]
+
+
+def test_a_failing_step_stops_the_plan_and_the_audit_says_which_ran(ctx: ActionContext) -> None:
+    sched = FailingScheduler(ctx.scheduler, "node05")
+    ctx.scheduler = sched  # type: ignore[assignment]
+    plan = plan_evict(EvictRequest(hosts="node03", job="llama", over_evict="pp", reason="x"), ctx)
+    result = apply_plan(plan, sched, ctx.store)  # type: ignore[arg-type]
+    assert result.status == "failed" and result.exit_code == 3
+    assert "drain node05" in result.message and "timed out" in result.message
+    assert [r.status for r in result.results] == ["done"] * 4 + ["failed"] + ["skipped"] * 3
+    (rec,) = ctx.store.audit()
+    assert rec.status == "failed"
+    assert [(s.index, s.status) for s in rec.steps] == [
+        (0, "done"),
+        (1, "done"),
+        (2, "done"),
+        (3, "done"),
+        (4, "failed"),
+    ]
+    assert {m.host for m in ctx.store.machines([MachineState.EVICTED])} == {"node01", "node03"}
