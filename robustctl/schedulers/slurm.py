@@ -232,7 +232,15 @@ def _load_json(text: str, what: str) -> dict[str, Any]:
         raise ValueError(f"{what}: expected a JSON object, got {type(data).__name__}")
     errors = data.get("errors") or []
     if errors:
-        raise ValueError(f"{what}: Slurm reported errors: {errors}")
+        # Slurm 22.05 exits 0 with an "errors" entry (and an empty list) when slurmctld is unreachable.
+        shown = "; ".join(
+            f"{e.get('error') or e.get('description') or e}"
+            + (f" (errno {e['errno']})" if isinstance(e, dict) and "errno" in e else "")
+            if isinstance(e, dict)
+            else str(e)
+            for e in errors
+        )
+        raise ValueError(f"{what} reported errors (is slurmctld reachable?): {shown}")
     return data
 
 
