@@ -67,6 +67,26 @@ def audit(
         if running:
             steps += f" (step {running[0]} was running)"
         targets = ", ".join(r.targets[:4]) + (f" +{len(r.targets) - 4}" if len(r.targets) > 4 else "")
-        table.add_row(str(r.id), when, r.who, r.action, targets, r.status, steps, r.reason)
+        status = r.status
+        if status == "started" and _gone(r.who, r.pid):
+            status = f"incomplete (pid {r.pid} is gone)"
+        table.add_row(str(r.id), when, r.who, r.action, targets, status, steps, r.reason)
     stderr_console().print(table)
     return int(ExitCode.OK)
+
+
+def _gone(who: str, pid: int) -> bool:
+    """True when ``pid`` ran on this host and no longer exists (a killed action)."""
+    import os
+
+    from robustctl.store import whoami
+
+    if who.split("@")[-1] != whoami().split("@")[-1]:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except OSError:
+        return False
+    return False
