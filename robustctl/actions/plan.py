@@ -169,7 +169,10 @@ class Plan:
 
     def refusal(self) -> ActionRefused:
         """The error naming every failing rule and its override."""
-        parts = [f"rule {r.rule}: {r.detail}; to override: {r.override}" for r in self.failed_rails]
+        parts = [
+            f"rule {r.rule}: {r.detail}; " + (f"to override: {r.override}" if r.overridable else r.override)
+            for r in self.failed_rails
+        ]
         return ActionRefused(f"{self.action} refused by the safety rails: " + " | ".join(parts))
 
 
