@@ -194,3 +194,31 @@ def test_refusals_exit_2_with_the_rule(
         assert main(["audit", "--since", "soon"]) == 64
     finally:
         del os.environ["ROBUSTCTL_STATE"]
+
+
+@pytest.mark.parametrize(("answer", "applied"), [("y", True), ("n", False)])
+def test_on_a_terminal_the_plan_is_confirmed_interactively(
+    env: dict[str, str], answer: str, applied: bool
+) -> None:
+    import pty
+
+    master, slave = pty.openpty()
+    try:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "robustctl", "evict", "node02", "--reason", "xid"],
+            env=env,
+            stdin=slave,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        os.write(master, f"{answer}\n".encode())
+        _out, err = proc.communicate(timeout=60)
+    finally:
+        os.close(master)
+        os.close(slave)
+    assert proc.returncode == 0, err
+    assert "Apply this evict plan?" in err
+    with Store.open(Path(env["ROBUSTCTL_STATE"])) as s:
+        assert (s.sched_state("node02") == "drained") is applied
+        assert len(s.audit()) == int(applied)

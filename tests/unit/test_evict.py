@@ -232,3 +232,20 @@ def test_a_failing_step_stops_the_plan_and_the_audit_says_which_ran(ctx: ActionC
         (4, "failed"),
     ]
     assert {m.host for m in ctx.store.machines([MachineState.EVICTED])} == {"node01", "node03"}
+
+
+def test_scheduler_factory_picks_the_back_end_and_names_a_missing_one(ctx: ActionContext) -> None:
+    from robustctl.config import SchedulerSettings
+    from robustctl.errors import ConfigError
+    from robustctl.schedulers import make_scheduler
+
+    sched = make_scheduler(SchedulerSettings(), inventory=ctx.inventory, store=ctx.store)
+    assert sched.name == "inventory"
+    with pytest.raises(ConfigError, match="scheduler.kind 'kubernetes'"):
+        make_scheduler(SchedulerSettings(kind="kubernetes"), inventory=ctx.inventory, store=ctx.store)
+
+
+def test_a_job_host_list_that_no_longer_matches_the_layout_is_refused(ctx: ActionContext) -> None:
+    ctx.store.set_job_hosts("llama", [f"node0{i}" for i in range(1, 8)])  # 7 hosts for 16 ranks
+    with pytest.raises(UsageError, match="layout of 16 ranks does not match its 7 hosts"):
+        plan_evict(EvictRequest(hosts="node03", job="llama", over_evict="pp", reason="x"), ctx)
