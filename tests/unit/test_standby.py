@@ -223,3 +223,25 @@ def test_check_and_activate_bad_input(ctx: ActionContext) -> None:
         plan_activate(ctx, for_host="idle1", job="small")
     with pytest.raises(UsageError, match="unknown job"):
         plan_activate(ctx, for_host="node01", job="nope")
+
+
+@pytest.mark.skipif(
+    __import__("importlib.util").util.find_spec("torch") is None, reason="the L1 burn needs torch"
+)
+def test_cli_check_runs_real_l0_l1_on_this_machine(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    inv = tmp_path / "local.yaml"
+    inv.write_text(
+        "hosts:\n  - name: localhost\n    transport: local\n    state: standby\n"
+        f"    python: {{path: {sys.executable}}}\n"
+        "diagnose: {burn: {seconds: 0.5}}\n"
+    )
+    state = tmp_path / "s.db"
+    assert main(["standby", "check", "-i", str(inv), "--state", str(state), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["results"] == [{"host": "localhost", "readiness": "ready", "summary": "passed L0-L1"}]
+    assert [lv["ran"] for lv in doc["report"]["levels"]][:2] == [True, True]
+    assert main(["standby", "list", "-i", str(inv), "--state", str(state), "--json"]) == 0
+    (sb,) = json.loads(capsys.readouterr().out)["standbys"]
+    assert sb["host"] == "localhost" and sb["readiness"] == "ready"
