@@ -141,7 +141,7 @@ def test_two_processes_evicting_at_once_one_waits_or_refuses_nothing_twice(env: 
 def test_killed_mid_apply_leaves_an_audit_record_of_what_ran(env: dict[str, str]) -> None:
     db = env["ROBUSTCTL_STATE"]
     proc = spawn(
-        ["evict", "node01,node02", "--reason", "xid", "--yes"], env, ROBUSTCTL_TEST_STEP_SLEEP_S="0.3"
+        ["evict", "node01,node02", "--reason", "xid", "--yes"], env, ROBUSTCTL_TEST_STEP_SLEEP_S="1.0"
     )
     wait_for(lambda: (2, "running") in steps_of(db))
     proc.send_signal(signal.SIGKILL)
