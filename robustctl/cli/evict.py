@@ -126,7 +126,10 @@ def run_plan(
         if plan.refused:
             raise plan.refusal()
         return int(ExitCode.OK)
-    if not plan.refused and not plan.nothing_to_do and not yes:
+    if plan.refused:
+        emit_json(plan_json(plan), to_stdout=json_out, output=None)  # the rails, for scripts
+        apply_plan(plan, ctx.scheduler, ctx.store)  # audits the refusal and raises ActionRefused
+    if not plan.nothing_to_do and not yes:
         if not sys.stdin.isatty():
             raise UsageError(
                 "not applied: pass --yes to apply without a terminal to confirm on (or --dry-run)"

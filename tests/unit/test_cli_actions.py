@@ -188,6 +188,9 @@ def test_refusals_exit_2_with_the_rule(
     try:
         assert main(["evict", "--from-report", str(empty), "--yes", "-i", env["ROBUSTCTL_INVENTORY"]]) == 2
         assert "rule non-empty-targets" in capsys.readouterr().err
+        assert main(["evict", "--from-report", str(empty), "--yes", "--json"]) == 2
+        rails = json.loads(capsys.readouterr().out)["rails"]
+        assert rails[0]["rule"] == "non-empty-targets" and not rails[0]["passed"]
         assert main(["evict", "node01", "--from-report", str(empty), "--yes"]) == 64
         assert main(["evict", "node99", "--yes", "-i", env["ROBUSTCTL_INVENTORY"]]) == 64
         assert "unknown host 'node99'" in capsys.readouterr().err
