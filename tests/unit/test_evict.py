@@ -249,3 +249,35 @@ def test_a_job_host_list_that_no_longer_matches_the_layout_is_refused(ctx: Actio
     ctx.store.set_job_hosts("llama", [f"node0{i}" for i in range(1, 8)])  # 7 hosts for 16 ranks
     with pytest.raises(UsageError, match="layout of 16 ranks does not match its 7 hosts"):
         plan_evict(EvictRequest(hosts="node03", job="llama", over_evict="pp", reason="x"), ctx)
+
+
+def test_a_real_stacks_report_feeds_over_eviction(ctx: ActionContext, tmp_path: Path) -> None:
+    """The contract with ``robustctl stacks --json``: its document, as dumped, drives evict."""
+    from robustctl.config import ParallelLayout
+    from robustctl.report.console import dump_json
+    from robustctl.stacks.model import Frame, ProcessDump, ThreadStack
+    from robustctl.stacks.result import analyze_stacks
+
+    root = [("<module>", "train.py"), ("main", "train.py"), ("step", "train.py")]
+    wait = [*root, ("all_reduce", "torch/distributed/distributed_c10d.py")]
+    recv = [*root, ("recv", "torch/distributed/distributed_c10d.py")]
+    compute = [*root, ("_call_impl", "torch/nn/modules/module.py"), ("forward", "model.py")]
+
+    def mk(rank: int, path: list[tuple[str, str]]) -> ProcessDump:
+        frames = tuple(Frame(fn, f, 1) for fn, f in reversed(path))
+        return ProcessDump((ThreadStack("1", "MainThread", frames),), rank=rank, pid=100 + rank, host=None)
+
+    dumps = [mk(r, compute if r == 12 else recv if r in (0, 4, 8) else wait) for r in range(16)]
+    hosts = [f"node0{i}" for i in range(1, 9)]
+    rep = analyze_stacks(dumps, layout=ParallelLayout(tp=2, pp=4, dp=2), ranks_per_host=2, hosts=hosts)
+    path = tmp_path / "stacks.json"
+    path.write_text(dump_json(rep))
+    expected = ("node01", "node03", "node05", "node07")
+    assert rep.over_eviction == expected
+    from_report = plan_evict(EvictRequest(report=path, over_evict="auto", reason="hang"), ctx)
+    assert from_report.targets == expected and from_report.suspects == expected
+    assert from_report.group is not None and from_report.group.startswith("pp group 0")
+    with_job = plan_evict(EvictRequest(report=path, job="llama", over_evict="auto", reason="hang"), ctx)
+    assert with_job.targets == expected
+    only_suspects = plan_evict(EvictRequest(report=path, reason="hang"), ctx)
+    assert only_suspects.targets == expected  # every suspect machine; no expansion asked
