@@ -269,23 +269,36 @@ class SlurmBed:
             time.sleep(0.02)
 
     def close(self) -> None:
-        """Stop every daemon and kill every process this testbed started (jobs included). Idempotent."""
-        if "slurmctld" in self._procs and self._procs["slurmctld"].poll() is None:
+        """Stop every daemon and kill every process this testbed started (jobs included). Idempotent.
+
+        Order matters: job processes first, then the slurmd, slurmctld and munged last (a slurmd whose
+        munged is gone can hang on SIGTERM).
+        """
+        ctld = self._procs.get("slurmctld")
+        if ctld is not None and ctld.poll() is None:
             with contextlib.suppress(Exception):
-                os.kill(self._procs["slurmctld"].pid, signal.SIGCONT)
+                os.kill(ctld.pid, signal.SIGCONT)
                 subprocess.run(["scancel", "-u", "root"], env=self.env, capture_output=True, timeout=5)
-        for name, proc in reversed(list(self._procs.items())):
-            if proc.poll() is None:
+        daemons = {p.pid for p in self._procs.values()}
+        for pid in self.leftover_pids():
+            if pid not in daemons and not self._is_helper(pid, daemons):
                 with contextlib.suppress(ProcessLookupError):
-                    os.kill(proc.pid, signal.SIGCONT)
-                    proc.terminate()
-        deadline = time.monotonic() + 5
-        for proc in self._procs.values():
-            try:
-                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout=5)
+                    os.kill(pid, signal.SIGKILL)
+        slurmds = [p for n, p in self._procs.items() if n.startswith("slurmd-")]
+        others = [self._procs[n] for n in ("slurmctld", "munged") if n in self._procs]
+        for group in (slurmds, others[:1], others[1:]):
+            for proc in group:
+                if proc.poll() is None:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(proc.pid, signal.SIGCONT)
+                        proc.terminate()
+            deadline = time.monotonic() + 3
+            for proc in group:
+                try:
+                    proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait(timeout=5)
         deadline = time.monotonic() + 10
         while (left := self.leftover_pids()) and time.monotonic() < deadline:
             for pid in left:
@@ -296,6 +309,13 @@ class SlurmBed:
             log.close()
         self._procs.clear()
         self._logs.clear()
+
+    @staticmethod
+    def _is_helper(pid: int, daemons: set[int]) -> bool:
+        """Whether ``pid`` is a daemon's own helper (slurmctld's slurmscriptd): stopped with its parent."""
+        with contextlib.suppress(psutil.Error):
+            return psutil.Process(pid).ppid() in daemons
+        return False
 
     def leftover_pids(self) -> list[int]:
         """PIDs of live processes that carry this testbed's marker (daemons, slurmstepd, job steps)."""
