@@ -586,6 +586,8 @@ class Slurm:
     def node_info(self, hosts: Sequence[str]) -> dict[str, SlurmNode | None]:
         """Each named host's node record (None for a host Slurm does not know)."""
         names = _check_names(hosts)
+        if not names:
+            return {}
         known = self.nodes()
         missing = [h for h in names if h not in known]
         if missing:  # nodes in no partition are not in sinfo: ask the node table

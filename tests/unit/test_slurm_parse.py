@@ -245,6 +245,14 @@ def test_drain_of_an_unknown_host_changes_nothing() -> None:
     assert fake.updates() == []
 
 
+def test_empty_host_lists_run_nothing() -> None:
+    fake = mixed_cluster()
+    slurm = Slurm(runner=fake)
+    assert slurm.drain([], "x") == [] and slurm.resume([], "x") == [] and slurm.hold_standby([], "x") == []
+    assert slurm.state([]) == {}
+    assert fake.calls == []
+
+
 def test_drain_refuses_an_empty_reason_and_odd_names() -> None:
     slurm = Slurm(runner=mixed_cluster())
     with pytest.raises(SchedulerError, match="reason is required"):
