@@ -459,9 +459,9 @@ class SlurmBed:
 
 @pytest.fixture(scope="module")
 def slurm_bed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmBed]:
-    """A started 4-node Slurm testbed for the module (``ROBUSTCTL_SLURM_NODES`` overrides the count)."""
+    """A started 5-node Slurm testbed for the module (``ROBUSTCTL_SLURM_NODES`` overrides the count)."""
     require_slurmbed()
-    n = int(os.environ.get("ROBUSTCTL_SLURM_NODES", "4"))
+    n = int(os.environ.get("ROBUSTCTL_SLURM_NODES", "5"))
     bed = SlurmBed(tmp_path_factory.mktemp("slurmbed"), n)
     try:
         bed.start()

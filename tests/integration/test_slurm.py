@@ -6,6 +6,8 @@ not through robustctl's parsers. The testbed (``slurmbed.py``) starts once for t
 
 from __future__ import annotations
 
+import json
+import subprocess
 import time
 from pathlib import Path
 
@@ -89,7 +91,7 @@ def test_draining_the_machines_of_a_pp_group_drains_exactly_those(cluster: Slurm
     assert [r.host for r in results if r.changed] == ["sn2", "sn4"]
     states = cluster.node_states()
     assert {n for n, (s, _) in states.items() if s == "drained"} == {"sn2", "sn4"}
-    assert {n for n, (s, _) in states.items() if s == "idle"} == {"sn1", "sn3"}
+    assert {n for n, (s, _) in states.items() if s == "idle"} == set(cluster.nodes) - {"sn2", "sn4"}
 
 
 def test_drain_of_a_node_running_a_job_leaves_the_job_running(cluster: SlurmBed, slurm: Slurm) -> None:
@@ -232,3 +234,87 @@ def test_no_daemon_outlives_the_testbed(tmp_path: Path) -> None:
         time.sleep(0.3)
         assert len(bed.leftover_pids()) >= 5  # munged, slurmctld, 2 slurmd, job processes
     assert bed.leftover_pids() == []
+
+
+# ---- the robustctl CLI end to end on the real Slurm (scheduler.kind: slurm) ---------------------------
+
+
+def _write_inventory(path: Path, hosts: str, job_hosts: str) -> Path:
+    path.write_text(
+        f"""\
+hosts:
+  - name: {hosts}
+    transport: local
+scheduler: {{kind: slurm, timeout_s: 20}}
+policy: {{max_job_fraction: 0.5, max_cluster_fraction: 0.5, circuit_breaker_fraction: 0.6}}
+jobs:
+  llama:
+    hosts: "{job_hosts}"
+    ranks_per_host: 1
+    layout: {{tp: 1, dp: 2, pp: 2}}
+"""
+    )
+    return path
+
+
+def _robustctl(cluster: SlurmBed, *args: str) -> subprocess.CompletedProcess[str]:
+    import sys
+
+    env = {**cluster.env, "NO_COLOR": "1"}
+    return subprocess.run(
+        [sys.executable, "-m", "robustctl", *args], env=env, capture_output=True, text=True, timeout=90
+    )
+
+
+def test_cli_over_eviction_of_a_pp_group_drains_exactly_those_nodes(
+    cluster: SlurmBed, tmp_path: Path
+) -> None:
+    inv = _write_inventory(tmp_path / "inv.yaml", "sn[1-4]", "sn[1-4]")
+    job = cluster.sbatch(4, name="llama", extra=["--nodelist=sn1,sn2,sn3,sn4"])
+    cluster.wait_job(job, "RUNNING")
+    state = tmp_path / "state.db"
+    proc = _robustctl(
+        cluster, "evict", "sn2", "--job", "llama", "--over-evict", "pp", "--reason", "xid 79",
+        "--yes", "--json", "-i", str(inv), "--state", str(state),
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["schema_version"]
+    states = cluster.node_states()
+    # PP group of sn2 (rank 1) in a tp=1 dp=2 pp=2 job: ranks {1, 3} → sn2, sn4; nothing else drained.
+    assert {n for n, (s, _) in states.items() if s.startswith("drain")} == {"sn2", "sn4"}
+    assert states["sn2"][1] == states["sn4"][1]
+    assert states["sn2"][1].startswith("robustctl: ") and "xid 79" in states["sn2"][1]
+    # Again: idempotent, nothing changes in Slurm.
+    again = _robustctl(
+        cluster, "evict", "sn2", "--job", "llama", "--over-evict", "pp", "--reason", "xid 79",
+        "--yes", "--json", "-i", str(inv), "--state", str(state),
+    )  # fmt: skip
+    assert again.returncode == 0, again.stderr
+    assert cluster.node_states() == states
+
+
+def test_cli_standby_activation_puts_the_standby_in_the_slurm_job(cluster: SlurmBed, tmp_path: Path) -> None:
+    if cluster.n_nodes < 5:
+        pytest.skip("needs a 5-node testbed (ROBUSTCTL_SLURM_NODES)")
+    inv = _write_inventory(tmp_path / "inv.yaml", "sn[1-5]", "sn[1-4]")
+    state = tmp_path / "state.db"
+    common = ["-i", str(inv), "--state", str(state), "--yes", "--json"]
+    job = cluster.sbatch(4, name="llama", extra=["--nodelist=sn1,sn2,sn3,sn4"])
+    cluster.wait_job(job, "RUNNING")
+    added = _robustctl(cluster, "standby", "add", "sn5", *common)
+    assert added.returncode == 0, added.stderr
+    assert cluster.node_states()["sn5"][1].startswith("robustctl-standby: ")
+    evicted = _robustctl(cluster, "evict", "sn3", "--reason", "xid 79", *common)
+    assert evicted.returncode == 0, evicted.stderr
+    activated = _robustctl(
+        cluster, "standby", "activate", "--for", "sn3", "--job", "llama", "--standby", "sn5", "--requeue",
+        "--reason", "replace sn3", "--force", "--force-reason", "standby not self-checked in this test",
+        *common,
+    )  # fmt: skip
+    assert activated.returncode == 0, activated.stderr
+    fields = cluster.wait_job(job, "RUNNING", timeout_s=30)
+    assert fields["NodeList"] == "sn[1-2,4-5]"
+    assert fields["ExcNodeList"] == "sn3"
+    states = cluster.node_states()
+    assert states["sn3"][0] == "drained" and states["sn5"][0] == "allocated"
