@@ -69,14 +69,14 @@ def test_sinfo_json_mixed_states() -> None:
 
 
 def test_sinfo_text_agrees_with_json() -> None:
-    nodes = parse_sinfo_text(read("sinfo-mixed.txt"))
+    nodes = parse_sinfo_text(read("sinfo-mixed.out"))
     assert {k: n.node_state() for k, n in nodes.items()} == MIXED_STATES
     assert {k: n.reason for k, n in nodes.items()} == MIXED_REASONS
     assert nodes["sn2"].state == "draining"
 
 
 def test_scontrol_show_node_agrees_with_json() -> None:
-    records = parse_scontrol_records(read("scontrol-show-node.txt"), tail_key="Reason")
+    records = parse_scontrol_records(read("scontrol-show-node.out"), tail_key="Reason")
     assert len(records) == 5
     assert records[0]["OS"] == "Linux 6.18.44-fc-v657 #1 SMP PREEMPT_DYNAMIC @0"  # a value with spaces
     assert records[0]["NodeAddr"] == "127.0.0.1"
@@ -107,13 +107,13 @@ def test_squeue_json_jobs() -> None:
 
 
 def test_scontrol_show_job_running_and_held() -> None:
-    [rec] = parse_scontrol_records(read("scontrol-show-job-running.txt"))
+    [rec] = parse_scontrol_records(read("scontrol-show-job-running.out"))
     assert rec["Command"] == "/tmp/slurmbed/job.sh 600"
     assert rec["AllocNode:Sid"] == "localhost:26201" and rec["CPUs/Task"] == "1"
     job = job_from_scontrol(rec)
     assert (job.job_id, job.name, job.state, job.nodes) == ("1", "train", "RUNNING", ("sn1", "sn2"))
     assert job.excluded_nodes == ()
-    [rec] = parse_scontrol_records(read("scontrol-show-job-held.txt"))
+    [rec] = parse_scontrol_records(read("scontrol-show-job-held.out"))
     held = job_from_scontrol(rec)
     assert (held.state, held.reason, held.held) == ("PENDING", "job_requeued_in_held_state", True)
     assert (held.nodes, held.required_nodes, held.excluded_nodes, held.hosts) == (
@@ -217,7 +217,7 @@ def test_state_and_conf_and_bin_dir() -> None:
 
 
 def test_unknown_host_is_looked_up_in_scontrol_then_unknown() -> None:
-    fake = mixed_cluster(**{"scontrol show node": read("scontrol-show-node.txt")})
+    fake = mixed_cluster(**{"scontrol show node": read("scontrol-show-node.out")})
     slurm = Slurm(runner=fake)
     assert slurm.state(["sn1", "nosuch"]) == {"sn1": NodeState.ACTIVE, "nosuch": NodeState.UNKNOWN}
     assert fake.calls[-1] == ("scontrol", "show", "node", "-o")
@@ -239,7 +239,7 @@ def test_drain_is_one_scontrol_call_and_skips_drained_hosts() -> None:
 
 
 def test_drain_of_an_unknown_host_changes_nothing() -> None:
-    fake = mixed_cluster(**{"scontrol show node": read("scontrol-show-node.txt")})
+    fake = mixed_cluster(**{"scontrol show node": read("scontrol-show-node.out")})
     with pytest.raises(SchedulerError, match=r"unknown to Slurm: nosuch"):
         Slurm(runner=fake).drain(["sn1", "nosuch"], "x")
     assert fake.updates() == []
@@ -310,7 +310,7 @@ def test_text_fallback_where_sinfo_has_no_json() -> None:
     fake = FakeSlurm(
         {
             ("sinfo", "--json"): CommandOutput(1, "", "sinfo: unrecognized option '--json'\n"),
-            ("sinfo", "--all", "-N"): read("sinfo-mixed.txt"),
+            ("sinfo", "--all", "-N"): read("sinfo-mixed.out"),
         }
     )
     slurm = Slurm(runner=fake)
@@ -331,7 +331,7 @@ def test_jobs_by_name() -> None:
     fake = FakeSlurm(
         {
             ("squeue", "--json"): read("squeue.json"),
-            ("scontrol", "show", "job", "-o", "1"): read("scontrol-show-job-running.txt"),
+            ("scontrol", "show", "job", "-o", "1"): read("scontrol-show-job-running.out"),
         }
     )
     slurm = Slurm(runner=fake)

@@ -44,11 +44,11 @@ def main() -> None:
         bed.cmd("scontrol", "update", "nodename=sn4", "state=down", "reason=operator: PSU swap")
         bed.cmd("scontrol", "update", "nodename=sn5", "state=drain", "reason=robustctl: fail-slow, rank=5 x=1")
         save("sinfo-mixed.json", "sinfo", "--json", "--all")
-        save("sinfo-mixed.txt", "sinfo", "--all", "-N", "-h", "-o", "%N|%T|%E")
-        save("scontrol-show-node.txt", "scontrol", "show", "node", "-o")
+        save("sinfo-mixed.out", "sinfo", "--all", "-N", "-h", "-o", "%N|%T|%E")
+        save("scontrol-show-node.out", "scontrol", "show", "node", "-o")
         save("squeue.json", "squeue", "--json", "--all")
-        save("scontrol-show-job-running.txt", "scontrol", "show", "job", "-o", train)
-        save("scontrol-show-job-held.txt", "scontrol", "show", "job", "-o", held)
+        save("scontrol-show-job-running.out", "scontrol", "show", "job", "-o", train)
+        save("scontrol-show-job-held.out", "scontrol", "show", "job", "-o", held)
         print(f"captured from {bed.base}: train={train} held={held}")
 
 
