@@ -41,6 +41,11 @@ Mapping of the :class:`~robustctl.schedulers.base.Scheduler` vocabulary (Slurm 2
   requeue before setting the start time. Batch scripts should use ``--open-mode=append`` or a requeue
   truncates their output file.
 
+Two more traps of Slurm 22.05's JSON output, handled here: ``sinfo --json`` against an unreachable
+slurmctld exits **0** after ~9 s with an ``errors`` entry and an empty node list (read naively: "every
+host unknown"); it is an error here. ``squeue --json`` ignores ``-j``/``-n`` and prints every job: jobs
+are filtered after parsing.
+
 Parsers of Slurm's output (:func:`parse_sinfo_json`, :func:`parse_sinfo_text`,
 :func:`parse_squeue_json`, :func:`parse_scontrol_records`) are pure functions, tested against outputs
 captured from a real Slurm 22.05 in ``tests/data/slurm``.
