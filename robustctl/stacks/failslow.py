@@ -15,8 +15,9 @@ rounds, while healthy ranks caught mid-compute land there only by chance.
   the main role's non-dominant classes plus unreadable ranks (blame's localization is not applied:
   a slow round is often spread, and votes add up instead);
 * a round flags the group of ``kind`` holding the most outlier ranks; a round with no dominant class,
-  or with no outlier, **abstains** (flags nothing); a round where several groups tie for the most
-  outliers **abstains** too (recorded as a tie: it cannot tell them apart);
+  or with no outlier, **abstains** (flags nothing); when several groups tie for the most outliers,
+  the tie goes to the group with the most outlier ranks summed over all rounds, and a round whose
+  tie survives that **abstains** too (recorded as a tie: it cannot tell them apart);
 * the degrader is the group with the most flags; it needs at least ``min_votes`` flags (default: more
   than half of the rounds that flagged something, and at least 2); a tie for the most flags or too few
   flags gives no degrader and ``ambiguous`` with the reason.
@@ -154,8 +155,11 @@ def vote(
     votes: list[RoundVote] = []
     flags: Counter[int] = Counter()
     ever: set[int] = set()
-    for i, cr in enumerate(rounds):
-        outl = round_outliers(cr)
+    per_round = [round_outliers(cr) for cr in rounds]
+    # Outlier ranks per group summed over every round: breaks a round's tie in favour of the group
+    # that is outlying most often overall (a straggler's group keeps coming back; chance does not).
+    totals: Counter[int] = Counter(_group_of(r, k, topology) for outl in per_round if outl for r in outl)
+    for i, outl in enumerate(per_round):
         if outl is None:
             votes.append(RoundVote(i, "", 0, None, 0, "no dominant class"))
             continue
@@ -166,6 +170,9 @@ def vote(
         per = Counter(_group_of(r, k, topology) for r in outl)
         top = max(per.values())
         best = sorted(g for g, n in per.items() if n == top)
+        if len(best) > 1:
+            most = max(totals[g] for g in best)
+            best = [g for g in best if totals[g] == most]
         if len(best) > 1:
             votes.append(
                 RoundVote(

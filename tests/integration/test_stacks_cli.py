@@ -29,7 +29,11 @@ def job(testbed_session: Testbed, tmp_path_factory: pytest.TempPathFactory) -> I
     if testbed_session.n_hosts < 4:
         pytest.skip("needs a testbed of at least 4 hosts")
     workdir = tmp_path_factory.mktemp("stacks-cli-job")
-    with MiniJob(testbed_session, workdir, tp=TP, pp=PP, dp=DP, ranks_per_host=G, ckpt_every=3) as j:
+    # Little host-side pacing: a straggler should stand out by its compute, not hide in idle time.
+    args = ["--idle-ms", "30"]
+    with MiniJob(
+        testbed_session, workdir, tp=TP, pp=PP, dp=DP, ranks_per_host=G, ckpt_every=3, job_args=args
+    ) as j:
         j.start(timeout=150)
         j.wait_step(2, timeout=60)
         yield j
@@ -99,8 +103,10 @@ def test_stuck_dataloader_worker_is_named_through_the_child(clean: MiniJob, inve
 def test_slow_rank_named_by_fail_slow_voting(clean: MiniJob, inventory: Path) -> None:
     slow = clean.rank_at(tp=0, dp=3, pp=1)
     clean.set_faults(f"slow:rank={slow}:factor=3")
+    # 12 quick rounds rather than ByteRobust's 10 s x 5: the test job's "device time" is a sleep, so
+    # a snapshot catches healthy ranks busy far more often than a real GPU job's would.
     code, doc, err = robustctl(
-        "stacks", "-i", str(inventory), "--job", "mini", "--slow", "--rounds", "5", "--interval", "0.5"
+        "stacks", "-i", str(inventory), "--job", "mini", "--slow", "--rounds", "12", "--interval", "0.3"
     )
     assert doc["kind"] == "stacks-failslow"
     res = doc["result"]
