@@ -206,7 +206,16 @@ class JobSpec(StrictModel):
 
 
 class SlurmSettings(StrictModel):
-    """``scheduler.slurm``: settings of the Slurm back end (filled by robustctl.schedulers.slurm)."""
+    """``scheduler.slurm``: settings of the Slurm back end (robustctl.schedulers.slurm)."""
+
+    conf: str | None = Field(None, description="slurm.conf path (SLURM_CONF); default: Slurm's own lookup.")
+    bin_dir: str | None = Field(None, description="Directory of scontrol/sinfo/squeue; default: PATH.")
+    requeue_settle_s: float = Field(
+        1.5,
+        ge=0,
+        le=60,
+        description="Pause between a requeue and StartTime=now (sooner, slurmd refuses the revoked credential).",
+    )
 
 
 class KubernetesSettings(StrictModel):

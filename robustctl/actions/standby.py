@@ -28,7 +28,7 @@ from robustctl.actions.rails import FORCE_HINT, non_empty
 from robustctl.diagnose import DiagnoseRequest, run_diagnose
 from robustctl.errors import InventoryError, UsageError
 from robustctl.models import RunReport, Status
-from robustctl.schedulers.base import NodeState
+from robustctl.schedulers.base import NodeState, SchedulerError
 from robustctl.store import MachineState, Readiness
 from robustctl.transport.pool import TransportPool
 
@@ -166,8 +166,14 @@ def _resolve(ctx: ActionContext, pattern: str) -> list[str]:
 
 
 def _job_of(ctx: ActionContext, host: str) -> str | None:
+    """The inventory job whose current host list holds ``host``; jobs the scheduler cannot find
+    (not submitted, finished) hold no host."""
     for job in ctx.inventory.jobs:
-        if host in ctx.scheduler.job_hosts(job):
+        try:
+            hosts = ctx.scheduler.job_hosts(job)
+        except SchedulerError:
+            continue
+        if host in hosts:
             return job
     return None
 

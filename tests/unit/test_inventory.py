@@ -184,3 +184,12 @@ def test_jobs_resolve_in_rank_order(tmp_path: Path) -> None:
 def test_bad_jobs(tmp_path: Path, change: tuple[str, str], pattern: str) -> None:
     with pytest.raises(ConfigError, match=pattern):
         load_inventory(write(tmp_path, JOBS.replace(*change)), environ={})
+
+
+def test_scheduler_slurm_settings(tmp_path: Path) -> None:
+    base = "hosts: [{name: n1, address: 127.0.0.2}]\n"
+    text = base + "scheduler: {kind: slurm, slurm: {conf: /etc/slurm/slurm.conf, requeue_settle_s: 2}}\n"
+    load_inventory(write(tmp_path, text), environ={})
+    bad = base + "scheduler: {kind: slurm, slurm: {partition: gpu}}\n"
+    with pytest.raises(ConfigError, match=r"scheduler.slurm.partition: unknown key"):
+        load_inventory(write(tmp_path, bad), environ={})
