@@ -161,3 +161,21 @@ def test_preflight_rejects_unreadable_identity(testbed: Testbed, tmp_path: Path)
     hs = hosts_of(testbed, tmp_path, ssh={"identity_file": str(notakey)})
     with pytest.raises(ConfigError, match="is not a private key"):
         preflight(hs)
+
+
+def test_proxy_jump_through_another_host(testbed: Testbed, tmp_path: Path) -> None:
+    jump = f"{testbed.user}@{testbed.address(0)}:{testbed.port}"
+    h = hosts_of(testbed, tmp_path, ssh={"proxy_jump": jump})[1]
+    t = SshTransport()
+    try:
+        res = t.run(
+            h, ["python3", "-c", "import os; print(os.environ['ROBUSTCTL_PROBE_ROOT'])"], timeout_s=20
+        )
+        assert res.stdout.decode().strip() == str(testbed.host_root(1))  # ran on host 1, not the jump host
+    finally:
+        t.close()
+    testbed.stop_host(0)
+    t = SshTransport()
+    with pytest.raises(HostUnreachable, match="connection refused"):
+        t.run(h, ["true"], timeout_s=20)
+    t.close()
