@@ -18,9 +18,11 @@ rounds, while healthy ranks caught mid-compute land there only by chance.
   or with no outlier, **abstains** (flags nothing); when several groups tie for the most outliers,
   the tie goes to the group with the most outlier ranks summed over all rounds, and a round whose
   tie survives that **abstains** too (recorded as a tie: it cannot tell them apart);
-* the degrader is the group with the most flags; it needs at least ``min_votes`` flags (default: more
-  than half of the rounds that flagged something, and at least 2); a tie for the most flags or too few
-  flags gives no degrader and ``ambiguous`` with the reason.
+* the degrader is the group with the most flags (a tie for the most flags goes, again, to the group
+  with the most outlier ranks over all rounds); it needs at least ``min_votes`` flags (default: a
+  third of the rounds that flagged something, and at least 2: a plurality, as ByteRobust's "flagged
+  most often", guarded against a winner by chance); a tie that survives, or too few flags, gives no
+  degrader and ``ambiguous`` with the reason.
 
 ``kind`` defaults to ``"pp"`` when the layout has PP > 1 (ByteRobust's usual over-eviction unit), else
 ``"machine"`` (the ranks of one host) when ranks per host are known, else ``"rank"``.
@@ -143,7 +145,7 @@ def vote(
         rounds: one :class:`~robustctl.stacks.cluster.ClusterResult` per sample, in time order.
         topology: the job's layout (needed for group kinds other than ``"rank"``).
         kind: the group kind to vote on; default :func:`default_kind`.
-        min_votes: flags the winner needs; default ``max(2, flagging rounds // 2 + 1)``.
+        min_votes: flags the winner needs; default ``max(2, ceil(flagging rounds / 3))``.
 
     Returns:
         A :class:`FailSlowResult`.
@@ -189,11 +191,14 @@ def vote(
         votes.append(RoundVote(i, compact_ranges(outl), len(outl), best[0], top))
     ranked = tuple(sorted(flags.items(), key=lambda kv: (-kv[1], kv[0])))
     flagging = sum(1 for v in votes if v.flagged is not None)
-    need = min_votes if min_votes is not None else max(2, flagging // 2 + 1)
+    need = min_votes if min_votes is not None else max(2, -(-flagging // 3))
     if not ranked:
         return FailSlowResult(k, tuple(votes), (), None, reason="no round flagged a group")
     top_n = ranked[0][1]
     leaders = [g for g, n in ranked if n == top_n]
+    if len(leaders) > 1:
+        most = max(totals[g] for g in leaders)
+        leaders = [g for g in leaders if totals[g] == most]
     if len(leaders) > 1:
         return FailSlowResult(
             k,

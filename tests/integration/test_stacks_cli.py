@@ -103,6 +103,7 @@ def test_stuck_dataloader_worker_is_named_through_the_child(clean: MiniJob, inve
 def test_slow_rank_named_by_fail_slow_voting(clean: MiniJob, inventory: Path) -> None:
     slow = clean.rank_at(tp=0, dp=3, pp=1)
     clean.set_faults(f"slow:rank={slow}:factor=3")
+    clean.step_times(0, samples=2)  # the slowdown is in effect: steps already ran with it
     # 12 quick rounds rather than ByteRobust's 10 s x 5: the test job's "device time" is a sleep, so
     # a snapshot catches healthy ranks busy far more often than a real GPU job's would.
     code, doc, err = robustctl(
