@@ -1,5 +1,23 @@
-"""``python -m bench``: run the fan-out benchmark (see :mod:`bench.fanout`)."""
+"""``python -m bench`` (``make bench``): every benchmark, each printing ratios against a baseline run
+in the same process.
 
-from bench.fanout import main
+- :mod:`bench.fanout`: the L0 probe fanned out to loopback sshd hosts, robustctl vs ``pdsh -R ssh``.
+- :mod:`bench.stacks`: stack clustering + blame on synthetic dumps of 1K-100K ranks (linearity, 100K target).
 
-raise SystemExit(main())
+``python -m bench fanout [args]`` or ``python -m bench stacks [args]`` runs one of them.
+"""
+
+import sys
+
+from bench import fanout, stacks
+
+BENCHES = {"fanout": fanout.main, "stacks": stacks.main}
+
+args = sys.argv[1:]
+if args and args[0] in BENCHES:
+    raise SystemExit(BENCHES[args[0]](args[1:]))
+rc = 0
+for name, fn in BENCHES.items():
+    print(f"== bench {name}", flush=True)
+    rc = max(rc, int(fn([]) or 0))
+raise SystemExit(rc)
