@@ -1,0 +1,66 @@
+"""End-to-end ``robustctl stacks`` on the 16-rank test-bed job: time from start to named suspects.
+
+Starts 4 loopback sshd hosts and the minimegatron job (tp=2, pp=2, dp=4, 4 ranks per host), hangs
+one rank in compute, then times :func:`robustctl.stacks.live.stacks_hang` (collection through
+each host's sshd + py-spy, clustering, blame) until the suspects are named. The baseline, run in the
+same process, is one collection alone, so the ratio shows what analysis adds to it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the benchmark and print a table; 0 when every run named the hung rank, else 1."""
+    ap = argparse.ArgumentParser(prog="python -m bench stacks-e2e", description=__doc__.splitlines()[0])
+    ap.add_argument("--repeats", type=int, default=3, help="measured runs (default 3)")
+    args = ap.parse_args(list(argv) if argv is not None else None)
+    sys.path.insert(0, str(REPO))
+    from robustctl.inventory import load_inventory
+    from robustctl.stacks.collect import CollectSettings, collect_stacks
+    from robustctl.stacks.live import stacks_hang
+    from robustctl.transport.pool import TransportPool
+    from tests.integration.jobrunner import MiniJob
+    from tests.integration.testbed import Testbed
+
+    work = Path(tempfile.mkdtemp(prefix="bench-stacks-"))
+    named = True
+    with Testbed(work / "tb", 4) as tb, MiniJob(tb, work / "job", tp=2, pp=2, dp=4, ranks_per_host=4) as job:
+        job.start(timeout=180)
+        hung = job.rank_at(tp=1, dp=2, pp=0)
+        job.set_faults(f"hang:compute:rank={hung}")
+        job.wait_stalled(2.0, timeout=60)
+        inv_job = load_inventory(job.write_inventory(work / "inv.yaml")).job("mini")
+        pool = TransportPool()
+        collect_s: list[float] = []
+        total_s: list[float] = []
+        try:
+            for _ in range(args.repeats):
+                t0 = time.perf_counter()
+                collect_stacks(inv_job, pool, settings=CollectSettings())
+                collect_s.append(time.perf_counter() - t0)
+                t0 = time.perf_counter()
+                live = stacks_hang(inv_job, pool, samples=1)
+                total_s.append(time.perf_counter() - t0)
+                named = named and hung in live.report.likely_culprits
+        finally:
+            pool.close()
+    c, t = statistics.median(collect_s), statistics.median(total_s)
+    print(f"stacks end to end, 16 ranks (+ workers) on 4 loopback hosts, median of {args.repeats}")
+    print(f"  one collection (baseline)        {c:6.2f} s")
+    print(f"  start -> named suspects          {t:6.2f} s   ratio {t / c:.2f}x the collection")
+    print(f"  hung rank named in every run:    {'PASS' if named else 'FAIL'}")
+    return 0 if named else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
