@@ -8,20 +8,18 @@ an inventory path (``-i``/``$ROBUSTCTL_INVENTORY``/the embedded default) and a s
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from robustctl.config import InventoryFile, PolicySettings, SchedulerSettings, apply_env
-from robustctl.inventory import Inventory, default_inventory, load_inventory
+from robustctl.config import PolicySettings, SchedulerSettings
+from robustctl.inventory import Inventory, resolve_inventory
 from robustctl.schedulers import make_scheduler
 from robustctl.schedulers.base import Scheduler
 from robustctl.store import Store
-from robustctl.yamlsrc import load_yaml
 
-__all__ = ["ActionContext", "load_action_settings", "open_context"]
+__all__ = ["ActionContext", "open_context"]
 
 
 @dataclass
@@ -40,21 +38,16 @@ class ActionContext:
     scheduler: Scheduler
     clock: Callable[[], float] = field(default=time.time)
 
+    def lock(self, action: str, timeout_s: float | None = None) -> None:
+        """Take the store's action lock for ``action``, waiting ``timeout_s`` (default: policy).
+
+        Raises: StoreLocked when another process holds it past the timeout.
+        """
+        self.store.lock(action, timeout_s=self.policy.lock_timeout_s if timeout_s is None else timeout_s)
+
     def close(self) -> None:
         """Close the store (releasing the action lock)."""
         self.store.close()
-
-
-def load_action_settings(path: Path | None) -> tuple[SchedulerSettings, PolicySettings]:
-    """The ``scheduler:`` and ``policy:`` sections of the inventory at ``path`` (defaults without one).
-
-    The file must already have passed :func:`robustctl.inventory.load_inventory`, which validates them.
-    """
-    if path is None:
-        return SchedulerSettings(), PolicySettings()
-    data, _ = load_yaml(path)
-    model = InventoryFile.model_validate(apply_env(dict(data or {})))
-    return model.scheduler, model.policy
 
 
 def open_context(
@@ -68,14 +61,11 @@ def open_context(
     Raises:
         ConfigError / InventoryError: the inventory is invalid. StoreError: the store cannot be opened.
     """
-    if inventory_path is None and os.environ.get("ROBUSTCTL_INVENTORY"):
-        inventory_path = Path(os.environ["ROBUSTCTL_INVENTORY"])
-    inventory = load_inventory(inventory_path) if inventory_path is not None else default_inventory()
-    sched_settings, policy = load_action_settings(inventory_path)
+    inventory = resolve_inventory(inventory_path)
     store = Store.open(state_path, clock=clock)
     try:
-        scheduler = make_scheduler(sched_settings, inventory=inventory, store=store)
+        scheduler = make_scheduler(inventory.scheduler, inventory=inventory, store=store)
     except BaseException:
         store.close()
         raise
-    return ActionContext(inventory, sched_settings, policy, store, scheduler, clock)
+    return ActionContext(inventory, inventory.scheduler, inventory.policy, store, scheduler, clock)

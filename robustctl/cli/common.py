@@ -1,14 +1,13 @@
-"""Options and helpers shared by the commands."""
+"""Options and helpers shared by the commands (``resolve_inventory`` is re-exported for them)."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from robustctl.inventory import Inventory, default_inventory, load_inventory
+from robustctl.inventory import resolve_inventory
 
 InventoryOpt = Annotated[
     Path | None,
@@ -31,14 +30,4 @@ class State:
     verbose: int = 0
 
 
-def resolve_inventory(path: Path | None) -> Inventory:
-    """Load ``path``, else ``$ROBUSTCTL_INVENTORY``, else the embedded default.
-
-    Raises:
-        ConfigError / InventoryError: the file is invalid.
-    """
-    if path is None and os.environ.get("ROBUSTCTL_INVENTORY"):
-        path = Path(os.environ["ROBUSTCTL_INVENTORY"])
-    if path is None:
-        return default_inventory()
-    return load_inventory(path)
+__all__ = ["InventoryOpt", "JsonOpt", "OutputOpt", "State", "resolve_inventory"]

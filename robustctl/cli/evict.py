@@ -204,9 +204,7 @@ def evict(
     ctx = open_context(inventory, state)
     try:
         if not dry_run:
-            ctx.store.lock(
-                "evict", timeout_s=ctx.policy.lock_timeout_s if lock_timeout is None else lock_timeout
-            )
+            ctx.lock("evict", lock_timeout)
         plan = plan_evict(request, ctx)
         return run_plan(ctx, plan, dry_run=dry_run, yes=yes, json_out=json_out, quiet=quiet)
     finally:
@@ -237,9 +235,7 @@ def return_(
     ctx = open_context(inventory, state)
     try:
         if not dry_run:
-            ctx.store.lock(
-                "return", timeout_s=ctx.policy.lock_timeout_s if lock_timeout is None else lock_timeout
-            )
+            ctx.lock("return", lock_timeout)
         plan = plan_return(hosts, reason or _default_reason("return", None), ctx)
         return run_plan(ctx, plan, dry_run=dry_run, yes=yes, json_out=json_out, quiet=quiet)
     finally:

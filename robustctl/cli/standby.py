@@ -82,9 +82,7 @@ def add(
     ctx = open_context(inventory, state)
     try:
         if not dry_run:
-            ctx.store.lock(
-                "standby-add", timeout_s=ctx.policy.lock_timeout_s if lock_timeout is None else lock_timeout
-            )
+            ctx.lock("standby-add", lock_timeout)
         plan = plan_add(hosts, reason, ctx, force=force, force_reason=force_reason)
         return run_plan(ctx, plan, dry_run=dry_run, yes=yes, json_out=json_out, quiet=quiet)
     finally:
@@ -113,9 +111,7 @@ def check(
     ctx = open_context(inventory, state)
     pool = TransportPool()
     try:
-        ctx.store.lock(
-            "standby-check", timeout_s=ctx.policy.lock_timeout_s if lock_timeout is None else lock_timeout
-        )
+        ctx.lock("standby-check", lock_timeout)
         result = check_standbys(ctx, pool, hosts=hosts)
     finally:
         pool.close()
@@ -166,10 +162,7 @@ def activate(
     ctx = open_context(inventory, state)
     try:
         if not dry_run:
-            ctx.store.lock(
-                "standby-activate",
-                timeout_s=ctx.policy.lock_timeout_s if lock_timeout is None else lock_timeout,
-            )
+            ctx.lock("standby-activate", lock_timeout)
         plan = plan_activate(
             ctx,
             for_host=for_host,

@@ -8,6 +8,7 @@ transport, with the Python that runs robustctl.
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -24,8 +25,10 @@ from robustctl.config import (
     InventoryFile,
     JobSpec,
     ParallelLayout,
+    PolicySettings,
     PythonSettings,
     RankProcessSpec,
+    SchedulerSettings,
     SshSettings,
     apply_env,
 )
@@ -91,6 +94,8 @@ class Inventory:
     diagnose: DiagnoseSettings
     source: str
     jobs: Mapping[str, Job] = field(default_factory=dict)
+    scheduler: SchedulerSettings = field(default_factory=SchedulerSettings)
+    policy: PolicySettings = field(default_factory=PolicySettings)
 
     def job(self, name: str) -> Job:
         """The job called ``name``. Raises InventoryError (listing the known jobs) if there is none."""
@@ -153,6 +158,17 @@ def default_inventory() -> Inventory:
     )
 
 
+def resolve_inventory(path: Path | None) -> Inventory:
+    """Load ``path``, else ``$ROBUSTCTL_INVENTORY``, else the embedded default.
+
+    Raises:
+        ConfigError / InventoryError: the file is invalid.
+    """
+    if path is None and os.environ.get("ROBUSTCTL_INVENTORY"):
+        path = Path(os.environ["ROBUSTCTL_INVENTORY"])
+    return default_inventory() if path is None else load_inventory(path)
+
+
 def load_inventory(path: Path, *, environ: dict[str, str] | None = None) -> Inventory:
     """Load and validate an inventory file.
 
@@ -181,6 +197,8 @@ def load_inventory(path: Path, *, environ: dict[str, str] | None = None) -> Inve
         diagnose=model.diagnose,
         source=str(path),
         jobs=jobs,
+        scheduler=model.scheduler,
+        policy=model.policy,
     )
 
 
