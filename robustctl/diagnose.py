@@ -254,7 +254,7 @@ class _Engine:
         try:
             doc = run_probe(self.pool.for_host(host), host, probe, args, deadline=deadline)
         except ProbeError as exc:
-            msg = str(exc).removeprefix(f"{host.name}: ")
+            msg = exc.reason
             return None, [CheckResult(f"{probe}.probe", level, Status.UNKNOWN, msg)]
         return doc, self._evaluate(host, probe, doc, level)
 
@@ -283,15 +283,11 @@ class _Engine:
                     deadline=deadline,
                 )
             except ProbeError as exc:
-                msg = str(exc).removeprefix(f"{host.name}: ")
+                msg = exc.reason
                 return [CheckResult(f"{p}.probe", 0, Status.UNKNOWN, msg) for p in probes]
             for probe, doc in zip(probes, docs, strict=True):
                 if isinstance(doc, ProbeError):
-                    out.append(
-                        CheckResult(
-                            f"{probe}.probe", 0, Status.UNKNOWN, str(doc).removeprefix(f"{host.name}: ")
-                        )
-                    )
+                    out.append(CheckResult(f"{probe}.probe", 0, Status.UNKNOWN, doc.reason))
                 else:
                     out.extend(self._evaluate(host, probe, doc, 0))
             return out
@@ -533,7 +529,7 @@ class _Engine:
             try:
                 out[r] = run_probe(self.pool.for_host(host), host, "allreduce", args, deadline=deadline)
             except RobustctlError as exc:
-                out[r] = f"{host.name}: {str(exc).removeprefix(host.name + ': ')}"
+                out[r] = str(exc)
             except Exception as exc:
                 out[r] = f"{host.name}: internal error: {type(exc).__name__}: {exc}"
 

@@ -38,8 +38,12 @@ class InventoryError(ConfigError):
     """The inventory is invalid: bad host range, duplicate host, unknown host or job."""
 
 
-class TransportError(RobustctlError):
-    """Running a command on a host failed for a reason other than the command itself."""
+class HostError(RobustctlError):
+    """An error about one host: ``str()`` is ``"HOST: reason"``; ``reason`` is the part after it.
+
+    Attributes:
+        host: inventory name. reason: one line, without the host.
+    """
 
     exit_code = ExitCode.UNKNOWN
 
@@ -47,6 +51,10 @@ class TransportError(RobustctlError):
         super().__init__(f"{host}: {message}")
         self.host = host
         self.reason = message
+
+
+class TransportError(HostError):
+    """Running a command on a host failed for a reason other than the command itself."""
 
 
 class HostUnreachable(TransportError):
@@ -61,10 +69,8 @@ class CommandTimeout(TransportError):
     """A remote command ran past its deadline and was abandoned."""
 
 
-class ProbeError(RobustctlError):
+class ProbeError(HostError):
     """A node-side probe crashed or printed something that is not its JSON document."""
-
-    exit_code = ExitCode.UNKNOWN
 
 
 class ActionRefused(RobustctlError):

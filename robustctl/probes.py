@@ -79,7 +79,7 @@ def run_probe(
     received = time.time()
     doc = parse_document(res.stdout, name)
     if doc is None:
-        raise ProbeError(f"{host.name}: probe {name} failed: {_failure(res, host)}")
+        raise ProbeError(host.name, f"probe {name} failed: {_failure(res, host)}")
     return _document(name, doc, sent, received, res.elapsed_s)
 
 
@@ -105,7 +105,7 @@ def run_probes(
     bundle = parse_document(res.stdout, "bundle")
     if bundle is None:
         names = ", ".join(n for n, _ in probes)
-        raise ProbeError(f"{host.name}: probes {names} failed: {_failure(res, host)}")
+        raise ProbeError(host.name, f"probes {names} failed: {_failure(res, host)}")
     raw = bundle.get("results")
     results: list[Any] = raw if isinstance(raw, list) else []
     out: list[ProbeDocument | ProbeError] = []
@@ -115,7 +115,7 @@ def run_probes(
         if doc is None:
             tail = [ln.strip() for ln in str(entry.get("stderr", "")).splitlines() if ln.strip()]
             why = tail[-1][:200] if tail else f"exit status {entry.get('exit_code')}, no output"
-            out.append(ProbeError(f"{host.name}: probe {name} failed: {why}"))
+            out.append(ProbeError(host.name, f"probe {name} failed: {why}"))
             continue
         out.append(_document(name, doc, sent, received, res.elapsed_s))
     return out

@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Generic, TypeVar
 
-from robustctl.errors import CommandTimeout, HostKeyError, HostUnreachable, RobustctlError
+from robustctl.errors import CommandTimeout, HostError, HostKeyError, HostUnreachable, RobustctlError
 from robustctl.models import Outcome
 
 if TYPE_CHECKING:
@@ -188,9 +188,7 @@ def _run_one(host: Host, work: Work[T], deadline: float, retries: int, backoff_s
                 host, Outcome.TIMED_OUT, error=exc.reason, elapsed_s=_since(start), attempts=attempt
             )
         except RobustctlError as exc:
-            msg = str(exc)
-            prefix = f"{host.name}: "
-            msg = msg[len(prefix) :] if msg.startswith(prefix) else msg
+            msg = exc.reason if isinstance(exc, HostError) else str(exc)
             return HostOutcome(host, Outcome.FAILED, error=msg, elapsed_s=_since(start), attempts=attempt)
         except Exception as exc:
             return HostOutcome(

@@ -27,7 +27,7 @@ def test_every_outcome_kept_in_order() -> None:
         if h.name == "n2":
             raise CommandTimeout(h.name, "command timed out after 1s")
         if h.name == "n3":
-            raise ProbeError(f"{h.name}: probe host failed: boom")
+            raise ProbeError(h.name, "probe host failed: boom")
         if h.name == "n4":
             raise KeyError("bug")
         return h.name.upper()
