@@ -219,7 +219,42 @@ class SlurmSettings(StrictModel):
 
 
 class KubernetesSettings(StrictModel):
-    """``scheduler.kubernetes``: settings of the Kubernetes back end (filled by its back end)."""
+    """``scheduler.kubernetes``: settings of the Kubernetes back end (robustctl.schedulers.kubernetes).
+
+    The evict taint's effect defaults to ``NoSchedule``: robustctl then removes the node's pods itself
+    through the Eviction API, which honours PodDisruptionBudgets. ``NoExecute`` makes the kubelet's
+    taint manager delete every pod that does not tolerate it at once, PodDisruptionBudgets or not.
+    """
+
+    kubeconfig: str | None = Field(
+        None, description="kubeconfig path; default $KUBECONFIG, ~/.kube/config, else in-cluster."
+    )
+    context: str | None = Field(None, description="kubeconfig context; default its current-context.")
+    namespace: str = Field("default", min_length=1, description="Namespace of the jobs' pods.")
+    evict_taint_key: str = Field("robustctl.io/evicted", description="Taint key of evicted nodes.")
+    evict_taint_effect: Literal["NoSchedule", "NoExecute"] = Field(
+        "NoSchedule", description="Effect of the evict taint (NoExecute bypasses PodDisruptionBudgets)."
+    )
+    standby_taint_key: str = Field("robustctl.io/standby", description="Taint key (NoSchedule) of standbys.")
+    state_label: str = Field("robustctl.io/state", description="Node label robustctl sets: evicted|standby.")
+    job_label: str = Field(
+        "robustctl.io/job",
+        description="Label naming the job on its pods (selects them) and on its nodes (pins them).",
+    )
+    index_label: str = Field(
+        "batch.kubernetes.io/job-completion-index",
+        description="Pod label (or annotation) holding the pod's index in rank order (Indexed Job).",
+    )
+    pods_per_host: int = Field(1, ge=1, le=64, description="Pods of one job on each machine.")
+    eviction_timeout_s: float = Field(
+        120.0, gt=0, le=86_400, description="How long to retry evictions a PodDisruptionBudget refuses (429)."
+    )
+    eviction_retry_s: float = Field(
+        5.0, gt=0, le=600, description="Pause between eviction retries (kubectl: 5 s)."
+    )
+    grace_period_s: int | None = Field(
+        None, ge=0, le=86_400, description="deleteOptions.gracePeriodSeconds of evictions; default the pod's."
+    )
 
 
 class SchedulerSettings(StrictModel):

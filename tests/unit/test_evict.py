@@ -234,14 +234,23 @@ def test_a_failing_step_stops_the_plan_and_the_audit_says_which_ran(ctx: ActionC
     assert {m.host for m in ctx.store.machines([MachineState.EVICTED])} == {"node01", "node03"}
 
 
-def test_scheduler_factory_picks_the_back_end_and_names_a_missing_one(ctx: ActionContext) -> None:
+def test_scheduler_factory_picks_the_back_end_and_names_a_missing_one(
+    ctx: ActionContext, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from robustctl.config import SchedulerSettings
     from robustctl.errors import ConfigError
     from robustctl.schedulers import make_scheduler
 
     sched = make_scheduler(SchedulerSettings(), inventory=ctx.inventory, store=ctx.store)
     assert sched.name == "inventory"
-    with pytest.raises(ConfigError, match="scheduler.kind 'kubernetes'"):
+    with pytest.raises(ConfigError, match="scheduler.kind 'nosuch' is not available"):
+        make_scheduler(
+            SchedulerSettings.model_construct(kind="nosuch"), inventory=ctx.inventory, store=ctx.store
+        )
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "missing-kubeconfig"))
+    with pytest.raises(
+        ConfigError, match="scheduler.kubernetes: kubeconfig .*missing-kubeconfig does not exist"
+    ):
         make_scheduler(SchedulerSettings(kind="kubernetes"), inventory=ctx.inventory, store=ctx.store)
 
 

@@ -1,0 +1,785 @@
+"""The Kubernetes back end: cordon, taint, label and evict pods through the API server.
+
+It talks to the API server with the official ``kubernetes`` Python client (``pip install
+'robustctl[kubernetes]'``), imported only when ``scheduler.kind: kubernetes`` is configured. Every
+request carries the back end's timeout (``scheduler.timeout_s``) and is not retried by the HTTP layer
+(urllib3 would otherwise retry a hung request three times, quadrupling the deadline); responses are
+read as raw JSON (no model classes), so the back end depends on the API's JSON, not on one client
+version's models. An HTTP error, a timeout or an unreachable server raises
+:class:`~robustctl.schedulers.base.SchedulerError` naming the request.
+
+Mapping of the :class:`~robustctl.schedulers.base.Scheduler` vocabulary (settings under
+``scheduler.kubernetes``, :class:`~robustctl.config.KubernetesSettings`):
+
+* ``drain``: one merge patch of the Node (``metadata.resourceVersion`` as precondition, re-read and
+  retried on 409 Conflict) that cordons it (``spec.unschedulable: true``), adds the taint
+  ``robustctl.io/evicted=<reason>:NoSchedule`` (key and effect configurable; the reason is reduced to
+  a valid label value, ≤ 63 characters, and kept whole in the ``robustctl.io/reason`` annotation),
+  drops a standby taint, and sets the label ``robustctl.io/state=evicted``; then every pod on the node
+  is removed through the **Eviction API** (``POST …/pods/NAME/eviction``, ``policy/v1``), so
+  PodDisruptionBudgets are honoured. Pods of DaemonSets, mirror pods, finished pods and pods already
+  terminating are left alone (as ``kubectl drain --ignore-daemonsets`` does). An eviction refused with
+  **429** (a budget allows no disruption now) is retried every ``eviction_retry_s`` until
+  ``eviction_timeout_s``; the result says how long it waited. Pods still refused then raise a
+  SchedulerError naming them and the budget's message: the node stays cordoned and tainted, and
+  running the eviction again resumes where it stopped. A node already cordoned and tainted with no
+  pod left to evict is a no-op.
+* ``resume``: uncordon, remove robustctl's evict and standby taints, its state label and its
+  annotations. A schedulable node without them is a no-op.
+* ``hold_standby``: cordon, taint ``robustctl.io/standby=<reason>:NoSchedule``, label
+  ``robustctl.io/state=standby``. Running pods are left alone (as Slurm's drain leaves a running job).
+* ``state``: a standby taint → STANDBY; cordoned or evict-tainted → DRAINED; ``Ready`` condition not
+  ``True`` → DOWN; else ACTIVE; no such Node → UNKNOWN.
+* ``job_hosts``: the pods of the job are those labelled ``robustctl.io/job=JOB`` in ``namespace``;
+  each pod's index (``batch.kubernetes.io/job-completion-index``, an Indexed Job's label or
+  annotation) orders them; machine ``k`` is the node of pods ``k·P … k·P+P-1`` (``pods_per_host`` P).
+  A machine whose pods are not bound yet (just evicted and recreated, pending) takes its node from
+  robustctl's record of the job's hosts (written by ``drain``, ``requeue`` and a standby activation):
+  its own recorded node when no bound pod uses it, else the next recorded node no bound pod uses (the
+  Kubernetes scheduler, not robustctl, decides which pending pod lands on a freed node); with no
+  record left, the call fails.
+* ``replace_host``: the Kubernetes scheduler, not robustctl, places pods. robustctl steers it: the
+  job's pods are expected to select their nodes with ``nodeSelector: {robustctl.io/job: JOB}``;
+  replacing ``old`` by ``new`` labels ``new`` ``robustctl.io/job=JOB`` and removes that label from
+  ``old``, so the pod recreated for ``old``'s index lands on ``new`` once ``new`` is schedulable
+  (the standby activation resumes it next).
+* ``requeue``: delete the job's pods (its controller — Job, JobSet, PyTorchJob — recreates them on
+  the job's nodes). Running jobs lose their progress since the last checkpoint, as with Slurm.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from robustctl.errors import ConfigError
+from robustctl.schedulers.base import NodeState, OpResult, SchedulerError
+
+if TYPE_CHECKING:
+    from robustctl.config import KubernetesSettings, SchedulerSettings
+    from robustctl.store import Store
+
+__all__ = [
+    "REASON_ANNOTATION",
+    "ClientApi",
+    "KubeApi",
+    "Kubernetes",
+    "create",
+    "label_value",
+    "node_state",
+]
+
+REASON_ANNOTATION = "robustctl.io/reason"
+"""Node annotation holding the whole reason of an eviction or standby hold."""
+AT_ANNOTATION = "robustctl.io/at"
+"""Node annotation holding when robustctl changed the node (UTC, RFC 3339)."""
+_NAME = "kubernetes"
+_LABEL_BAD = re.compile(r"[^A-Za-z0-9._-]+")
+_CONFLICT_RETRIES = 5
+
+
+def label_value(text: str) -> str:
+    """``text`` reduced to a valid label/taint value: ``[A-Za-z0-9._-]``, alphanumeric at both ends,
+    ≤ 63 characters (Kubernetes' label value rule); ``"unspecified"`` when nothing is left.
+
+    >>> label_value("xid 79: GPU fell off the bus")
+    'xid-79-GPU-fell-off-the-bus'
+    """
+    value = _LABEL_BAD.sub("-", text.strip())[:63]
+    value = value.strip("-._")
+    return value or "unspecified"
+
+
+class KubeApi:
+    """What the back end asks of the API server; every method returns the JSON object (a dict).
+
+    Raises (every method): SchedulerError for an HTTP error, a timeout or an unreachable server;
+    :class:`ApiStatus` (a SchedulerError) when the caller handles the status (404, 409, 429).
+    """
+
+    def get_node(self, name: str) -> dict[str, Any]:  # pragma: no cover - protocol
+        """``GET /api/v1/nodes/NAME``."""
+        raise NotImplementedError
+
+    def patch_node(self, name: str, patch: Mapping[str, Any]) -> dict[str, Any]:  # pragma: no cover
+        """``PATCH /api/v1/nodes/NAME`` with a JSON merge patch."""
+        raise NotImplementedError
+
+    def list_pods(
+        self, namespace: str | None, *, label_selector: str = "", field_selector: str = ""
+    ) -> list[dict[str, Any]]:  # pragma: no cover
+        """``GET /api/v1[/namespaces/NS]/pods`` with selectors: the ``items``."""
+        raise NotImplementedError
+
+    def evict_pod(self, namespace: str, name: str, body: Mapping[str, Any]) -> None:  # pragma: no cover
+        """``POST /api/v1/namespaces/NS/pods/NAME/eviction`` with a ``policy/v1`` Eviction."""
+        raise NotImplementedError
+
+    def delete_pod(self, namespace: str, name: str) -> None:  # pragma: no cover
+        """``DELETE /api/v1/namespaces/NS/pods/NAME``."""
+        raise NotImplementedError
+
+
+class ApiStatus(SchedulerError):
+    """The API server answered an HTTP error. Attributes: status (HTTP code), body (its Status JSON)."""
+
+    def __init__(self, command: str, status: int, body: Mapping[str, Any]) -> None:
+        message = str(body.get("message") or body.get("reason") or f"HTTP {status}")
+        causes = (body.get("details") or {}).get("causes") or []
+        extra = "; ".join(str(c.get("message")) for c in causes if isinstance(c, dict) and c.get("message"))
+        super().__init__(_NAME, command, f"HTTP {status}: {message}" + (f" ({extra})" if extra else ""))
+        self.status = status
+        self.body = dict(body)
+
+
+class ClientApi(KubeApi):
+    """:class:`KubeApi` over the official client's ``CoreV1Api`` (raw JSON, no retries, a timeout).
+
+    Args:
+        core: a ``kubernetes.client.CoreV1Api``. timeout_s: each request's deadline, seconds.
+    """
+
+    def __init__(self, core: Any, timeout_s: float) -> None:
+        self.core = core
+        self.timeout_s = timeout_s
+
+    def _call(self, command: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        from kubernetes.client.exceptions import ApiException
+        from urllib3.exceptions import HTTPError, MaxRetryError, NewConnectionError
+        from urllib3.exceptions import TimeoutError as Urllib3Timeout
+
+        try:
+            resp = fn(*args, _request_timeout=self.timeout_s, _preload_content=False, **kwargs)
+        except ApiException as exc:
+            try:
+                body = json.loads(exc.body or "{}")
+            except (TypeError, ValueError):
+                body = {}
+            if not isinstance(body, dict):
+                body = {}
+            body.setdefault("message", str(exc.reason or ""))
+            raise ApiStatus(command, int(exc.status or 0), body) from None
+        except HTTPError as exc:
+            cause = exc.reason if isinstance(exc, MaxRetryError) and exc.reason is not None else exc
+            if isinstance(cause, Urllib3Timeout) and not isinstance(cause, NewConnectionError):
+                reason = f"timed out after {self.timeout_s:g} s (API server unreachable or hung?)"
+            else:
+                reason = f"cannot reach the API server: {cause}"
+            raise SchedulerError(_NAME, command, reason) from None
+        except OSError as exc:
+            raise SchedulerError(_NAME, command, f"cannot reach the API server: {exc}") from None
+        data = resp.data
+        if not data:
+            return {}
+        try:
+            return json.loads(data)
+        except ValueError as exc:
+            raise SchedulerError(
+                _NAME, command, f"API server answered something that is not JSON: {exc}"
+            ) from None
+
+    def get_node(self, name: str) -> dict[str, Any]:
+        """``GET /api/v1/nodes/NAME``."""
+        out: dict[str, Any] = self._call(f"GET nodes/{name}", self.core.read_node, name)
+        return out
+
+    def patch_node(self, name: str, patch: Mapping[str, Any]) -> dict[str, Any]:
+        """``PATCH /api/v1/nodes/NAME`` (``application/merge-patch+json``)."""
+        out: dict[str, Any] = self._call(
+            f"PATCH nodes/{name}",
+            self.core.patch_node,
+            name,
+            dict(patch),
+            _content_type="application/merge-patch+json",
+        )
+        return out
+
+    def list_pods(
+        self, namespace: str | None, *, label_selector: str = "", field_selector: str = ""
+    ) -> list[dict[str, Any]]:
+        """``GET …/pods?labelSelector=…&fieldSelector=…``: the ``items``."""
+        kwargs: dict[str, Any] = {}
+        if label_selector:
+            kwargs["label_selector"] = label_selector
+        if field_selector:
+            kwargs["field_selector"] = field_selector
+        sel = ",".join(s for s in (label_selector, field_selector) if s)
+        if namespace is None:
+            out = self._call(f"GET pods?{sel}", self.core.list_pod_for_all_namespaces, **kwargs)
+        else:
+            out = self._call(
+                f"GET namespaces/{namespace}/pods?{sel}", self.core.list_namespaced_pod, namespace, **kwargs
+            )
+        items = out.get("items") if isinstance(out, dict) else None
+        return list(items or [])
+
+    def evict_pod(self, namespace: str, name: str, body: Mapping[str, Any]) -> None:
+        """``POST /api/v1/namespaces/NS/pods/NAME/eviction``."""
+        self._call(
+            f"POST namespaces/{namespace}/pods/{name}/eviction",
+            self.core.create_namespaced_pod_eviction,
+            name,
+            namespace,
+            dict(body),
+            _content_type="application/json",
+        )
+
+    def delete_pod(self, namespace: str, name: str) -> None:
+        """``DELETE /api/v1/namespaces/NS/pods/NAME``."""
+        self._call(
+            f"DELETE namespaces/{namespace}/pods/{name}", self.core.delete_namespaced_pod, name, namespace
+        )
+
+
+# --------------------------------------------------------------------------------------------------
+# Pure helpers on the API's JSON
+# --------------------------------------------------------------------------------------------------
+
+
+def _taints(node: Mapping[str, Any]) -> list[dict[str, Any]]:
+    return [dict(t) for t in (node.get("spec") or {}).get("taints") or []]
+
+
+def _ready(node: Mapping[str, Any]) -> bool:
+    for cond in (node.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == "Ready":
+            return bool(cond.get("status") == "True")
+    return False
+
+
+def node_state(node: Mapping[str, Any] | None, settings: KubernetesSettings) -> NodeState:
+    """A Node's JSON in the Scheduler vocabulary (see the module doc); None → UNKNOWN."""
+    if node is None:
+        return NodeState.UNKNOWN
+    keys = {t.get("key") for t in _taints(node)}
+    if settings.standby_taint_key in keys:
+        return NodeState.STANDBY
+    if (node.get("spec") or {}).get("unschedulable") or settings.evict_taint_key in keys:
+        return NodeState.DRAINED
+    if not _ready(node):
+        return NodeState.DOWN
+    return NodeState.ACTIVE
+
+
+def _evictable(pod: Mapping[str, Any]) -> bool:
+    """Whether draining removes this pod: not a DaemonSet's, not a mirror pod, not finished or terminating."""
+    meta = pod.get("metadata") or {}
+    if meta.get("deletionTimestamp"):
+        return False
+    if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+        return False
+    if "kubernetes.io/config.mirror" in (meta.get("annotations") or {}):
+        return False
+    return not any(o.get("kind") == "DaemonSet" for o in meta.get("ownerReferences") or [])
+
+
+def _pod_name(pod: Mapping[str, Any]) -> str:
+    meta = pod.get("metadata") or {}
+    return f"{meta.get('namespace', '?')}/{meta.get('name', '?')}"
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+# --------------------------------------------------------------------------------------------------
+# The back end
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Kubernetes:
+    """The Kubernetes back end of the :class:`~robustctl.schedulers.base.Scheduler` protocol.
+
+    Attributes:
+        api: the API server (:class:`ClientApi`). settings: ``scheduler.kubernetes``. store: robustctl's
+        store (job host lists of pending pods; None: not used). sleep / clock: injectable for tests.
+    """
+
+    api: KubeApi
+    settings: KubernetesSettings
+    store: Store | None = None
+    sleep: Callable[[float], None] = time.sleep
+    clock: Callable[[], float] = time.monotonic
+    name: str = field(default=_NAME, init=False)
+
+    # ---- nodes ------------------------------------------------------------------------------------
+
+    def _get(self, host: str) -> dict[str, Any] | None:
+        try:
+            return self.api.get_node(host)
+        except ApiStatus as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    def _require(self, hosts: Sequence[str], operation: str) -> dict[str, dict[str, Any]]:
+        names = list(dict.fromkeys(hosts))
+        nodes = {h: self._get(h) for h in names}
+        unknown = [h for h, n in nodes.items() if n is None]
+        if unknown:
+            raise SchedulerError(
+                _NAME, f"{operation} {','.join(unknown)}", f"no such Node: {', '.join(unknown)}"
+            )
+        return {h: n for h, n in nodes.items() if n is not None}
+
+    def state(self, hosts: Sequence[str]) -> Mapping[str, NodeState]:
+        """Each host's state (UNKNOWN for a host that is not a Node)."""
+        return {h: node_state(self._get(h), self.settings) for h in dict.fromkeys(hosts)}
+
+    def _update(
+        self,
+        host: str,
+        node: dict[str, Any],
+        want: Callable[[dict[str, Any]], dict[str, Any] | None],
+    ) -> tuple[dict[str, Any], bool]:
+        """Apply ``want(node)`` (a merge patch, or None when nothing is to change) with the node's
+        resourceVersion as precondition; on 409 Conflict re-read and retry."""
+        for _ in range(_CONFLICT_RETRIES):
+            patch = want(node)
+            if patch is None:
+                return node, False
+            patch.setdefault("metadata", {})["resourceVersion"] = (node.get("metadata") or {}).get(
+                "resourceVersion"
+            )
+            try:
+                return self.api.patch_node(host, patch), True
+            except ApiStatus as exc:
+                if exc.status != 409:
+                    raise
+            fresh = self._get(host)
+            if fresh is None:
+                raise SchedulerError(_NAME, f"PATCH nodes/{host}", "the Node was deleted meanwhile")
+            node = fresh
+        raise SchedulerError(
+            _NAME, f"PATCH nodes/{host}", f"still conflicting after {_CONFLICT_RETRIES} tries (409 Conflict)"
+        )
+
+    def _mark_patch(
+        self, node: Mapping[str, Any], *, taint_key: str, effect: str, drop_key: str, state: str, reason: str
+    ) -> dict[str, Any] | None:
+        """The merge patch that cordons ``node``, sets taint ``taint_key`` (keeping an existing one),
+        drops taint ``drop_key``, labels it ``state`` and annotates ``reason``; None when already so."""
+        s = self.settings
+        taints = _taints(node)
+        has = any(t.get("key") == taint_key for t in taints)
+        drop = any(t.get("key") == drop_key for t in taints)
+        labels = (node.get("metadata") or {}).get("labels") or {}
+        cordoned = bool((node.get("spec") or {}).get("unschedulable"))
+        if has and not drop and cordoned and labels.get(s.state_label) == state:
+            return None
+        new_taints = [t for t in taints if t.get("key") not in (taint_key, drop_key)]
+        keep = next((t for t in taints if t.get("key") == taint_key), None)
+        new_taints.append(keep or {"key": taint_key, "value": label_value(reason), "effect": effect})
+        annotations: dict[str, Any] = {}
+        if keep is None:
+            annotations = {REASON_ANNOTATION: " ".join(reason.split()), AT_ANNOTATION: _now()}
+        patch: dict[str, Any] = {
+            "metadata": {"labels": {s.state_label: state}},
+            "spec": {"unschedulable": True, "taints": new_taints},
+        }
+        if annotations:
+            patch["metadata"]["annotations"] = annotations
+        return patch
+
+    def drain(self, hosts: Sequence[str], reason: str) -> list[OpResult]:
+        """Cordon, taint and label ``hosts``, then evict their pods (see the module doc).
+
+        Raises:
+            SchedulerError: a host that is not a Node (nothing is changed then); a request failed or
+                timed out; pods still refused by a PodDisruptionBudget after ``eviction_timeout_s``
+                (the node stays cordoned and tainted; the message names the pods and the budget).
+        """
+        s = self.settings
+        nodes = self._require(hosts, "drain")
+        out: list[OpResult] = []
+        for host, node in nodes.items():
+            _, patched = self._update(
+                host,
+                node,
+                lambda n: self._mark_patch(
+                    n,
+                    taint_key=s.evict_taint_key,
+                    effect=s.evict_taint_effect,
+                    drop_key=s.standby_taint_key,
+                    state="evicted",
+                    reason=reason,
+                ),
+            )
+            pods = self.api.list_pods(None, field_selector=f"spec.nodeName={host}")
+            self._remember_jobs(pods)
+            evicted, waited = self._evict_all(host, [p for p in pods if _evictable(p)])
+            parts = []
+            if patched:
+                parts.append(
+                    f"cordoned, tainted {s.evict_taint_key}={label_value(reason)}:{s.evict_taint_effect}, "
+                    f"labelled {s.state_label}=evicted"
+                )
+            if evicted:
+                shown = ", ".join(evicted[:5]) + (f" and {len(evicted) - 5} more" if len(evicted) > 5 else "")
+                parts.append(f"evicted {len(evicted)} pod(s) ({shown})")
+            if waited > 0:
+                parts.append(f"waited {waited:.1f} s on PodDisruptionBudgets")
+            changed = patched or bool(evicted)
+            detail = "; ".join(parts) if changed else "already drained (cordoned, tainted, no pod to evict)"
+            out.append(OpResult(host, "drain", changed, detail))
+        return out
+
+    def _eviction_body(self, pod: Mapping[str, Any]) -> dict[str, Any]:
+        meta = pod.get("metadata") or {}
+        body: dict[str, Any] = {
+            "apiVersion": "policy/v1",
+            "kind": "Eviction",
+            "metadata": {"name": meta.get("name"), "namespace": meta.get("namespace")},
+        }
+        if self.settings.grace_period_s is not None:
+            body["deleteOptions"] = {"gracePeriodSeconds": self.settings.grace_period_s}
+        return body
+
+    def _evict_all(self, host: str, pods: list[dict[str, Any]]) -> tuple[list[str], float]:
+        """Evict ``pods``; retry those a budget refuses (429) until the eviction timeout.
+
+        Returns: (the pods evicted, seconds spent waiting on budgets).
+        """
+        start = self.clock()
+        deadline = start + self.settings.eviction_timeout_s
+        evicted: list[str] = []
+        pending = list(pods)
+        blocked: dict[str, str] = {}
+        waited = 0.0
+        while pending:
+            still: list[dict[str, Any]] = []
+            for pod in pending:
+                meta = pod.get("metadata") or {}
+                try:
+                    self.api.evict_pod(
+                        str(meta.get("namespace")), str(meta.get("name")), self._eviction_body(pod)
+                    )
+                    evicted.append(_pod_name(pod))
+                except ApiStatus as exc:
+                    if exc.status == 404:
+                        continue  # gone already
+                    if exc.status != 429:
+                        raise
+                    blocked[_pod_name(pod)] = exc.reason
+                    still.append(pod)
+            pending = still
+            if not pending:
+                break
+            now = self.clock()
+            if now >= deadline:
+                names = ", ".join(_pod_name(p) for p in pending)
+                why = blocked.get(_pod_name(pending[0]), "")
+                raise SchedulerError(
+                    _NAME,
+                    f"evict pods of {host}",
+                    f"{len(pending)} pod(s) still refused by a PodDisruptionBudget after "
+                    f"{self.settings.eviction_timeout_s:g} s: {names} ({why}); the node is cordoned and "
+                    f"tainted; evicted so far: {len(evicted)}; run the eviction again once the budget allows",
+                )
+            pause = min(self.settings.eviction_retry_s, max(0.0, deadline - now))
+            self.sleep(pause)
+            waited = self.clock() - start
+        return evicted, waited
+
+    def resume(self, hosts: Sequence[str], reason: str) -> list[OpResult]:
+        """Uncordon ``hosts`` and remove robustctl's taints, label and annotations; no-op when schedulable.
+
+        Raises:
+            SchedulerError: a host that is not a Node (nothing is changed then), or a request failed.
+        """
+        s = self.settings
+        nodes = self._require(hosts, "resume")
+
+        def want(node: dict[str, Any]) -> dict[str, Any] | None:
+            taints = _taints(node)
+            ours = (s.evict_taint_key, s.standby_taint_key)
+            meta = node.get("metadata") or {}
+            labels = meta.get("labels") or {}
+            annotations = meta.get("annotations") or {}
+            dirty = (
+                bool((node.get("spec") or {}).get("unschedulable"))
+                or any(t.get("key") in ours for t in taints)
+                or s.state_label in labels
+                or REASON_ANNOTATION in annotations
+            )
+            if not dirty:
+                return None
+            return {
+                "metadata": {
+                    "labels": {s.state_label: None},
+                    "annotations": {REASON_ANNOTATION: None, AT_ANNOTATION: None},
+                },
+                "spec": {
+                    "unschedulable": None,
+                    "taints": [t for t in taints if t.get("key") not in ours] or None,
+                },
+            }
+
+        out = []
+        why = " ".join(reason.split())
+        for host, node in nodes.items():
+            _, changed = self._update(host, node, want)
+            detail = "uncordoned, robustctl taints and label removed" + (f" ({why})" if why else "")
+            out.append(OpResult(host, "resume", changed, detail if changed else "already schedulable"))
+        return out
+
+    def hold_standby(self, hosts: Sequence[str], reason: str) -> list[OpResult]:
+        """Cordon ``hosts``, taint them ``robustctl.io/standby=<reason>:NoSchedule``, label them standby.
+
+        Raises:
+            SchedulerError: a host that is not a Node (nothing is changed then), or a request failed.
+        """
+        s = self.settings
+        nodes = self._require(hosts, "hold_standby")
+        out = []
+        for host, node in nodes.items():
+            _, changed = self._update(
+                host,
+                node,
+                lambda n: self._mark_patch(
+                    n,
+                    taint_key=s.standby_taint_key,
+                    effect="NoSchedule",
+                    drop_key=s.evict_taint_key,
+                    state="standby",
+                    reason=reason,
+                ),
+            )
+            detail = (
+                f"cordoned, tainted {s.standby_taint_key}={label_value(reason)}:NoSchedule, "
+                f"labelled {s.state_label}=standby"
+            )
+            out.append(OpResult(host, "hold_standby", changed, detail if changed else "already a standby"))
+        return out
+
+    # ---- jobs -------------------------------------------------------------------------------------
+
+    def _job_pods(self, job: str) -> list[dict[str, Any]]:
+        s = self.settings
+        pods = self.api.list_pods(s.namespace, label_selector=f"{s.job_label}={job}")
+        return [
+            p
+            for p in pods
+            if not (p.get("metadata") or {}).get("deletionTimestamp")
+            and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+        ]
+
+    def _index(self, pod: Mapping[str, Any]) -> int:
+        meta = pod.get("metadata") or {}
+        key = self.settings.index_label
+        raw = (meta.get("labels") or {}).get(key, (meta.get("annotations") or {}).get(key))
+        try:
+            return int(str(raw))
+        except ValueError:
+            raise SchedulerError(
+                _NAME,
+                f"job pods in namespace {self.settings.namespace}",
+                f"pod {_pod_name(pod)} has no integer {key} label or annotation (got {raw!r})",
+            ) from None
+
+    def _placement(self, job: str, pods: Sequence[Mapping[str, Any]]) -> list[str | None]:
+        """The node of each machine of ``job`` from ``pods`` (None: its pods are not bound yet)."""
+        per = self.settings.pods_per_host
+        by_index: dict[int, str | None] = {}
+        for pod in pods:
+            node = (pod.get("spec") or {}).get("nodeName") or None
+            i = self._index(pod)
+            if by_index.get(i) is None:
+                by_index[i] = node
+        if not by_index:
+            return []
+        machines = (max(by_index) // per) + 1
+        out: list[str | None] = []
+        for k in range(machines):
+            nodes = {by_index.get(i) for i in range(k * per, (k + 1) * per)} - {None}
+            if len(nodes) > 1:
+                raise SchedulerError(
+                    _NAME,
+                    f"job_hosts {job}",
+                    f"pods {k * per}…{(k + 1) * per - 1} of machine {k} run on several nodes "
+                    f"({', '.join(sorted(str(n) for n in nodes))}); check scheduler.kubernetes.pods_per_host",
+                )
+            out.append(next(iter(nodes)) if nodes else None)
+        return out
+
+    def job_hosts(self, job: str) -> list[str]:
+        """The job's machines in rank order (see the module doc).
+
+        Raises:
+            SchedulerError: no pod of the job, a pod without an index, or a pending pod whose node
+                robustctl has no record of.
+        """
+        s = self.settings
+        pods = self._job_pods(job)
+        if not pods:
+            raise SchedulerError(
+                _NAME, f"job_hosts {job}", f"no pod labelled {s.job_label}={job} in namespace {s.namespace}"
+            )
+        placement = self._placement(job, pods)
+        recorded = (self.store.job_hosts(job) if self.store is not None else None) or []
+        spare = [h for h in recorded if h not in placement]
+        for k, node in enumerate(placement):  # a pending machine keeps its recorded node where free
+            if node is None and k < len(recorded) and recorded[k] in spare:
+                placement[k] = recorded[k]
+                spare.remove(recorded[k])
+        for k, node in enumerate(placement):  # else the job's other recorded nodes, in order
+            if node is None and spare:
+                placement[k] = spare.pop(0)
+        out: list[str] = []
+        for k, node in enumerate(placement):
+            if node is None:
+                raise SchedulerError(
+                    _NAME,
+                    f"job_hosts {job}",
+                    f"machine {k} of job {job} has no node: its pod is pending and robustctl has no record of it",
+                )
+            out.append(node)
+        return out
+
+    def _remember_jobs(self, pods: Sequence[Mapping[str, Any]]) -> None:
+        """Record the host list of each job with pods in ``pods`` before they are evicted or deleted."""
+        if self.store is None:
+            return
+        label = self.settings.job_label
+        jobs = {
+            str(((p.get("metadata") or {}).get("labels") or {}).get(label))
+            for p in pods
+            if ((p.get("metadata") or {}).get("labels") or {}).get(label)
+            and ((p.get("metadata") or {}).get("namespace")) == self.settings.namespace
+        }
+        for job in sorted(jobs):
+            try:
+                hosts = self.job_hosts(job)
+            except SchedulerError:
+                continue
+            self.store.set_job_hosts(job, hosts)
+
+    def replace_host(self, job: str, old: str, new: str) -> OpResult:
+        """Label ``new`` as the job's node in place of ``old`` (see the module doc).
+
+        Raises:
+            SchedulerError: ``new`` is not a Node, ``old`` is not a host of the job, or ``new`` already is.
+        """
+        label = self.settings.job_label
+        self._require([new], "replace_host")
+        hosts = self.job_hosts(job)
+        where = f"replace_host {job} {old} {new}"
+        if old not in hosts and new in hosts:
+            return OpResult(job, "replace_host", False, f"{new} already replaces {old}")
+        if old not in hosts:
+            raise SchedulerError(
+                _NAME, where, f"{old} is not a host of job {job} (hosts: {', '.join(hosts)})"
+            )
+        if new in hosts:
+            raise SchedulerError(_NAME, where, f"{new} is already a host of job {job}")
+        steps = []
+        node = self._get(new)
+        assert node is not None
+        _, changed = self._update(
+            new,
+            node,
+            lambda n: (
+                None
+                if ((n.get("metadata") or {}).get("labels") or {}).get(label) == job
+                else {"metadata": {"labels": {label: job}}}
+            ),
+        )
+        if changed:
+            steps.append(f"labelled {new} {label}={job}")
+        old_node = self._get(old)
+        if old_node is not None:
+            _, removed = self._update(
+                old,
+                old_node,
+                lambda n: (
+                    {"metadata": {"labels": {label: None}}}
+                    if ((n.get("metadata") or {}).get("labels") or {}).get(label) == job
+                    else None
+                ),
+            )
+            if removed:
+                steps.append(f"removed {label} from {old}")
+        if self.store is not None:
+            self.store.set_job_hosts(job, [new if h == old else h for h in hosts])
+        detail = "; ".join(steps) or f"{new} already labelled for job {job}"
+        return OpResult(job, "replace_host", True, f"{detail}; the pod of {old}'s index is placed on {new}")
+
+    def requeue(self, job: str) -> OpResult:
+        """Delete the job's pods so that its controller recreates them on the job's nodes.
+
+        Raises:
+            SchedulerError: the job has no pod, or a deletion failed.
+        """
+        pods = self._job_pods(job)
+        if not pods:
+            s = self.settings
+            raise SchedulerError(
+                _NAME, f"requeue {job}", f"no pod labelled {s.job_label}={job} in namespace {s.namespace}"
+            )
+        self._remember_jobs(pods)
+        deleted = []
+        for pod in pods:
+            meta = pod.get("metadata") or {}
+            try:
+                self.api.delete_pod(str(meta.get("namespace")), str(meta.get("name")))
+                deleted.append(_pod_name(pod))
+            except ApiStatus as exc:
+                if exc.status != 404:
+                    raise
+        return OpResult(
+            job, "requeue", True, f"deleted {len(deleted)} pod(s) of job {job}; its controller recreates them"
+        )
+
+
+def _load_client(settings: KubernetesSettings, timeout_s: float) -> ClientApi:
+    try:
+        from kubernetes import client, config
+        from kubernetes.config.config_exception import ConfigException
+    except ImportError:
+        raise ConfigError(
+            "scheduler.kind kubernetes needs the kubernetes client: pip install 'robustctl[kubernetes]'"
+        ) from None
+    configuration = client.Configuration()
+    env = os.environ.get("KUBECONFIG", "").split(os.pathsep)[0]
+    default = Path("~/.kube/config").expanduser()
+    path = Path(settings.kubeconfig or env).expanduser() if (settings.kubeconfig or env) else None
+    try:
+        if path is None and not default.exists() and "KUBERNETES_SERVICE_HOST" in os.environ:
+            config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+        else:
+            cfg_file = path or default
+            if not cfg_file.exists():
+                raise ConfigError(
+                    f"scheduler.kubernetes: kubeconfig {cfg_file} does not exist "
+                    "(set scheduler.kubernetes.kubeconfig or $KUBECONFIG)"
+                )
+            config.load_kube_config(  # type: ignore[no-untyped-call]
+                config_file=str(cfg_file), context=settings.context, client_configuration=configuration
+            )
+    except ConfigException as exc:
+        raise ConfigError(f"scheduler.kubernetes: {exc}") from None
+    configuration.retries = False
+    return ClientApi(client.CoreV1Api(client.ApiClient(configuration)), timeout_s)
+
+
+def create(
+    settings: SchedulerSettings, *, inventory: object = None, store: Store | None = None
+) -> Kubernetes:
+    """The factory :func:`robustctl.schedulers.make_scheduler` calls for ``scheduler.kind: kubernetes``.
+
+    Raises:
+        ConfigError: the client is not installed, or the kubeconfig is missing or invalid.
+    """
+    from robustctl.config import KubernetesSettings
+
+    del inventory
+    sub = settings.kubernetes or KubernetesSettings()
+    return Kubernetes(_load_client(sub, float(settings.timeout_s)), sub, store)
