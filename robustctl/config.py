@@ -218,6 +218,10 @@ class SlurmSettings(StrictModel):
     )
 
 
+_K8S_KEY = r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
+"""A Kubernetes label or taint key: an optional DNS-subdomain prefix and ``/``, a name of ≤ 63 characters."""
+
+
 class KubernetesSettings(StrictModel):
     """``scheduler.kubernetes``: settings of the Kubernetes back end (robustctl.schedulers.kubernetes).
 
@@ -230,19 +234,29 @@ class KubernetesSettings(StrictModel):
         None, description="kubeconfig path; default $KUBECONFIG, ~/.kube/config, else in-cluster."
     )
     context: str | None = Field(None, description="kubeconfig context; default its current-context.")
-    namespace: str = Field("default", min_length=1, description="Namespace of the jobs' pods.")
-    evict_taint_key: str = Field("robustctl.io/evicted", description="Taint key of evicted nodes.")
+    namespace: str = Field(
+        "default", pattern=r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$", description="Namespace of the jobs' pods."
+    )
+    evict_taint_key: str = Field(
+        "robustctl.io/evicted", pattern=_K8S_KEY, description="Taint key of evicted nodes."
+    )
     evict_taint_effect: Literal["NoSchedule", "NoExecute"] = Field(
         "NoSchedule", description="Effect of the evict taint (NoExecute bypasses PodDisruptionBudgets)."
     )
-    standby_taint_key: str = Field("robustctl.io/standby", description="Taint key (NoSchedule) of standbys.")
-    state_label: str = Field("robustctl.io/state", description="Node label robustctl sets: evicted|standby.")
+    standby_taint_key: str = Field(
+        "robustctl.io/standby", pattern=_K8S_KEY, description="Taint key (NoSchedule) of standbys."
+    )
+    state_label: str = Field(
+        "robustctl.io/state", pattern=_K8S_KEY, description="Node label robustctl sets: evicted|standby."
+    )
     job_label: str = Field(
         "robustctl.io/job",
+        pattern=_K8S_KEY,
         description="Label naming the job on its pods (selects them) and on its nodes (pins them).",
     )
     index_label: str = Field(
         "batch.kubernetes.io/job-completion-index",
+        pattern=_K8S_KEY,
         description="Pod label (or annotation) holding the pod's index in rank order (Indexed Job).",
     )
     pods_per_host: int = Field(1, ge=1, le=64, description="Pods of one job on each machine.")

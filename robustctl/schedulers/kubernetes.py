@@ -710,7 +710,12 @@ class Kubernetes:
         if self.store is not None:
             self.store.set_job_hosts(job, [new if h == old else h for h in hosts])
         detail = "; ".join(steps) or f"{new} already labelled for job {job}"
-        return OpResult(job, "replace_host", True, f"{detail}; the pod of {old}'s index is placed on {new}")
+        return OpResult(
+            job,
+            "replace_host",
+            True,
+            f"{detail}; the pod of {old}'s index goes to {new} once it is schedulable",
+        )
 
     def requeue(self, job: str) -> OpResult:
         """Delete the job's pods so that its controller recreates them on the job's nodes.

@@ -474,3 +474,29 @@ def test_job_hosts_map_pending_pods_to_the_free_recorded_nodes(
         ["node01", "node02", "node09", "node04", "node05", "node06", "node07", "node08"]
     )
     assert all(p is None or p == h for p, h in zip(placement, hosts))  # bound pods are the truth
+
+
+def test_grace_period_goes_into_the_eviction_body(
+    kube: FakeKubeApiServer, tmp_path: Path, store: Store
+) -> None:
+    k8s = create(settings(kube, tmp_path, grace_period_s=120), store=store)
+    pod = job_pod_on(kube, "node08")["metadata"]["name"]
+    k8s.drain(["node08"], "xid 79")
+    [evict] = kube.requests_to("POST", "/eviction$")
+    assert evict.body == {
+        "apiVersion": "policy/v1",
+        "kind": "Eviction",
+        "metadata": {"name": pod, "namespace": "default"},
+        "deleteOptions": {"gracePeriodSeconds": 120},
+    }
+
+
+def test_inventory_rejects_a_bad_taint_key_with_its_line(tmp_path: Path) -> None:
+    inv = tmp_path / "inv.yaml"
+    inv.write_text(
+        "hosts:\n  - name: node01\nscheduler:\n  kind: kubernetes\n  kubernetes:\n"
+        "    evict_taint_key: 'robustctl.io/evicted node'\n"
+    )
+    rc, _, err = _cli("inventory", "validate", str(inv))
+    assert rc == 78
+    assert f"{inv}:6" in err and "evict_taint_key" in err
