@@ -389,6 +389,22 @@ class Kubernetes:
             patch["metadata"]["annotations"] = annotations
         return patch
 
+    def _mark(
+        self, host: str, node: dict[str, Any], taint_key: str, effect: str, state: str, reason: str
+    ) -> bool:
+        """Cordon ``host`` with taint ``taint_key`` (the other robustctl taint dropped) and label ``state``;
+        whether it changed."""
+        s = self.settings
+        drop_key = s.standby_taint_key if taint_key == s.evict_taint_key else s.evict_taint_key
+        _, changed = self._update(
+            host,
+            node,
+            lambda n: self._mark_patch(
+                n, taint_key=taint_key, effect=effect, drop_key=drop_key, state=state, reason=reason
+            ),
+        )
+        return changed
+
     def drain(self, hosts: Sequence[str], reason: str) -> list[OpResult]:
         """Cordon, taint and label ``hosts``, then evict their pods (see the module doc).
 
@@ -401,18 +417,7 @@ class Kubernetes:
         nodes = self._require(hosts, "drain")
         out: list[OpResult] = []
         for host, node in nodes.items():
-            _, patched = self._update(
-                host,
-                node,
-                lambda n: self._mark_patch(
-                    n,
-                    taint_key=s.evict_taint_key,
-                    effect=s.evict_taint_effect,
-                    drop_key=s.standby_taint_key,
-                    state="evicted",
-                    reason=reason,
-                ),
-            )
+            patched = self._mark(host, node, s.evict_taint_key, s.evict_taint_effect, "evicted", reason)
             pods = self.api.list_pods(None, field_selector=f"spec.nodeName={host}")
             self._remember_jobs(pods)
             evicted, waited = self._evict_all(host, [p for p in pods if _evictable(p)])
@@ -541,18 +546,7 @@ class Kubernetes:
         nodes = self._require(hosts, "hold_standby")
         out = []
         for host, node in nodes.items():
-            _, changed = self._update(
-                host,
-                node,
-                lambda n: self._mark_patch(
-                    n,
-                    taint_key=s.standby_taint_key,
-                    effect="NoSchedule",
-                    drop_key=s.evict_taint_key,
-                    state="standby",
-                    reason=reason,
-                ),
-            )
+            changed = self._mark(host, node, s.standby_taint_key, "NoSchedule", "standby", reason)
             detail = (
                 f"cordoned, tainted {s.standby_taint_key}={label_value(reason)}:NoSchedule, "
                 f"labelled {s.state_label}=standby"
