@@ -29,7 +29,8 @@ Mapping of the :class:`~robustctl.schedulers.base.Scheduler` vocabulary (setting
 * ``hold_standby``: cordon, taint ``robustctl.io/standby=<reason>:NoSchedule``, label
   ``robustctl.io/state=standby``. Running pods are left alone (as Slurm's drain leaves a running job).
 * ``state``: a standby taint → STANDBY; cordoned or evict-tainted → DRAINED; ``Ready`` condition not
-  ``True`` → DOWN; else ACTIVE; no such Node → UNKNOWN.
+  ``True`` → DOWN; else ACTIVE; no such Node → UNKNOWN. Nodes are read one ``GET`` each, or with one
+  ``LIST`` of every Node when more than 8 are asked for.
 * ``job_hosts``: the pods of the job are those labelled ``robustctl.io/job=JOB`` in ``namespace``;
   each pod's index (``batch.kubernetes.io/job-completion-index``, an Indexed Job's label or
   annotation) orders them; machine ``k`` is the node of pods ``k·P … k·P+P-1`` (``pods_per_host`` P).
@@ -83,6 +84,7 @@ AT_ANNOTATION = "robustctl.io/at"
 _NAME = "kubernetes"
 _LABEL_BAD = re.compile(r"[^A-Za-z0-9._-]+")
 _CONFLICT_RETRIES = 5
+_LIST_ABOVE = 8  # more hosts than this: one LIST of every Node instead of a GET per host
 
 
 def label_value(text: str) -> str:
@@ -110,6 +112,10 @@ class KubeApi:
 
     def patch_node(self, name: str, patch: Mapping[str, Any]) -> dict[str, Any]:  # pragma: no cover
         """``PATCH /api/v1/nodes/NAME`` with a JSON merge patch."""
+        raise NotImplementedError
+
+    def list_nodes(self) -> list[dict[str, Any]]:  # pragma: no cover
+        """``GET /api/v1/nodes``: the ``items``."""
         raise NotImplementedError
 
     def list_pods(
@@ -200,6 +206,11 @@ class ClientApi(KubeApi):
             _content_type="application/merge-patch+json",
         )
         return out
+
+    def list_nodes(self) -> list[dict[str, Any]]:
+        """``GET /api/v1/nodes``: the ``items``."""
+        out = self._call("GET nodes", self.core.list_node)
+        return list((out.get("items") if isinstance(out, dict) else None) or [])
 
     def list_pods(
         self, namespace: str | None, *, label_selector: str = "", field_selector: str = ""
@@ -320,9 +331,16 @@ class Kubernetes:
                 return None
             raise
 
-    def _require(self, hosts: Sequence[str], operation: str) -> dict[str, dict[str, Any]]:
+    def _nodes(self, hosts: Sequence[str]) -> dict[str, dict[str, Any] | None]:
+        """Each host's Node (None: no such Node): one GET per host, or one LIST for many hosts."""
         names = list(dict.fromkeys(hosts))
-        nodes = {h: self._get(h) for h in names}
+        if len(names) <= _LIST_ABOVE:
+            return {h: self._get(h) for h in names}
+        every = {str((n.get("metadata") or {}).get("name")): n for n in self.api.list_nodes()}
+        return {h: every.get(h) for h in names}
+
+    def _require(self, hosts: Sequence[str], operation: str) -> dict[str, dict[str, Any]]:
+        nodes = self._nodes(hosts)
         unknown = [h for h, n in nodes.items() if n is None]
         if unknown:
             raise SchedulerError(
@@ -332,7 +350,7 @@ class Kubernetes:
 
     def state(self, hosts: Sequence[str]) -> Mapping[str, NodeState]:
         """Each host's state (UNKNOWN for a host that is not a Node)."""
-        return {h: node_state(self._get(h), self.settings) for h in dict.fromkeys(hosts)}
+        return {h: node_state(n, self.settings) for h, n in self._nodes(hosts).items()}
 
     def _update(
         self,

@@ -500,3 +500,12 @@ def test_inventory_rejects_a_bad_taint_key_with_its_line(tmp_path: Path) -> None
     rc, _, err = _cli("inventory", "validate", str(inv))
     assert rc == 78
     assert f"{inv}:6" in err and "evict_taint_key" in err
+
+
+def test_many_hosts_are_read_with_one_list(kube: FakeKubeApiServer, k8s: Kubernetes) -> None:
+    states = k8s.state([*NODES, *STANDBYS, "nosuch"])
+    assert states["nosuch"] is NodeState.UNKNOWN and states["node01"] is NodeState.ACTIVE
+    assert len(kube.requests_to("GET", "^/api/v1/nodes$")) == 1
+    assert not kube.requests_to("GET", "^/api/v1/nodes/")
+    k8s.state(["node01", "node02"])
+    assert len(kube.requests_to("GET", "^/api/v1/nodes/")) == 2
