@@ -509,3 +509,28 @@ def test_many_hosts_are_read_with_one_list(kube: FakeKubeApiServer, k8s: Kuberne
     assert not kube.requests_to("GET", "^/api/v1/nodes/")
     k8s.state(["node01", "node02"])
     assert len(kube.requests_to("GET", "^/api/v1/nodes/")) == 2
+
+
+def test_cli_a_hung_api_server_fails_the_step_and_the_audit_says_so(
+    kube: FakeKubeApiServer, tmp_path: Path
+) -> None:
+    import json
+
+    inv = _cli_inventory(tmp_path, kube)
+    inv.write_text(inv.read_text().replace("timeout_s: 10", "timeout_s: 0.5"))
+    state = str(tmp_path / "state.db")
+    kube.hang("PATCH", "^/api/v1/nodes/node05$", 5)
+    rc, out, err = _cli(
+        "evict", "node[03,05,07]", "--reason", "xid 79", "--yes", "-i", str(inv), "--state", state
+    )
+    assert rc == 3, err
+    assert "PATCH nodes/node05: timed out after 0.5 s" in err
+    rc, out, _ = _cli("audit", "--state", state, "--json")
+    [record] = json.loads(out)["records"]
+    assert record["status"] == "failed"
+    steps = {s["description"]: s["status"] for s in record["steps"]}
+    assert steps["drain node03 via kubernetes"] == "done"
+    assert steps["drain node05 via kubernetes"] == "failed"
+    assert steps.get("drain node07 via kubernetes") in (None, "skipped")  # never ran
+    assert kube.node("node03")["spec"]["unschedulable"] is True
+    assert not kube.node("node07")["spec"].get("unschedulable")
