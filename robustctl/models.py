@@ -12,9 +12,12 @@ import dataclasses
 import enum
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from robustctl.exit_codes import ExitCode
+
+if TYPE_CHECKING:
+    from robustctl.suspects import RecordResult
 
 SCHEMA_VERSION = 1
 """Version of the JSON documents robustctl prints; bumped on any incompatible change."""
@@ -161,6 +164,9 @@ class RunReport:
         hosts: one report per targeted host, in inventory order; no host is ever dropped.
         levels: one summary per level considered. suspects: hosts named CRITICAL.
         unknown: hosts that could not be checked. started_at/finished_at: UNIX seconds.
+        recorded: what ``robustctl diagnose`` recorded in the state store (suspects marked, verified
+            hosts cleared, :func:`robustctl.suspects.record_suspects`); None when nothing was asked to
+            (``--no-record``, or a library call such as ``standby check``).
     """
 
     status: Status
@@ -172,6 +178,7 @@ class RunReport:
     finished_at: float
     schema_version: int = SCHEMA_VERSION
     kind: str = "diagnose"
+    recorded: RecordResult | None = None
 
     @property
     def exit_code(self) -> ExitCode:

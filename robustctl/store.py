@@ -16,6 +16,16 @@ What it holds (schema version :data:`SCHEMA_VERSION`, migrations recorded in ``m
   ``running`` before it runs and ``done``/``noop``/``failed`` after, then the final status. A robustctl
   killed mid-apply thus leaves a record whose steps say exactly which ran, and which one was in flight.
 
+Who writes ``suspect``: ``robustctl diagnose`` and live ``robustctl stacks`` (hang mode), through
+:func:`robustctl.suspects.record_suspects`, unless ``--no-record``. They mark the hosts their report
+names (diagnose: CRITICAL hosts; stacks: ``suspect_hosts``) with a one-line reason, e.g.
+``diagnose L0: XID 79 ...``; they never touch an evicted or standby host. Of the two, only diagnose
+sets a suspect back to ``active``, and only when that host passed every level up to the requested one
+(an unreachable or unchecked host is neither marked nor cleared); ``evict`` moves it on to
+``evicted``. The evict/standby commands read it: the circuit breaker counts suspect hosts as looking
+bad, and ``standby activate`` may replace a suspect. The write is best effort for these two commands:
+a store that cannot be written is one warning line; the report and exit code stay the diagnosis'.
+
 The lock (:meth:`Store.lock`): an ``fcntl`` lock on the sidecar file ``<state>.lock``, held while an
 action plans and applies, so two robustctl processes never act at once; the kernel drops it when the
 holder dies (no stale locks). A second process waits up to ``lock_timeout_s`` and then refuses
@@ -448,25 +458,70 @@ class Store:
         Raises:
             StoreError: the store cannot be written.
         """
-        now = self.clock()
         with self._tx() as c:
             row = c.execute("SELECT state, readiness FROM machines WHERE host=?", (host,)).fetchone()
             old_state, old_ready = (row[0], row[1]) if row else (None, Readiness.UNCHECKED.value)
             new_ready = readiness.value if readiness is not None else old_ready
             if old_state == state.value and new_ready == old_ready:
                 return False
-            c.execute(
-                "INSERT INTO machines(host, state, readiness, reason, updated_at) VALUES (?, ?, ?, ?, ?) "
-                "ON CONFLICT(host) DO UPDATE SET state=excluded.state, readiness=excluded.readiness, "
-                "reason=excluded.reason, updated_at=excluded.updated_at",
-                (host, state.value, new_ready, reason, now),
-            )
-            c.execute(
-                "INSERT INTO machine_history(host, at, from_state, to_state, readiness, reason, who, audit_id) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                (host, now, old_state, state.value, new_ready, reason, self.who, audit_id),
-            )
+            self._write_state(c, host, old_state, state, new_ready, reason, audit_id)
         return True
+
+    def transition(
+        self,
+        host: str,
+        state: MachineState,
+        reason: str,
+        *,
+        allowed_from: Iterable[MachineState],
+        absent: MachineState = MachineState.ACTIVE,
+        audit_id: int | None = None,
+    ) -> tuple[MachineState, bool]:
+        """Record ``host`` in ``state`` only if it now is in one of ``allowed_from`` (read and write in one
+        transaction, so a concurrent ``evict`` is never overwritten). Readiness is kept.
+
+        Args:
+            absent: the state of a host without a row (its inventory state).
+
+        Returns:
+            ``(state before, changed)``: ``changed`` is False (nothing written) when the host was not in
+            ``allowed_from`` or already in ``state``.
+
+        Raises:
+            StoreError: the store cannot be written.
+        """
+        allowed = {s.value for s in allowed_from}
+        with self._tx() as c:
+            row = c.execute("SELECT state, readiness FROM machines WHERE host=?", (host,)).fetchone()
+            old_state, old_ready = (row[0], row[1]) if row else (None, Readiness.UNCHECKED.value)
+            before = MachineState(old_state) if old_state is not None else absent
+            if before.value not in allowed or before is state:
+                return before, False
+            self._write_state(c, host, old_state, state, old_ready, reason, audit_id)
+        return before, True
+
+    def _write_state(
+        self,
+        c: sqlite3.Connection,
+        host: str,
+        old_state: str | None,
+        state: MachineState,
+        readiness: str,
+        reason: str,
+        audit_id: int | None,
+    ) -> None:
+        now = self.clock()
+        c.execute(
+            "INSERT INTO machines(host, state, readiness, reason, updated_at) VALUES (?, ?, ?, ?, ?) "
+            "ON CONFLICT(host) DO UPDATE SET state=excluded.state, readiness=excluded.readiness, "
+            "reason=excluded.reason, updated_at=excluded.updated_at",
+            (host, state.value, readiness, reason, now),
+        )
+        c.execute(
+            "INSERT INTO machine_history(host, at, from_state, to_state, readiness, reason, who, audit_id) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            (host, now, old_state, state.value, readiness, reason, self.who, audit_id),
+        )
 
     def history(self, host: str | None = None, *, since: float | None = None) -> list[HistoryRow]:
         """State changes, oldest first, optionally of one host and/or since a UNIX time."""

@@ -1,4 +1,5 @@
-"""Suite-wide pytest configuration: ``gpu`` tests run only where a CUDA GPU is present.
+"""Suite-wide pytest configuration: ``gpu`` tests run only where a CUDA GPU is present, and no test
+writes the real state store (``$ROBUSTCTL_STATE`` points at a temporary file).
 
 The GPU check runs only when a collected test carries the ``gpu`` marker, and it imports torch only
 when there are signs of an NVIDIA driver (``nvidia-smi``, ``/dev/nvidia*``, ``/proc/driver/nvidia``):
@@ -49,3 +50,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     skip = pytest.mark.skip(reason=reason)
     for item in gpu_items:
         item.add_marker(skip)
+
+
+@pytest.fixture(autouse=True)
+def _test_state_store(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Point ``$ROBUSTCTL_STATE`` at a throw-away file: ``diagnose`` and ``stacks`` record suspects in
+    the state store by default, and a test must never write the developer's own store."""
+    monkeypatch.setenv("ROBUSTCTL_STATE", str(tmp_path_factory.getbasetemp() / "robustctl-state.db"))

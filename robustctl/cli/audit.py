@@ -7,8 +7,7 @@ from typing import Annotated
 
 import typer
 
-from robustctl.cli.common import JsonOpt
-from robustctl.cli.evict import StateOpt
+from robustctl.cli.common import JsonOpt, StateOpt
 from robustctl.errors import UsageError
 from robustctl.exit_codes import ExitCode
 

@@ -2,11 +2,21 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Annotated
 
 import typer
 
-from robustctl.cli.common import InventoryOpt, JsonOpt, OutputOpt, State, resolve_inventory
+from robustctl.cli.common import (
+    InventoryOpt,
+    JsonOpt,
+    NoRecordOpt,
+    OutputOpt,
+    State,
+    StateOpt,
+    record_findings,
+    resolve_inventory,
+)
 from robustctl.errors import UsageError
 from robustctl.exit_codes import ExitCode
 
@@ -65,11 +75,17 @@ def diagnose(
         ),
     ] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No table or progress on stderr.")] = False,
+    state: StateOpt = None,
+    no_record: NoRecordOpt = False,
 ) -> int:
     """Run hierarchical stop-time diagnostics and name the suspect hosts.
 
     Levels: L0 quick host/GPU checks → L1 verified burn → L2 intra-host all-reduce → L3 inter-host
     all-reduce between neighbour pairs. Stops at the first level that names suspects.
+    The suspects (critical hosts) are recorded as suspect in the state store, and suspects verified
+    healthy at every level up to --level are set back to active (unless --no-record; never evicted or
+    standby hosts); the --json document's 'recorded' says what (null with --no-record). The store is
+    best effort: if it cannot be written, one warning line, and the same report and exit code.
     Exit: 0 healthy, 1 warning, 2 suspects found, 3 some hosts could not be checked, 64 usage, 78 config.
     """
     from robustctl.diagnose import DiagnoseRequest, plan_diagnose, run_diagnose
@@ -115,5 +131,20 @@ def diagnose(
         pool.close()
     if not quiet:
         render_run(report, console, verbose=State.verbose > 0)
+    if not no_record:
+        from robustctl.suspects import diagnose_findings
+
+        found = diagnose_findings(report, level)
+        recorded = record_findings(
+            state,
+            found.named,
+            cleared=found.cleared,
+            source="diagnose",
+            clear_reason=found.clear_reason,
+            inventory=inv,
+            console=console,
+            quiet=quiet,
+        )
+        report = dataclasses.replace(report, recorded=recorded)
     emit_json(report, to_stdout=json_out, output=output)
     return int(report.exit_code)

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from robustctl.cli.common import InventoryOpt, JsonOpt
+from robustctl.cli.common import InventoryOpt, JsonOpt, StateOpt
 from robustctl.errors import UsageError
 from robustctl.exit_codes import ExitCode
 
@@ -24,14 +24,6 @@ if TYPE_CHECKING:
     from robustctl.actions import ActionContext
     from robustctl.actions.plan import ApplyResult, Plan
 
-StateOpt = Annotated[
-    Path | None,
-    typer.Option(
-        "--state",
-        help="State store (SQLite) [default: $ROBUSTCTL_STATE, else $XDG_STATE_HOME/robustctl/state.db].",
-        show_default=False,
-    ),
-]
 YesOpt = Annotated[
     bool, typer.Option("--yes", "-y", help="Apply without asking (required without a terminal).")
 ]

@@ -2,11 +2,21 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Annotated
 
 import typer
 
-from robustctl.cli.common import InventoryOpt, JsonOpt, OutputOpt, State, resolve_inventory
+from robustctl.cli.common import (
+    InventoryOpt,
+    JsonOpt,
+    NoRecordOpt,
+    OutputOpt,
+    State,
+    StateOpt,
+    record_findings,
+    resolve_inventory,
+)
 
 
 def stacks(
@@ -52,13 +62,18 @@ def stacks(
     json_out: JsonOpt = False,
     output: OutputOpt = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No tree or table on stderr.")] = False,
+    state: StateOpt = None,
+    no_record: NoRecordOpt = False,
 ) -> int:
     """Dump every rank of a job with py-spy, cluster the stacks, name the outlier ranks, machines and group.
 
     Hang mode (default): the dominant stack classes are healthy, the rest are outliers; the smallest
-    parallel group (TP/PP/DP/...) holding every outlier is the over-eviction set. Fail-slow mode
-    (--slow): the group with the most outliers in each round gets a vote; the most-voted group is
-    the degrader. Exit: 0 no outlier, 1 ambiguous, 2 suspects named, 3 nothing could be read.
+    parallel group (TP/PP/DP/...) holding every outlier is the over-eviction set. Its suspect hosts
+    are recorded as suspect in the state store (unless --no-record; never evicted or standby hosts;
+    nothing is ever cleared), and the --json document's 'recorded' says what; a store that cannot
+    be written is one warning line. Fail-slow mode (--slow): the group with the most outliers in
+    each round gets a vote; the most-voted group is the degrader (a group, not machine suspects:
+    nothing is recorded). Exit: 0 no outlier, 1 ambiguous, 2 suspects named, 3 nothing could be read.
     """
     from robustctl.report.console import emit_json, stderr_console
     from robustctl.report.stacks import render_failslow, render_stacks
@@ -123,5 +138,12 @@ def stacks(
         for col in live.collections[-1:]:
             for h in col.unknown_hosts:
                 console.print(f"[magenta]{h.host}: {h.status.value}: {h.error}[/]")
+    if not no_record:
+        from robustctl.suspects import stacks_findings
+
+        recorded = record_findings(
+            state, stacks_findings(live.report), source="stacks", inventory=inv, console=console, quiet=quiet
+        )
+        live = dataclasses.replace(live, recorded=recorded)
     emit_json(live.to_json(), to_stdout=json_out, output=output)
     return int(live.exit_code)

@@ -6,14 +6,13 @@ from typing import Annotated
 
 import typer
 
-from robustctl.cli.common import InventoryOpt, JsonOpt
+from robustctl.cli.common import InventoryOpt, JsonOpt, StateOpt
 from robustctl.cli.evict import (
     DryRunOpt,
     ForceOpt,
     ForceReasonOpt,
     LockTimeoutOpt,
     QuietOpt,
-    StateOpt,
     YesOpt,
     run_plan,
 )

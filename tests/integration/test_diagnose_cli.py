@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from robustctl.store import MachineState, Store
 from robustctl.testing.fake_nvml import RemappedRows, healthy_gpus
 
 from .testbed import FaultUnsupported, Testbed
@@ -19,10 +20,14 @@ from .testbed import FaultUnsupported, Testbed
 GPUS = 2
 
 
-def robustctl(*args: str, timeout: float = 300) -> tuple[int, dict[str, Any], str]:
-    """Run the CLI as a user would; return (exit code, --json document, stderr)."""
+def robustctl(*args: str, timeout: float = 300, state: Path | None = None) -> tuple[int, dict[str, Any], str]:
+    """Run the CLI as a user would; return (exit code, --json document, stderr).
+
+    Suspects are recorded in ``state`` when given, else not at all (``--no-record``).
+    """
+    record = ["--state", str(state)] if state is not None else ["--no-record"]
     proc = subprocess.run(
-        [sys.executable, "-m", "robustctl", *args, "--json"],
+        [sys.executable, "-m", "robustctl", *args, *record, "--json"],
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -74,10 +79,21 @@ def test_l0_names_exactly_the_faulty_hosts(testbed: Testbed, tmp_path: Path) -> 
     testbed.set_nvml(1, sick)
     testbed.degrade_nic(2)
     inv = testbed.write_inventory(tmp_path / "inv.yaml", gpus_per_host=GPUS)
-    code, doc, err = robustctl("diagnose", "-i", str(inv))
+    db = tmp_path / "state.db"
+    code, doc, err = robustctl("diagnose", "-i", str(inv), state=db)
     assert code == 2, err
     names = testbed.names
     assert doc["suspects"] == names[:3]
+    # Recorded as suspects in the state store; the healthy hosts stay unrecorded (the run stopped at
+    # L0, so nobody was verified at every level).
+    assert doc["recorded"]["marked"] == names[:3] and doc["recorded"]["cleared"] == []
+    with Store.open(db) as s:
+        assert [m.host for m in s.machines()] == sorted(names[:3])
+        rec = s.machine(names[0])
+        assert (
+            rec is not None and rec.state is MachineState.SUSPECT and rec.reason.startswith("diagnose L0: ")
+        )
+        assert "79" in rec.reason
     assert [lv["ran"] for lv in doc["levels"]] == [True, False, False, False]  # stopped at L0
     hosts = by_host(doc)
     xid = failing_checks(hosts[names[0]])

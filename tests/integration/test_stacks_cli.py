@@ -16,6 +16,8 @@ from typing import Any
 
 import pytest
 
+from robustctl.store import MachineState, Store
+
 from .conftest import require_testbed
 from .jobrunner import MiniJob
 from .testbed import Testbed
@@ -51,9 +53,11 @@ def clean(job: MiniJob) -> Iterator[MiniJob]:
     job.clear_faults()
 
 
-def robustctl(*args: str, timeout: float = 240) -> tuple[int, dict[str, Any], str]:
+def robustctl(*args: str, timeout: float = 240, state: Path | None = None) -> tuple[int, dict[str, Any], str]:
+    """Run the CLI; suspects are recorded in ``state`` when given, else not at all (``--no-record``)."""
+    record = ["--state", str(state)] if state is not None else ["--no-record"]
     proc = subprocess.run(
-        [sys.executable, "-m", "robustctl", *args, "--json"],
+        [sys.executable, "-m", "robustctl", *args, *record, "--json"],
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -73,11 +77,14 @@ def test_healthy_job_has_no_suspect(clean: MiniJob, inventory: Path) -> None:
     assert len(doc["collection"]) == 2 and all(h["status"] == "ok" for h in doc["collection"][-1]["hosts"])
 
 
-def test_rank_hung_in_compute_names_its_machine_and_group(clean: MiniJob, inventory: Path) -> None:
+def test_rank_hung_in_compute_names_its_machine_and_group(
+    clean: MiniJob, inventory: Path, tmp_path: Path
+) -> None:
     hung = clean.rank_at(tp=1, dp=2, pp=0)
     clean.set_faults(f"hang:compute:rank={hung}")
     clean.wait_stalled(2.0, timeout=60)
-    code, doc, err = robustctl("stacks", "-i", str(inventory), "--job", "mini")
+    db = tmp_path / "state.db"
+    code, doc, err = robustctl("stacks", "-i", str(inventory), "--job", "mini", state=db)
     assert code == 2, err
     assert hung in doc["likely_culprits"]
     assert clean.host_name(hung) in doc["over_eviction"]
@@ -86,6 +93,12 @@ def test_rank_hung_in_compute_names_its_machine_and_group(clean: MiniJob, invent
     assert str(hung) in group["ranks"] or group["kind"] == "rank"
     culprit = next(s for s in doc["suspects"] if s["rank"] == hung)
     assert culprit["category"] == "compute" and culprit["host"] == clean.host_name(hung)
+    # The suspect machines are recorded in the state store, the hung rank's with its reason.
+    assert doc["recorded"]["marked"] == doc["suspect_hosts"] and doc["recorded"]["error"] is None
+    with Store.open(db) as s:
+        assert [m.host for m in s.machines([MachineState.SUSPECT])] == sorted(doc["suspect_hosts"])
+        rec = s.machine(clean.host_name(hung))
+        assert rec is not None and f"rank {hung} hung in compute" in rec.reason
 
 
 def test_stuck_dataloader_worker_is_named_through_the_child(clean: MiniJob, inventory: Path) -> None:
