@@ -25,7 +25,7 @@ def parse_duration(text: str) -> float:
 def audit(
     since: Annotated[
         str | None,
-        typer.Option("--since", help="Only actions started within this long, e.g. 24h, 7d [default: all]."),
+        typer.Option("--since", help="Only actions started within this long, e.g. 24h, 7d \\[default: all]."),
     ] = None,
     state: StateOpt = None,
     json_out: JsonOpt = False,

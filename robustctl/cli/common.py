@@ -34,7 +34,7 @@ StateOpt = Annotated[
     Path | None,
     typer.Option(
         "--state",
-        help="State store (SQLite) [default: $ROBUSTCTL_STATE, else $XDG_STATE_HOME/robustctl/state.db].",
+        help="State store (SQLite) \\[default: $ROBUSTCTL_STATE, else $XDG_STATE_HOME/robustctl/state.db].",
         show_default=False,
     ),
 ]

@@ -45,21 +45,21 @@ def diagnose(
     json_out: JsonOpt = False,
     output: OutputOpt = None,
     concurrency: Annotated[
-        int | None, typer.Option("--concurrency", "-c", min=1, help="Hosts contacted at once [default: 64].")
+        int | None, typer.Option("--concurrency", "-c", min=1, help="Hosts contacted at once \\[default: 64].")
     ] = None,
     host_timeout: Annotated[
         float | None,
         typer.Option(
-            "--host-timeout", min=0.1, help="Per-host, per-level deadline in seconds [default: 120]."
+            "--host-timeout", min=0.1, help="Per-host, per-level deadline in seconds \\[default: 120]."
         ),
     ] = None,
     deadline: Annotated[
         float | None,
-        typer.Option("--deadline", min=0.1, help="Deadline of the whole run in seconds [default: 900]."),
+        typer.Option("--deadline", min=0.1, help="Deadline of the whole run in seconds \\[default: 900]."),
     ] = None,
     burn_seconds: Annotated[
         float | None,
-        typer.Option("--burn-seconds", min=0.1, help="L1 load per device, seconds [default: 10]."),
+        typer.Option("--burn-seconds", min=0.1, help="L1 load per device, seconds \\[default: 10]."),
     ] = None,
     accept_new_host_keys: Annotated[
         bool,

@@ -38,7 +38,7 @@ LockTimeoutOpt = Annotated[
     typer.Option(
         "--lock-timeout",
         min=0,
-        help="Seconds to wait for another robustctl acting on the store [default: policy, 30].",
+        help="Seconds to wait for another robustctl acting on the store \\[default: policy, 30].",
     ),
 ]
 ForceOpt = Annotated[

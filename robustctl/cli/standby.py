@@ -90,7 +90,7 @@ def add(
 
 @app.command("check")
 def check(
-    hosts: Annotated[str | None, typer.Argument(help="Standbys to check [default: the whole pool].")] = None,
+    hosts: Annotated[str | None, typer.Argument(help="Standbys to check \\[default: the whole pool].")] = None,
     inventory: InventoryOpt = None,
     state: StateOpt = None,
     json_out: JsonOpt = False,
@@ -136,7 +136,7 @@ def activate(
     for_host: Annotated[str, typer.Option("--for", help="The evicted host of the job to replace.")],
     job: Annotated[str, typer.Option("--job", help="The job whose host list changes.")],
     standby: Annotated[
-        str | None, typer.Option("--standby", help="The standby to use [default: the first ready one].")
+        str | None, typer.Option("--standby", help="The standby to use \\[default: the first ready one].")
     ] = None,
     requeue: Annotated[bool, typer.Option("--requeue", help="Requeue the job afterwards.")] = False,
     reason: Annotated[str, typer.Option("--reason", help="Why (recorded in the audit log).")] = "",
@@ -181,7 +181,7 @@ def activate(
 def size(
     machines: Annotated[
         int | None,
-        typer.Option("--machines", min=0, help="Machines the pool covers [default: the inventory's hosts]."),
+        typer.Option("--machines", min=0, help="Machines the pool covers \\[default: the inventory's hosts]."),
     ] = None,
     daily_failure_rate: Annotated[
         float | None,
@@ -197,12 +197,12 @@ def size(
     repair_window_days: Annotated[
         float | None,
         typer.Option(
-            "--repair-window-days", min=0.001, help="Days a failed machine stays out [default: policy, 1]."
+            "--repair-window-days", min=0.001, help="Days a failed machine stays out \\[default: policy, 1]."
         ),
     ] = None,
     quantile: Annotated[
         float | None,
-        typer.Option("--quantile", min=0.5, max=0.999999, help="Coverage [default: policy, 0.99]."),
+        typer.Option("--quantile", min=0.5, max=0.999999, help="Coverage \\[default: policy, 0.99]."),
     ] = None,
     inventory: InventoryOpt = None,
     state: StateOpt = None,

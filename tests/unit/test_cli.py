@@ -123,3 +123,12 @@ def test_control_side_import_is_light() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == ""
+
+
+def test_defaults_in_option_help_are_shown_not_eaten_as_markup(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COLUMNS", "250")
+    assert main(["diagnose", "--help"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "[default: 64]" in out and "Hosts contacted at once ." not in out
