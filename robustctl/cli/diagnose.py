@@ -45,7 +45,8 @@ def diagnose(
     json_out: JsonOpt = False,
     output: OutputOpt = None,
     concurrency: Annotated[
-        int | None, typer.Option("--concurrency", "-c", min=1, help="Hosts contacted at once \\[default: 64].")
+        int | None,
+        typer.Option("--concurrency", "-c", min=1, help="Hosts contacted at once \\[default: 64]."),
     ] = None,
     host_timeout: Annotated[
         float | None,

@@ -90,7 +90,9 @@ def add(
 
 @app.command("check")
 def check(
-    hosts: Annotated[str | None, typer.Argument(help="Standbys to check \\[default: the whole pool].")] = None,
+    hosts: Annotated[
+        str | None, typer.Argument(help="Standbys to check \\[default: the whole pool].")
+    ] = None,
     inventory: InventoryOpt = None,
     state: StateOpt = None,
     json_out: JsonOpt = False,
@@ -181,7 +183,9 @@ def activate(
 def size(
     machines: Annotated[
         int | None,
-        typer.Option("--machines", min=0, help="Machines the pool covers \\[default: the inventory's hosts]."),
+        typer.Option(
+            "--machines", min=0, help="Machines the pool covers \\[default: the inventory's hosts]."
+        ),
     ] = None,
     daily_failure_rate: Annotated[
         float | None,
