@@ -294,6 +294,31 @@ def test_cli_over_eviction_of_a_pp_group_drains_exactly_those_nodes(
     assert cluster.node_states() == states
 
 
+def test_cli_rails_refuse_an_over_large_and_an_empty_plan_and_slurm_is_untouched(
+    cluster: SlurmBed, tmp_path: Path
+) -> None:
+    inv = _write_inventory(tmp_path / "inv.yaml", "sn[1-4]", "sn[1-4]")
+    state = tmp_path / "state.db"
+    before = cluster.node_states()
+    # three of four machines: over max_job_fraction and max_cluster_fraction (0.5)
+    big = _robustctl(
+        cluster, "evict", "sn[1-3]", "--reason", "xid 79", "--yes", "-i", str(inv), "--state", str(state),
+    )  # fmt: skip
+    assert big.returncode == 2, big.stderr
+    assert "max-job-fraction" in big.stderr or "max-cluster-fraction" in big.stderr
+    assert "--force" in big.stderr  # the refusal says how to override it
+    empty_report = tmp_path / "empty.json"
+    empty_report.write_text(json.dumps({"kind": "diagnose", "schema_version": 1, "suspects": []}))
+    empty = _robustctl(
+        cluster, "evict", "--from-report", str(empty_report), "--yes", "-i", str(inv), "--state", str(state),
+    )  # fmt: skip
+    assert empty.returncode == 2, empty.stderr
+    assert "rule non-empty-targets" in empty.stderr
+    assert cluster.node_states() == before  # nothing drained
+    audit = _robustctl(cluster, "audit", "--json", "--state", str(state))
+    assert [r["status"] for r in json.loads(audit.stdout)["records"]] == ["refused", "refused"]
+
+
 def test_cli_standby_activation_puts_the_standby_in_the_slurm_job(cluster: SlurmBed, tmp_path: Path) -> None:
     if cluster.n_nodes < 5:
         pytest.skip("needs a 5-node testbed (ROBUSTCTL_SLURM_NODES)")
