@@ -97,6 +97,8 @@ class RecordResult:
         if self.error is not None:
             return f"robustctl: warning: suspects not recorded: {self.error}"
         sus = self.suspects
+        if not (sus or self.cleared or self.skipped):
+            return "no suspects: nothing recorded in the state store"
         line = f"recorded {len(sus)} suspect{'' if len(sus) == 1 else 's'}"
         if sus:
             line += f" ({_names(sus)})"
