@@ -50,6 +50,7 @@ Mapping of the :class:`~robustctl.schedulers.base.Scheduler` vocabulary (setting
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -58,7 +59,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from robustctl.errors import ConfigError
 from robustctl.schedulers.base import NodeState, OpResult, SchedulerError
@@ -99,38 +100,38 @@ def label_value(text: str) -> str:
     return value or "unspecified"
 
 
-class KubeApi:
+class KubeApi(Protocol):
     """What the back end asks of the API server; every method returns the JSON object (a dict).
 
     Raises (every method): SchedulerError for an HTTP error, a timeout or an unreachable server;
     :class:`ApiStatus` (a SchedulerError) when the caller handles the status (404, 409, 429).
     """
 
-    def get_node(self, name: str) -> dict[str, Any]:  # pragma: no cover - protocol
+    def get_node(self, name: str) -> dict[str, Any]:
         """``GET /api/v1/nodes/NAME``."""
-        raise NotImplementedError
+        ...
 
-    def patch_node(self, name: str, patch: Mapping[str, Any]) -> dict[str, Any]:  # pragma: no cover
+    def patch_node(self, name: str, patch: Mapping[str, Any]) -> dict[str, Any]:
         """``PATCH /api/v1/nodes/NAME`` with a JSON merge patch."""
-        raise NotImplementedError
+        ...
 
-    def list_nodes(self) -> list[dict[str, Any]]:  # pragma: no cover
+    def list_nodes(self) -> list[dict[str, Any]]:
         """``GET /api/v1/nodes``: the ``items``."""
-        raise NotImplementedError
+        ...
 
     def list_pods(
         self, namespace: str | None, *, label_selector: str = "", field_selector: str = ""
-    ) -> list[dict[str, Any]]:  # pragma: no cover
+    ) -> list[dict[str, Any]]:
         """``GET /api/v1[/namespaces/NS]/pods`` with selectors: the ``items``."""
-        raise NotImplementedError
+        ...
 
-    def evict_pod(self, namespace: str, name: str, body: Mapping[str, Any]) -> None:  # pragma: no cover
+    def evict_pod(self, namespace: str, name: str, body: Mapping[str, Any]) -> None:
         """``POST /api/v1/namespaces/NS/pods/NAME/eviction`` with a ``policy/v1`` Eviction."""
-        raise NotImplementedError
+        ...
 
-    def delete_pod(self, namespace: str, name: str) -> None:  # pragma: no cover
+    def delete_pod(self, namespace: str, name: str) -> None:
         """``DELETE /api/v1/namespaces/NS/pods/NAME``."""
-        raise NotImplementedError
+        ...
 
 
 class ApiStatus(SchedulerError):
@@ -145,7 +146,7 @@ class ApiStatus(SchedulerError):
         self.body = dict(body)
 
 
-class ClientApi(KubeApi):
+class ClientApi:
     """:class:`KubeApi` over the official client's ``CoreV1Api`` (raw JSON, no retries, a timeout).
 
     Args:
@@ -209,8 +210,7 @@ class ClientApi(KubeApi):
 
     def list_nodes(self) -> list[dict[str, Any]]:
         """``GET /api/v1/nodes``: the ``items``."""
-        out = self._call("GET nodes", self.core.list_node)
-        return list((out.get("items") if isinstance(out, dict) else None) or [])
+        return _items(self._call("GET nodes", self.core.list_node))
 
     def list_pods(
         self, namespace: str | None, *, label_selector: str = "", field_selector: str = ""
@@ -228,8 +228,7 @@ class ClientApi(KubeApi):
             out = self._call(
                 f"GET namespaces/{namespace}/pods?{sel}", self.core.list_namespaced_pod, namespace, **kwargs
             )
-        items = out.get("items") if isinstance(out, dict) else None
-        return list(items or [])
+        return _items(out)
 
     def evict_pod(self, namespace: str, name: str, body: Mapping[str, Any]) -> None:
         """``POST /api/v1/namespaces/NS/pods/NAME/eviction``."""
@@ -252,6 +251,24 @@ class ClientApi(KubeApi):
 # --------------------------------------------------------------------------------------------------
 # Pure helpers on the API's JSON
 # --------------------------------------------------------------------------------------------------
+
+
+def _items(listing: Any) -> list[dict[str, Any]]:
+    """The ``items`` of a ``…List`` object."""
+    items = listing.get("items") if isinstance(listing, dict) else None
+    return list(items or [])
+
+
+def _labels(obj: Mapping[str, Any]) -> Mapping[str, str]:
+    """An object's ``metadata.labels`` ({} when none)."""
+    return (obj.get("metadata") or {}).get("labels") or {}
+
+
+def _active(pod: Mapping[str, Any]) -> bool:
+    """Whether a pod still runs or will: not finished (Succeeded/Failed) and not terminating."""
+    if (pod.get("metadata") or {}).get("deletionTimestamp"):
+        return False
+    return (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
 
 
 def _taints(node: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -281,11 +298,9 @@ def node_state(node: Mapping[str, Any] | None, settings: KubernetesSettings) -> 
 
 def _evictable(pod: Mapping[str, Any]) -> bool:
     """Whether draining removes this pod: not a DaemonSet's, not a mirror pod, not finished or terminating."""
+    if not _active(pod):
+        return False
     meta = pod.get("metadata") or {}
-    if meta.get("deletionTimestamp"):
-        return False
-    if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
-        return False
     if "kubernetes.io/config.mirror" in (meta.get("annotations") or {}):
         return False
     return not any(o.get("kind") == "DaemonSet" for o in meta.get("ownerReferences") or [])
@@ -389,7 +404,7 @@ class Kubernetes:
         taints = _taints(node)
         has = any(t.get("key") == taint_key for t in taints)
         drop = any(t.get("key") == drop_key for t in taints)
-        labels = (node.get("metadata") or {}).get("labels") or {}
+        labels = _labels(node)
         cordoned = bool((node.get("spec") or {}).get("unschedulable"))
         if has and not drop and cordoned and labels.get(s.state_label) == state:
             return None
@@ -524,13 +539,11 @@ class Kubernetes:
         def want(node: dict[str, Any]) -> dict[str, Any] | None:
             taints = _taints(node)
             ours = (s.evict_taint_key, s.standby_taint_key)
-            meta = node.get("metadata") or {}
-            labels = meta.get("labels") or {}
-            annotations = meta.get("annotations") or {}
+            annotations = (node.get("metadata") or {}).get("annotations") or {}
             dirty = (
                 bool((node.get("spec") or {}).get("unschedulable"))
                 or any(t.get("key") in ours for t in taints)
-                or s.state_label in labels
+                or s.state_label in _labels(node)
                 or REASON_ANNOTATION in annotations
             )
             if not dirty:
@@ -574,15 +587,17 @@ class Kubernetes:
 
     # ---- jobs -------------------------------------------------------------------------------------
 
-    def _job_pods(self, job: str) -> list[dict[str, Any]]:
+    def _job_pods(self, job: str, operation: str) -> list[dict[str, Any]]:
+        """The job's active pods. Raises SchedulerError (naming ``operation``) when it has none."""
         s = self.settings
-        pods = self.api.list_pods(s.namespace, label_selector=f"{s.job_label}={job}")
-        return [
-            p
-            for p in pods
-            if not (p.get("metadata") or {}).get("deletionTimestamp")
-            and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+        pods = [
+            p for p in self.api.list_pods(s.namespace, label_selector=f"{s.job_label}={job}") if _active(p)
         ]
+        if not pods:
+            raise SchedulerError(
+                _NAME, f"{operation} {job}", f"no pod labelled {s.job_label}={job} in namespace {s.namespace}"
+            )
+        return pods
 
     def _index(self, pod: Mapping[str, Any]) -> int:
         meta = pod.get("metadata") or {}
@@ -629,12 +644,10 @@ class Kubernetes:
             SchedulerError: no pod of the job, a pod without an index, or a pending pod whose node
                 robustctl has no record of.
         """
-        s = self.settings
-        pods = self._job_pods(job)
-        if not pods:
-            raise SchedulerError(
-                _NAME, f"job_hosts {job}", f"no pod labelled {s.job_label}={job} in namespace {s.namespace}"
-            )
+        return self._hosts_of(job, self._job_pods(job, "job_hosts"))
+
+    def _hosts_of(self, job: str, pods: Sequence[Mapping[str, Any]]) -> list[str]:
+        """:meth:`job_hosts` from the job's active ``pods``."""
         placement = self._placement(job, pods)
         recorded = (self.store.job_hosts(job) if self.store is not None else None) or []
         spare = [h for h in recorded if h not in placement]
@@ -662,10 +675,9 @@ class Kubernetes:
             return
         label = self.settings.job_label
         jobs = {
-            str(((p.get("metadata") or {}).get("labels") or {}).get(label))
+            _labels(p)[label]
             for p in pods
-            if ((p.get("metadata") or {}).get("labels") or {}).get(label)
-            and ((p.get("metadata") or {}).get("namespace")) == self.settings.namespace
+            if _labels(p).get(label) and (p.get("metadata") or {}).get("namespace") == self.settings.namespace
         }
         for job in sorted(jobs):
             try:
@@ -681,7 +693,7 @@ class Kubernetes:
             SchedulerError: ``new`` is not a Node, ``old`` is not a host of the job, or ``new`` already is.
         """
         label = self.settings.job_label
-        self._require([new], "replace_host")
+        node = self._require([new], "replace_host")[new]
         hosts = self.job_hosts(job)
         where = f"replace_host {job} {old} {new}"
         if old not in hosts and new in hosts:
@@ -693,16 +705,10 @@ class Kubernetes:
         if new in hosts:
             raise SchedulerError(_NAME, where, f"{new} is already a host of job {job}")
         steps = []
-        node = self._get(new)
-        assert node is not None
         _, changed = self._update(
             new,
             node,
-            lambda n: (
-                None
-                if ((n.get("metadata") or {}).get("labels") or {}).get(label) == job
-                else {"metadata": {"labels": {label: job}}}
-            ),
+            lambda n: None if _labels(n).get(label) == job else {"metadata": {"labels": {label: job}}},
         )
         if changed:
             steps.append(f"labelled {new} {label}={job}")
@@ -711,11 +717,7 @@ class Kubernetes:
             _, removed = self._update(
                 old,
                 old_node,
-                lambda n: (
-                    {"metadata": {"labels": {label: None}}}
-                    if ((n.get("metadata") or {}).get("labels") or {}).get(label) == job
-                    else None
-                ),
+                lambda n: {"metadata": {"labels": {label: None}}} if _labels(n).get(label) == job else None,
             )
             if removed:
                 steps.append(f"removed {label} from {old}")
@@ -735,13 +737,10 @@ class Kubernetes:
         Raises:
             SchedulerError: the job has no pod, or a deletion failed.
         """
-        pods = self._job_pods(job)
-        if not pods:
-            s = self.settings
-            raise SchedulerError(
-                _NAME, f"requeue {job}", f"no pod labelled {s.job_label}={job} in namespace {s.namespace}"
-            )
-        self._remember_jobs(pods)
+        pods = self._job_pods(job, "requeue")
+        if self.store is not None:
+            with contextlib.suppress(SchedulerError):  # a job whose hosts are unknown has none to keep
+                self.store.set_job_hosts(job, self._hosts_of(job, pods))
         deleted = []
         for pod in pods:
             meta = pod.get("metadata") or {}
