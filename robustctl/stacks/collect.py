@@ -230,13 +230,12 @@ def dumps_from_document(host: str, data: Mapping[str, Any]) -> tuple[list[Proces
                 threads = parse_pyspy_json(e.get("dump"))
             except DumpParseError as exc:
                 error = f"unreadable py-spy output: {exc}"
+        comm = str(e["comm"]) if e.get("comm") else None
         if e.get("role") == "main":
             role = ProcessRole.MAIN
-        elif threads:
-            role = infer_role(threads, is_child=True)
+        else:  # an unreadable child is never counted as a rank's main process; its comm may name it
+            role = infer_role(threads, is_child=True, comm=comm)
             role = ProcessRole.OTHER if role is ProcessRole.MAIN else role
-        else:
-            role = ProcessRole.OTHER  # an unreadable child: never counted as a rank's main process
         dumps.append(
             ProcessDump(
                 threads=threads,
@@ -249,6 +248,7 @@ def dumps_from_document(host: str, data: Mapping[str, Any]) -> tuple[list[Proces
                 state=str(e["state"]) if e.get("state") else None,
                 error=error,
                 source=f"{host}:{pid}",
+                comm=comm,
             )
         )
     return dumps, observer

@@ -103,6 +103,8 @@ class ProcessDump:
         parent_pid: parent process id (a data-loader worker's rank process).
         cmdline: the process command line, when known.
         state: ``/proc/PID/stat`` state letter at collection time (``"R"``, ``"S"``, ``"D"``, ``"Z"``).
+        comm: ``/proc/PID/comm`` at collection time (PyTorch names a data-loader worker
+            ``pt_data_worker``), when collected live.
         error: one line on why py-spy failed (``"Permission denied (os error 13)"``, ``"process gone"``);
             ``None`` when the dump was read.
         source: where it came from: a file path, or ``"host:pid"``.
@@ -118,6 +120,7 @@ class ProcessDump:
     state: str | None = None
     error: str | None = None
     source: str | None = None
+    comm: str | None = None
 
     @property
     def readable(self) -> bool:

@@ -144,7 +144,7 @@ def parse_pyspy_json(obj: Any) -> tuple[ThreadStack, ...]:
 
 
 def _process_from_record(rec: Mapping[str, Any], source: str | None) -> ProcessDump:
-    """A ``{pid, rank, host, role, parent_pid, cmdline, state, error, threads}`` record."""
+    """A ``{pid, rank, host, role, parent_pid, cmdline, state, comm, error, threads}`` record."""
     threads_obj = rec.get("threads")
     error = rec.get("error")
     threads = parse_pyspy_json(threads_obj) if isinstance(threads_obj, list) else ()
@@ -166,9 +166,12 @@ def _process_from_record(rec: Mapping[str, Any], source: str | None) -> ProcessD
         state=str(rec["state"]) if rec.get("state") else None,
         error=str(error) if error else None,
         source=source,
+        comm=str(rec["comm"]) if rec.get("comm") else None,
     )
     if role is None:
-        dump = replace(dump, role=infer_role(dump.threads))
+        dump = replace(
+            dump, role=infer_role(dump.threads, is_child=dump.parent_pid is not None, comm=dump.comm)
+        )
     return dump
 
 
@@ -426,7 +429,7 @@ def parse_dump_text(
     """Parse a dump in any supported form: py-spy JSON (one document, or one per line) or text.
 
     JSON forms: a thread list (``py-spy dump --json``); a process record ``{pid, rank, host, role,
-    parent_pid, cmdline, state, error, threads}``; a list of such records; ``{"processes": [...]}``.
+    parent_pid, cmdline, state, comm, error, threads}``; a list of such records; ``{"processes": [...]}``.
 
     Args:
         text: file content.
@@ -509,11 +512,19 @@ def _has_checkpoint(frames: Sequence[Frame]) -> bool:
     )
 
 
-def infer_role(threads: Sequence[ThreadStack], *, is_child: bool | None = None) -> ProcessRole:
+DATALOADER_COMM = "pt_data_worker"
+"""``/proc/PID/comm`` of a PyTorch data-loader worker: ``torch/utils/data/_utils/worker.py``
+``_worker_loop`` names its process with ``torch.multiprocessing._set_thread_name("pt_data_worker")``."""
+
+
+def infer_role(
+    threads: Sequence[ThreadStack], *, is_child: bool | None = None, comm: str | None = None
+) -> ProcessRole:
     """Guess a process's role from its stacks, for dumps whose collector did not say.
 
-    Rules (first that applies): a thread in ``torch/utils/data/_utils/worker.py`` ``_worker_loop`` →
-    DATALOADER; a multiprocessing child (``multiprocessing/process.py`` ``_bootstrap`` in the main
+    Rules (first that applies): a child whose ``comm`` (``/proc/PID/comm``, when the collector read
+    it) is ``pt_data_worker`` (:data:`DATALOADER_COMM`), or a thread in
+    ``torch/utils/data/_utils/worker.py`` ``_worker_loop`` → DATALOADER; a multiprocessing child (``multiprocessing/process.py`` ``_bootstrap`` in the main
     thread, or ``is_child``) with a checkpoint frame anywhere in its main thread (``torch.save``,
     ``torch.distributed.checkpoint``, Megatron ``dist_checkpointing``, a ``*checkpoint*`` writer
     function such as ``_checkpoint_writer_main``, see :func:`robustctl.stacks.cluster.categorize`) →
@@ -521,6 +532,8 @@ def infer_role(threads: Sequence[ThreadStack], *, is_child: bool | None = None) 
     multiprocessing child → OTHER; else MAIN. A rank process that saves a checkpoint itself, or in a
     thread, stays MAIN.
     """
+    if is_child and comm == DATALOADER_COMM:
+        return ProcessRole.DATALOADER
     for t in threads:
         for fn, path in _files(t.frames):
             if fn == "_worker_loop" and "torch/utils/data/" in path:

@@ -114,7 +114,7 @@ def test_one_main_dump_per_rank_with_children(clean_job: MiniJob, inv_job: Job, 
         for d in mine:
             assert (d.rank, d.host, d.readable) == (rank, main.host, True)
         loader = next(d for d in mine if d.role is ProcessRole.DATALOADER)
-        assert "_worker_loop" in functions(loader)
+        assert "_worker_loop" in functions(loader) and loader.comm == "pt_data_worker"
     assert len(c.dumps) == 48
     assert all(h.py_spy_version for h in c.hosts)
     print(f"\ncollect_stacks: 16 ranks + 32 children on 4 hosts in {c.elapsed_s:.2f}s")

@@ -33,6 +33,11 @@ RANK_SCRIPT = textwrap.dedent(
     def worker_waits_here():
         time.sleep(600)
 
+    def loader_waits_here():
+        with open("/proc/self/comm", "w") as f:  # what torch's _worker_loop does with prctl(PR_SET_NAME)
+            f.write("pt_data_worker")
+        time.sleep(600)
+
     def rank_main_sleeps_here():
         print("ready", flush=True)  # printed from here: a dump taken after "ready" shows this frame
         time.sleep(600)
@@ -41,6 +46,8 @@ RANK_SCRIPT = textwrap.dedent(
         mode = sys.argv[2]
         if "child" in mode:
             mp.get_context("fork").Process(target=worker_waits_here, daemon=True).start()
+        if "loader" in mode:
+            mp.get_context("fork").Process(target=loader_waits_here, daemon=True).start()
         if "zombie" in mode:
             if os.fork() == 0:
                 os._exit(0)
@@ -84,8 +91,14 @@ class Procs:
         assert p.stdout is not None
         line = p.stdout.readline()
         assert line.strip() == b"ready", line
-        if "child" in mode:  # the forked child's own cmdline/environ are readable once it runs
+        if (
+            "child" in mode or "loader" in mode
+        ):  # the forked child's cmdline/environ are readable once it runs
             _wait_for(lambda: len(_children(p.pid)) >= 1)
+        if "loader" in mode:
+            _wait_for(
+                lambda: Path(f"/proc/{_children(p.pid)[0]}/comm").read_text().strip() == "pt_data_worker"
+            )
         return p.pid
 
     def non_python(self, rank: int) -> int:
@@ -261,6 +274,62 @@ def test_stopped_process_dumps_nonblocking(procs: Procs) -> None:
     (entry,) = doc["data"]["processes"]
     assert entry["state"] == "T"
     assert entry["error"] is None and frames_of(entry)[0] == "rank_main_sleeps_here"
+
+
+@needs_pyspy
+def test_data_loader_worker_is_named_by_its_comm_even_when_unreadable(procs: Procs, tmp_path: Path) -> None:
+    """PyTorch names its workers ``pt_data_worker``: the probe reports ``comm``, and a worker whose
+    dump failed (here: py-spy refuses every child) is still a DATALOADER, not an anonymous child."""
+    from robustctl.stacks.collect import dumps_from_document
+    from robustctl.stacks.model import ProcessRole
+
+    pid = procs.rank(6, "loader")
+    worker = _children(pid)[0]
+    doc = run_probe(["--match", procs.marker])
+    by_pid = {e["pid"]: e for e in doc["data"]["processes"]}
+    assert by_pid[worker]["comm"] == "pt_data_worker" and by_pid[worker]["role"] == "child"
+    assert by_pid[pid]["comm"] == Path(f"/proc/{pid}/comm").read_text().strip() != "pt_data_worker"
+    roles = {d.pid: (d.role, d.comm, d.readable) for d in dumps_from_document("node01", doc["data"])[0]}
+    assert roles == {
+        pid: (ProcessRole.MAIN, by_pid[pid]["comm"], True),
+        worker: (ProcessRole.DATALOADER, "pt_data_worker", True),  # no torch frame: the comm says it
+    }
+
+    refuse = tmp_path / "py-spy"
+    refuse.write_text(
+        f"#!/bin/sh\ncase \"$*\" in *'--pid {worker} '*) echo 'Error: Failed to get stack traces' >&2; exit 1;; esac\n"
+        f'exec {_pyspy()} "$@"\n'
+    )
+    refuse.chmod(0o755)
+    doc = run_probe(["--match", procs.marker, "--py-spy", str(refuse), "--retries", "0"])
+    (w,) = [d for d in dumps_from_document("node01", doc["data"])[0] if d.pid == worker]
+    assert (w.role, w.readable, w.error) == (ProcessRole.DATALOADER, False, "Failed to get stack traces")
+
+
+@needs_pyspy
+def test_transient_pyspy_failure_is_retried_with_backoff(procs: Procs, tmp_path: Path) -> None:
+    """``--nonblocking`` dumps sometimes fail mid-update: a live process is dumped again (0.05 s, then
+    twice as long each time), so a run of transient failures is not reported as evidence."""
+    pid = procs.rank(2)
+    calls = tmp_path / "calls"
+    flaky = tmp_path / "py-spy"
+    flaky.write_text(  # fails the first three dumps, then runs the real py-spy
+        f'#!/bin/sh\ncase "$1" in dump) echo x >> {calls}; [ "$(wc -l < {calls})" -le 3 ] && '
+        f"{{ echo 'Error: Failed to get stack traces' >&2; exit 1; }};; esac\nexec {_pyspy()} \"$@\"\n"
+    )
+    flaky.chmod(0o755)
+    t0 = time.monotonic()
+    doc = run_probe(["--match", procs.marker, "--py-spy", str(flaky), "--per-process-timeout", "20"])
+    (entry,) = doc["data"]["processes"]
+    assert entry["pid"] == pid and entry["error"] is None and entry["attempts"] == 4
+    assert frames_of(entry)[0] == "rank_main_sleeps_here"
+    assert time.monotonic() - t0 >= 0.05 + 0.1 + 0.2, "pauses between attempts grow"
+    assert doc["data"]["options"]["retries"] == 4
+
+    calls.unlink()
+    doc = run_probe(["--match", procs.marker, "--py-spy", str(flaky), "--retries", "2"])
+    (entry,) = doc["data"]["processes"]
+    assert (entry["attempts"], entry["dump"], entry["error"]) == (3, None, "Failed to get stack traces")
 
 
 def test_missing_pyspy_is_a_data_error_not_a_traceback(procs: Procs, tmp_path: Path) -> None:
