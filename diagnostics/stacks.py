@@ -43,7 +43,8 @@ namespace, so the live ``/proc`` is always the one scanned.
                    dump: [thread]|null,     # py-spy's JSON thread list, frame "locals" removed
                    error: str|null,         # why dump is null
                    elapsed_s: float|null,   # wall seconds of the py-spy calls for this process
-                   attempts: int} ],        # py-spy calls made (a transient failure is retried)
+                   attempts: int,           # py-spy calls made (a transient failure is retried)
+                   complete: bool|null} ],  # the MainThread reaches <module> (null: no dump)
      launchers: [ {pid: int, cmdline: str} ],
      py_spy: {path: str, version: str|null} | null,
      match: str, requested_ranks: [int]|null, unmatched_ranks: [int],
@@ -368,6 +369,7 @@ def _entry(pid, table, line, info, role, parent, comm):
         "error": None,
         "elapsed_s": None,
         "attempts": 0,
+        "complete": None,
     }
 
 
@@ -446,17 +448,35 @@ def compact(threads):
     return out
 
 
+def main_thread_complete(threads):
+    """Whether the ``MainThread`` of a py-spy thread list reaches a ``<module>`` frame.
+
+    Every main thread of a Python program (a script, ``python -m``, ``-c``, a forked or spawned
+    multiprocessing child) has a ``<module>`` frame at or near its outer end. A nonblocking read
+    that catches a call being entered can stop at a frame whose link to its caller is not set yet,
+    and then shows only the innermost frames. A list with no thread named ``MainThread`` counts as
+    complete (nothing to check).
+    """
+    for t in threads:
+        if t.get("thread_name") == "MainThread":
+            return any(f.get("name") == "<module>" for f in t.get("frames") or ())
+    return True
+
+
 def dump_one(pyspy, entry, nonblocking, native, timeout, retries=4):
-    """Run py-spy on one process; fill ``dump``/``error``/``elapsed_s``/``attempts`` of ``entry``.
+    """Run py-spy on one process; fill ``dump``/``error``/``elapsed_s``/``attempts``/``complete``.
 
     ``--nonblocking`` reads a running interpreter's memory without pausing it, and sometimes catches
-    it mid-update ("Failed to get stack traces": about 2 % of dumps of a busy data-loader worker,
-    measured): a failure on a live process is retried up to ``retries`` times within ``timeout``,
-    pausing 0.05 s, then twice as long each time (at most 0.5 s), so a transient race is never
-    reported as evidence.
+    it mid-update: py-spy fails ("Failed to get stack traces": about 2 % of dumps of a busy
+    data-loader worker, measured), or returns a main thread cut short (only its innermost frames, no
+    ``<module>``: see :func:`main_thread_complete`). Either is retried up to ``retries`` times within
+    ``timeout``, pausing 0.05 s, then twice as long each time (at most 0.5 s), so a transient race is
+    never reported as evidence. A dump still incomplete after the retries (an embedded interpreter
+    has no ``<module>``) is kept, with ``complete: false``.
     """
     pid = entry["pid"]
     entry["attempts"] = 0
+    entry["complete"] = None
     if entry["state"] == "Z":
         entry["error"] = "zombie process (exited, not reaped by its parent)"
         entry["elapsed_s"] = 0.0
@@ -476,13 +496,15 @@ def dump_one(pyspy, entry, nonblocking, native, timeout, retries=4):
                 argv, stdin=subprocess.DEVNULL, capture_output=True, timeout=max(0.1, left), env=pyspy_env()
             )
         except subprocess.TimeoutExpired:
-            entry["error"] = f"py-spy timed out after {timeout:.1f} s"
             entry["elapsed_s"] = round(time.monotonic() - t0, 6)
             entry["state"] = current_state(pid) or entry["state"]
+            if entry["dump"] is None:  # else keep the cut-short stack an earlier attempt read
+                entry["error"] = f"py-spy timed out after {timeout:.1f} s"
             return
         except OSError as exc:
-            entry["error"] = f"cannot run py-spy: {exc.strerror or exc}"
             entry["elapsed_s"] = round(time.monotonic() - t0, 6)
+            if entry["dump"] is None:
+                entry["error"] = f"cannot run py-spy: {exc.strerror or exc}"
             return
         entry["elapsed_s"] = round(time.monotonic() - t0, 6)
         if res.returncode == 0:
@@ -493,22 +515,35 @@ def dump_one(pyspy, entry, nonblocking, native, timeout, retries=4):
             if isinstance(threads, list):
                 entry["dump"] = compact(threads)
                 entry["error"] = None
-                return
+                entry["complete"] = main_thread_complete(entry["dump"])
+                if entry["complete"] or not nonblocking or native or not _may_retry(entry, retries, deadline):
+                    return
+                time.sleep(_pause(entry))
+                continue
             why = "py-spy printed no JSON thread list"
         else:
             why = one_line(res.stderr.decode("utf-8", "replace")) or f"py-spy exited {res.returncode}"
         now = current_state(pid)
+        if now:
+            entry["state"] = now
+        if entry["dump"] is not None:  # an earlier attempt read a cut-short stack: better than nothing
+            return
         if now is None or now == "Z":
             entry["error"] = f"process gone ({why})"
-            if now:
-                entry["state"] = now
             return
-        entry["state"] = now
         entry["error"] = why
-        pause = min(0.5, 0.05 * 2 ** (entry["attempts"] - 1))  # 0.05, 0.1, 0.2, 0.4, 0.5 … s
-        if entry["attempts"] > retries or deadline - time.monotonic() < pause + 0.2 or "ermission" in why:
+        if not _may_retry(entry, retries, deadline) or "ermission" in why:
             return
-        time.sleep(pause)
+        time.sleep(_pause(entry))
+
+
+def _pause(entry):
+    """Seconds to wait before the next attempt: 0.05, 0.1, 0.2, 0.4, then 0.5."""
+    return min(0.5, 0.05 * 2 ** (entry["attempts"] - 1))
+
+
+def _may_retry(entry, retries, deadline):
+    return entry["attempts"] <= retries and deadline - time.monotonic() >= _pause(entry) + 0.2
 
 
 def current_state(pid):

@@ -332,6 +332,76 @@ def test_transient_pyspy_failure_is_retried_with_backoff(procs: Procs, tmp_path:
     assert (entry["attempts"], entry["dump"], entry["error"]) == (3, None, "Failed to get stack traces")
 
 
+CUT_SHORT = """#!{python}
+import json, os, pathlib, subprocess, sys
+calls = pathlib.Path({calls!r})
+res = subprocess.run([{pyspy!r}, *sys.argv[1:]], capture_output=True)
+if sys.argv[1:2] == ["dump"]:
+    calls.write_text(calls.read_text() + "x" if calls.exists() else "x")
+    if len(calls.read_text()) <= {cut}:  # a nonblocking read that stopped at the innermost frame
+        threads = json.loads(res.stdout)
+        for t in threads:
+            if t["thread_name"] == "MainThread":
+                t["frames"] = t["frames"][:1]
+        res.stdout = json.dumps(threads).encode()
+sys.stdout.buffer.write(res.stdout)
+sys.stderr.buffer.write(res.stderr)
+sys.exit(res.returncode)
+"""
+
+
+def _cut_short_pyspy(tmp_path: Path, cut: int) -> Path:
+    """A py-spy that returns the main thread cut to its innermost frame for its first ``cut`` dumps."""
+    calls = tmp_path / "calls"
+    calls.unlink(missing_ok=True)
+    exe = tmp_path / "py-spy"
+    exe.write_text(CUT_SHORT.format(python=sys.executable, calls=str(calls), pyspy=_pyspy(), cut=cut))
+    exe.chmod(0o755)
+    return exe
+
+
+@needs_pyspy
+def test_cut_short_main_thread_is_dumped_again(procs: Procs, tmp_path: Path) -> None:
+    """A nonblocking read can return only the innermost frames of the main thread (no ``<module>``):
+    that process is dumped again; a stack that stays cut short is kept, marked ``complete: false``."""
+    pid = procs.rank(4)
+    doc = run_probe(["--match", procs.marker, "--py-spy", str(_cut_short_pyspy(tmp_path, 2))])
+    (entry,) = doc["data"]["processes"]
+    assert (entry["pid"], entry["attempts"], entry["complete"], entry["error"]) == (pid, 3, True, None)
+    assert frames_of(entry)[0] == "rank_main_sleeps_here" and frames_of(entry)[-1] == "<module>"
+
+    doc = run_probe(
+        ["--match", procs.marker, "--py-spy", str(_cut_short_pyspy(tmp_path, 99)), "--retries", "2"]
+    )
+    (entry,) = doc["data"]["processes"]
+    assert (entry["attempts"], entry["complete"], entry["error"]) == (3, False, None)
+    assert frames_of(entry) == ["rank_main_sleeps_here"], "the last stack read is kept: evidence"
+
+    doc = run_probe(["--match", procs.marker, "--py-spy", str(_cut_short_pyspy(tmp_path, 99)), "--blocking"])
+    (entry,) = doc["data"]["processes"]
+    assert (entry["attempts"], entry["complete"]) == (1, False), "a paused process is read whole: no retry"
+
+
+def test_main_thread_complete() -> None:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("stacks_probe", PROBE)
+    assert spec is not None and spec.loader is not None
+    probe = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(probe)
+
+    def thread(name: str, *fns: str) -> dict[str, Any]:
+        return {"thread_name": name, "frames": [{"name": f} for f in fns]}
+
+    assert probe.main_thread_complete([thread("MainThread", "step", "main", "<module>")])
+    assert probe.main_thread_complete([thread("MainThread", "_run_code", "<module>", "_run_module_as_main")])
+    assert not probe.main_thread_complete([thread("MainThread", "_device_compute")])
+    assert not probe.main_thread_complete([thread("Thread-1", "<module>"), thread("MainThread")])
+    assert probe.main_thread_complete([thread("Thread-1", "run", "_bootstrap")]), (
+        "no main thread: nothing to check"
+    )
+
+
 def test_missing_pyspy_is_a_data_error_not_a_traceback(procs: Procs, tmp_path: Path) -> None:
     pid = procs.rank(3)
     doc = run_probe(["--match", procs.marker, "--py-spy", str(tmp_path / "no-such-py-spy")])
