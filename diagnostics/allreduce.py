@@ -90,7 +90,7 @@ class Document:
             errors = list(self.errors)
             if extra_error:
                 errors.append(extra_error)
-                if self.data.get("available") and not self.data.get("error"):
+                if self.data.get("available") is not False and not self.data.get("error"):
                     self.data["error"] = extra_error
             doc = {
                 "probe": self.probe,

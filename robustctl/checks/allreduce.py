@@ -19,6 +19,7 @@ from typing import Any
 
 from robustctl.analysis.nccl_tests import evaluate as evaluate_nccl_tests
 from robustctl.analysis.nccl_tests import parse_nccl_tests
+from robustctl.checks.host import never_told
 from robustctl.checks.registry import check
 from robustctl.checks.thresholds import Thresholds
 from robustctl.models import CheckResult, Status
@@ -89,6 +90,8 @@ def evaluate_busbw(data: Mapping[str, Any], th: Thresholds) -> list[CheckResult]
     CRITICAL; one rank → NOT_APPLICABLE (busbw is 0 by definition); peak busbw below
     ``allreduce_min_busbw_gbps`` → CRITICAL; otherwise OK with the peak busbw.
     """
+    if (lost := never_told(data)) is not None:
+        return [_r(NAME, Status.UNKNOWN, f"not run: {lost}")]
     if data.get("available") is not True:
         return [_r(NAME, Status.NOT_APPLICABLE, f"not run: {data.get('reason') or 'all-reduce unavailable'}")]
     if data.get("mode") == "nccl-tests":

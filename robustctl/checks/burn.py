@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from robustctl.checks.host import context
+from robustctl.checks.host import context, never_told
 from robustctl.checks.peer import peer_outliers
 from robustctl.checks.registry import check
 from robustctl.checks.thresholds import Thresholds
@@ -43,6 +43,8 @@ def _label(dev: Mapping[str, Any]) -> str:
 
 def _devices(name: str, data: Mapping[str, Any]) -> tuple[list[Mapping[str, Any]], CheckResult | None]:
     """(the device list, None), or ([], the one result explaining why there is none)."""
+    if (lost := never_told(data)) is not None:
+        return [], _r(name, Status.UNKNOWN, f"not run: {lost}")
     if data.get("available") is not True:
         why = data.get("reason") or "no matmul backend"
         return [], _r(name, Status.NOT_APPLICABLE, f"not run: {why}")

@@ -31,6 +31,19 @@ def context(data: Mapping[str, Any]) -> Mapping[str, Any]:
     return ctx if isinstance(ctx, Mapping) else {}
 
 
+def never_told(data: Mapping[str, Any]) -> str | None:
+    """Why a probe's document does not say whether the probe could run, or None when it does.
+
+    A probe sets ``available`` (True, or False with a ``reason``) once it knows; a document without
+    it comes from a probe that ran out of time or failed first (e.g. importing torch past its
+    budget). That is UNKNOWN, never NOT_APPLICABLE: the returned line is the probe's own error.
+    """
+    if "available" in data and data.get("available") is not None:
+        return None
+    errors = [str(e) for e in context(data).get("probe_errors") or ()]
+    return str(data.get("error") or "; ".join(errors) or "the probe did not say whether it could run")
+
+
 def probe_error(data: Mapping[str, Any], prefix: str) -> str:
     """The probe's error line for sub-collection ``prefix`` (e.g. ``"disks"``), or a generic reason."""
     for err in context(data).get("probe_errors") or ():

@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from robustctl.checks.host import context
+from robustctl.checks.host import context, never_told
 from robustctl.checks.registry import check
 from robustctl.checks.thresholds import Thresholds, severity_status
 from robustctl.models import CheckResult, Status
@@ -48,6 +48,8 @@ def _r(
 
 def _unavailable(name: str, data: Mapping[str, Any]) -> list[CheckResult] | None:
     """The result when NVML gave no per-GPU data, else None."""
+    if (lost := never_told(data)) is not None:
+        return [_r(name, Status.UNKNOWN, f"not checked: {lost}")]
     if data.get("available") is not True:
         why = data.get("reason") or "NVML not available"
         return [
@@ -132,6 +134,8 @@ def evaluate_count(data: Mapping[str, Any], th: Thresholds) -> list[CheckResult]
     name = "nvml.count"
     expected_raw = context(data).get("expected_gpus")
     expected = int(expected_raw) if isinstance(expected_raw, int) and expected_raw > 0 else 0
+    if (lost := never_told(data)) is not None:
+        return [_r(name, Status.UNKNOWN, f"not counted: {lost}", {"expected": expected})]
     if data.get("available") is not True:
         why = data.get("reason") or "NVML not available"
         why_ev = {

@@ -116,3 +116,20 @@ def test_nccl_tests_mode_uses_the_nccl_tests_parser() -> None:
         nccl_tests("bitdeer-h100-8gpu-1node-allreduce.txt", stdout="", error="timed out"), TH
     )
     assert [x.status for x in empty] == [Status.UNKNOWN]
+
+
+def test_a_probe_that_never_said_whether_it_could_run_is_unknown_not_not_applicable() -> None:
+    """A probe out of time before it knew (e.g. importing torch) sends no ``available``: UNKNOWN with
+    its error, for every check that would otherwise say "not run" (NOT_APPLICABLE)."""
+    from robustctl.checks.burn import evaluate_tflops, evaluate_verify
+    from robustctl.checks.nvml import evaluate_count, evaluate_ecc
+
+    timeout = "timeout: probe ran past its 5.0 s budget; partial data"
+    cut = {"_context": {"probe_errors": [timeout], "expected_gpus": 8}}
+    for fn in (evaluate_busbw, evaluate_verify, evaluate_tflops, evaluate_count, evaluate_ecc):
+        (r,) = fn(cut, TH)
+        assert r.status is Status.UNKNOWN and timeout in r.summary, (fn.__name__, r)
+    (r,) = evaluate_busbw({"error": timeout}, TH)
+    assert r.status is Status.UNKNOWN and r.summary == f"not run: {timeout}"
+    (r,) = evaluate_busbw({"available": False, "reason": "torch is not installed"}, TH)
+    assert r.status is Status.NOT_APPLICABLE

@@ -139,9 +139,10 @@ def test_missing_peer_document_within_the_budget() -> None:
                        "--master-port", str(port), "--timeout", "5"))  # fmt: skip
     assert time.monotonic() - t < 20
     data = doc["data"]
-    assert data["error"] and data["correct"] is None and data["results"] == []
+    # the budget can run out while torch is still importing: then nothing but the error is known
+    assert data["error"] and data.get("correct") is None and data.get("results", []) == []
     (r,) = evaluate_busbw(data, Thresholds())
-    assert r.status is Status.UNKNOWN and "failed" in r.summary
+    assert r.status is Status.UNKNOWN and ("failed" in r.summary or "not run: timeout" in r.summary)
 
 
 def test_nccl_tests_binary_missing(tmp_path: Path) -> None:
