@@ -38,7 +38,7 @@ def never_told(data: Mapping[str, Any]) -> str | None:
     it comes from a probe that ran out of time or failed first (e.g. importing torch past its
     budget). That is UNKNOWN, never NOT_APPLICABLE: the returned line is the probe's own error.
     """
-    if "available" in data and data.get("available") is not None:
+    if data.get("available") is not None:
         return None
     errors = [str(e) for e in context(data).get("probe_errors") or ()]
     return str(data.get("error") or "; ".join(errors) or "the probe did not say whether it could run")

@@ -70,10 +70,9 @@ def record_findings(
     from robustctl.store import MachineState, StoreError, default_path
     from robustctl.suspects import RecordResult, record_in_store
 
-    path = state if state is not None else default_path()
     try:
         result = record_in_store(
-            path,
+            state,
             named,
             cleared=cleared,
             source=source,
@@ -81,7 +80,7 @@ def record_findings(
             inventory_states={h.name: MachineState(h.state.value) for h in inventory.hosts},
         )
     except StoreError as exc:
-        result = RecordResult(source, str(path), error=str(exc))
+        result = RecordResult(source, str(state if state is not None else default_path()), error=str(exc))
     if result.error is not None or not quiet:
         console.print(result.summary(), markup=False, highlight=False, soft_wrap=True)
     return result

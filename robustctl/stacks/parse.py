@@ -524,12 +524,12 @@ def infer_role(
 
     Rules (first that applies): a child whose ``comm`` (``/proc/PID/comm``, when the collector read
     it) is ``pt_data_worker`` (:data:`DATALOADER_COMM`), or a thread in
-    ``torch/utils/data/_utils/worker.py`` ``_worker_loop`` → DATALOADER; a multiprocessing child (``multiprocessing/process.py`` ``_bootstrap`` in the main
-    thread, or ``is_child``) with a checkpoint frame anywhere in its main thread (``torch.save``,
-    ``torch.distributed.checkpoint``, Megatron ``dist_checkpointing``, a ``*checkpoint*`` writer
-    function such as ``_checkpoint_writer_main``, see :func:`robustctl.stacks.cluster.categorize`) →
-    CHECKPOINT, so a writer process keeps its role while idle; another
-    multiprocessing child → OTHER; else MAIN. A rank process that saves a checkpoint itself, or in a
+    ``torch/utils/data/_utils/worker.py`` ``_worker_loop`` → DATALOADER; a multiprocessing child
+    (``multiprocessing/process.py`` ``_bootstrap`` in the main thread, or ``is_child``) with a
+    checkpoint frame anywhere in its main thread (``torch.save``, ``torch.distributed.checkpoint``,
+    Megatron ``dist_checkpointing``, a ``*checkpoint*`` writer function such as
+    ``_checkpoint_writer_main``, see :func:`robustctl.stacks.cluster.categorize`) → CHECKPOINT, so a
+    writer process keeps its role while idle; another multiprocessing child → OTHER; else MAIN. A rank process that saves a checkpoint itself, or in a
     thread, stays MAIN.
     """
     if is_child and comm == DATALOADER_COMM:
