@@ -25,7 +25,7 @@ from robustctl.actions import ActionContext
 from robustctl.actions.evict import current_state
 from robustctl.actions.plan import Plan, RailCheck, Step, StepKind
 from robustctl.actions.rails import FORCE_HINT, non_empty
-from robustctl.diagnose import DiagnoseRequest, run_diagnose
+from robustctl.diagnose import DiagnoseSpec, run_levels
 from robustctl.errors import InventoryError, UsageError
 from robustctl.models import RunReport, Status
 from robustctl.schedulers.base import NodeState, SchedulerError
@@ -268,14 +268,14 @@ def check_standbys(ctx: ActionContext, pool: TransportPool, *, hosts: str | None
     if not names:
         raise UsageError("no standby to check (add some with: robustctl standby add HOSTS)")
     by_name = {h.name: h for h in ctx.inventory.hosts}
-    request = DiagnoseRequest(
+    request = DiagnoseSpec(
         hosts=tuple(by_name[n] for n in names),
         settings=ctx.inventory.diagnose,
         thresholds=ctx.inventory.thresholds,
         max_level=1,
         all_levels=True,
     )
-    report = run_diagnose(request, pool)
+    report = run_levels(request, pool)
     audit_id = ctx.store.audit_begin("standby-check", names, "self-check: diagnose L0-L1")
     results: list[tuple[str, Readiness, str]] = []
     for i, hr in enumerate(report.hosts):

@@ -89,7 +89,7 @@ def diagnose(
     best effort: if it cannot be written, one warning line, and the same report and exit code.
     Exit: 0 healthy, 1 warning, 2 suspects found, 3 some hosts could not be checked, 64 usage, 78 config.
     """
-    from robustctl.diagnose import DiagnoseRequest, plan_diagnose, run_diagnose
+    from robustctl.diagnose import DiagnoseSpec, plan_levels, run_levels
     from robustctl.report.console import emit_json, stderr_console
     from robustctl.report.diagnose import print_plan, render_run
     from robustctl.report.progress import RichProgress
@@ -111,7 +111,7 @@ def diagnose(
         settings = settings.model_copy(
             update={"burn": settings.burn.model_copy(update={"seconds": burn_seconds})}
         )
-    request = DiagnoseRequest(
+    request = DiagnoseSpec(
         hosts=tuple(targets),
         settings=settings,
         thresholds=inv.thresholds,
@@ -120,14 +120,14 @@ def diagnose(
     )
     console = stderr_console()
     if dry_run:
-        plan = plan_diagnose(request)
+        plan = plan_levels(request)
         if not quiet:
             print_plan(plan, console)
         emit_json(plan, to_stdout=json_out, output=output)
         return int(ExitCode.OK)
     pool = TransportPool(accept_new_host_keys=accept_new_host_keys)
     try:
-        report = run_diagnose(request, pool, progress=RichProgress(console, enabled=not quiet))
+        report = run_levels(request, pool, progress=RichProgress(console, enabled=not quiet))
     finally:
         pool.close()
     if not quiet:

@@ -12,7 +12,7 @@ import pytest
 
 from robustctl.checks.thresholds import Thresholds
 from robustctl.config import DiagnoseSettings, PythonSettings, SshSettings
-from robustctl.diagnose import DiagnoseRequest, run_diagnose
+from robustctl.diagnose import DiagnoseSpec, run_levels
 from robustctl.errors import HostUnreachable
 from robustctl.inventory import Host
 from robustctl.models import Outcome, Status
@@ -75,8 +75,8 @@ def hosts(n: int) -> list[Host]:
 
 def run(fake: FakeTransport, hs: list[Host], **kw: Any) -> Any:
     settings = DiagnoseSettings(retries=0, **kw.pop("settings", {}))
-    req = DiagnoseRequest(hosts=tuple(hs), settings=settings, thresholds=Thresholds(), **kw)
-    return run_diagnose(req, TransportPool(override=fake))
+    req = DiagnoseSpec(hosts=tuple(hs), settings=settings, thresholds=Thresholds(), **kw)
+    return run_levels(req, TransportPool(override=fake))
 
 
 def with_clock(data: dict[str, Any]) -> Any:

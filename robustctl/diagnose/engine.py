@@ -74,7 +74,7 @@ class _NoProgress:
 
 
 @dataclass(frozen=True)
-class DiagnoseRequest:
+class DiagnoseSpec:
     """What to diagnose and how.
 
     Attributes:
@@ -110,8 +110,8 @@ class _HostState:
         return self.outcome is Outcome.OK
 
 
-def run_diagnose(
-    request: DiagnoseRequest,
+def run_levels(
+    request: DiagnoseSpec,
     pool: TransportPool,
     *,
     progress: ProgressSink | None = None,
@@ -130,7 +130,7 @@ def run_diagnose(
 
 
 class _Engine:
-    def __init__(self, req: DiagnoseRequest, pool: TransportPool, progress: ProgressSink) -> None:
+    def __init__(self, req: DiagnoseSpec, pool: TransportPool, progress: ProgressSink) -> None:
         self.req = req
         self.pool = pool
         self.progress = progress
@@ -540,7 +540,7 @@ class _Engine:
         return pair_result((h0.name, h1.name), out.get(0, "no answer"), out.get(1, "no answer"))
 
 
-def plan_diagnose(request: DiagnoseRequest) -> dict[str, Any]:
+def plan_levels(request: DiagnoseSpec) -> dict[str, Any]:
     """What a run would do, without connecting: per host its transport, address and probe argv.
 
     Returns a JSON-ready mapping (``kind: "diagnose-plan"``, ``schema_version``, ``levels``,
