@@ -133,6 +133,14 @@ def evict(
     circuit breaker when too many hosts look bad at once.
     Exit: 0 applied or nothing to do, 2 refused by a rail or the lock, 3 a scheduler step failed,
     64 usage (or no --yes without a terminal), 78 config or unwritable state store.
+
+    Examples:
+
+      robustctl evict node017 --job llama70b --over-evict pp --reason 'xid 79' --dry-run
+
+      robustctl evict 'node\\[001-004]' --reason 'IB link flaps' --yes
+
+      robustctl evict --from-report stacks.json --over-evict auto --reason hang --yes --json
     """
     from robustctl.commands.evict import EvictRequest, run_evict
 
@@ -170,6 +178,12 @@ def return_(
 
     The store's history records evicted → returned → active. Exit: 0 applied or nothing to do,
     2 refused (empty target set, lock), 3 a scheduler step failed, 64 usage, 78 config/state store.
+
+    Examples:
+
+      robustctl return node017 --reason 'GPU replaced' --dry-run
+
+      robustctl return 'node\\[001-004]' --reason 'IB cables reseated' --yes
     """
     from robustctl.commands.evict import ReturnRequest, run_return
 

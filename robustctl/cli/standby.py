@@ -30,7 +30,14 @@ app = typer.Typer(
 
 @app.command("list")
 def list_(inventory: InventoryOpt = None, state: StateOpt = None, json_out: JsonOpt = False) -> int:
-    """List the standby pool with each host's readiness (ready, bad, unchecked). Exit: 0, 78 config."""
+    """List the standby pool with each host's readiness (ready, bad, unchecked). Exit: 0, 78 config.
+
+    Examples:
+
+      robustctl standby list
+
+      robustctl standby list --json
+    """
     from robustctl.commands.base import exit_code_of, result_json
     from robustctl.commands.standby import StandbyListRequest, run_standby_list
     from robustctl.report.actions import render_standby_list
@@ -62,6 +69,12 @@ def add(
 
     Refuses a host that runs a job (rail not-in-a-job; --force to override). Exit: 0, 2 refused,
     3 scheduler step failed, 64 usage, 78 config/state store.
+
+    Examples:
+
+      robustctl standby add 'spare\\[01-04]' --dry-run
+
+      robustctl standby add spare05 --reason 'back from repair' --yes
     """
     from robustctl.commands.standby import StandbyAddRequest, run_standby_add
 
@@ -92,6 +105,12 @@ def check(
     """Self-check standbys with diagnose L0-L1 and mark each ready (healthy) or bad (anything else).
 
     Exit: 0 every standby ready, 2 some bad, 64 usage (no standby), 78 config/state store.
+
+    Examples:
+
+      robustctl standby check
+
+      robustctl standby check spare01 --json
     """
     from robustctl.commands.base import exit_code_of, result_json
     from robustctl.commands.standby import StandbyCheckRequest, run_standby_check
@@ -128,6 +147,12 @@ def activate(
 
     Exit: 0 applied, 2 refused (host not evicted, no ready standby), 3 scheduler step failed,
     64 usage, 78 config/state store.
+
+    Examples:
+
+      robustctl standby activate --for node017 --job llama70b --dry-run
+
+      robustctl standby activate --for node017 --job llama70b --standby spare02 --requeue --yes
     """
     from robustctl.commands.standby import StandbyActivateRequest, run_standby_activate
 
@@ -183,9 +208,14 @@ def size(
 ) -> int:
     """Print the standby pool size: the P99 of Binomial(machines, rate × repair window).
 
-    The smallest k with P[failures <= k] >= 0.99 (ByteRobust's Table 5: 2, 2, 3, 4 spares for 128, 256,
-    512, 1024 machines at 0.12% a day). 'size --machines 1024 --daily-failure-rate 0.0012' prints 4.
-    Exit: 0, 64 usage, 78 config/state store.
+    The smallest k with P\\[failures <= k] >= 0.99 (ByteRobust's Table 5: 2, 2, 3, 4 spares for 128,
+    256, 512, 1024 machines at 0.12% a day). Exit: 0, 64 usage, 78 config/state store.
+
+    Examples:
+
+      robustctl standby size --machines 1024 --daily-failure-rate 0.0012   (prints 4)
+
+      robustctl standby size --from-history --history-days 90 --json
     """
     import sys
 
