@@ -11,7 +11,8 @@ Targets come from host names/ranges, or from a report file (``--from-report``):
 ``--over-evict tp|pp|dp|cp|ep|auto`` with ``--job NAME`` expands the suspects to the machines of the
 job's parallel group(s) of that kind containing any rank of a suspect machine (``auto``: the smallest
 group containing every suspect rank, :func:`robustctl.stacks.blame.smallest_group`), over the job's
-*current* host list (the scheduler's, which follows standby activations).
+*current* host list (:func:`robustctl.actions.hosts.job_hosts`: the scheduler's, which follows standby
+activations; else robustctl's record; else the inventory's, with a note in the plan).
 
 An eviction plan has, per target host, ``drain`` (scheduler) then ``mark evicted`` (store); a step
 already in its wanted state is a no-op. A return plan has ``resume`` then ``mark active`` (history:

@@ -119,7 +119,7 @@ def check(
 
     request = StandbyCheckRequest(hosts=hosts, inventory=inventory, state=state, lock_timeout_s=lock_timeout)
     result = run_standby_check(request)
-    render_standby_check([(r.host, r.readiness, r.summary) for r in result.results], stderr_console())
+    render_standby_check(result.results, stderr_console())
     emit_json(result_json(result), to_stdout=json_out, output=None)
     return exit_code_of(result)
 

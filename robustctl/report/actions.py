@@ -8,6 +8,7 @@ written instead of being read as markup.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.markup import escape
@@ -17,6 +18,9 @@ from robustctl.actions.plan import ApplyResult, Plan
 from robustctl.actions.session import ActionResult, Outcome
 from robustctl.actions.standby import StandbyInfo
 from robustctl.store import Readiness
+
+if TYPE_CHECKING:
+    from robustctl.commands.standby import CheckedStandby
 
 __all__ = [
     "render_action_outcome",
@@ -88,8 +92,8 @@ def render_standby_list(standbys: Sequence[StandbyInfo], console: Console) -> No
     console.print(table)
 
 
-def render_standby_check(results: Sequence[tuple[str, Readiness, str]], console: Console) -> None:
+def render_standby_check(results: Sequence[CheckedStandby], console: Console) -> None:
     """One line per standby checked: its readiness (green ready, red bad), host and why."""
-    for host, ready, line in results:
-        style = "green" if ready is Readiness.READY else "bold red"
-        console.print(f"[{style}]{ready.value:>5}[/] {escape(host)}: {escape(line)}")
+    for r in results:
+        style = "green" if r.readiness is Readiness.READY else "bold red"
+        console.print(f"[{style}]{r.readiness.value:>5}[/] {escape(r.host)}: {escape(r.summary)}")
