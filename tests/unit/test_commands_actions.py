@@ -41,7 +41,7 @@ from robustctl.errors import UsageError
 from robustctl.report.actions import render_plan, render_result
 from robustctl.report.console import dump_json
 from robustctl.schedulers.base import NodeState, OpResult, SchedulerError
-from robustctl.store import Store
+from robustctl.store import AuditStatus, Store
 
 # spare1 is a standby nobody can reach (port 9 on loopback refuses at once): its self-check is "bad".
 INVENTORY = """\
@@ -129,6 +129,10 @@ def test_each_action_command_gives_the_same_json_in_process_and_through_the_cli(
             ["standby", "check", "spare1", *act],
             lambda: run_standby_check(StandbyCheckRequest("spare1", **where)),
         ),
+        (  # again: spare1 is still bad, nothing changes
+            ["standby", "check", "spare1", *act],
+            lambda: run_standby_check(StandbyCheckRequest("spare1", **where)),
+        ),
         (["standby", "list", *act], lambda: run_standby_list(StandbyListRequest(**where))),
         (
             [
@@ -211,6 +215,7 @@ def test_each_action_command_gives_the_same_json_in_process_and_through_the_cli(
                 "applied",  # standby add idle1
                 "refused",  # standby add node02
                 "applied",  # standby check: spare1 unchecked → bad
+                "nothing-to-do",  # standby check again: still bad
                 "applied",  # evict
                 "nothing-to-do",  # evict again
                 "refused",  # empty report
@@ -452,3 +457,12 @@ def test_an_activation_records_the_jobs_hosts_in_the_store_for_every_back_end(ct
     assert result.results[1].status == "done"
     again = apply_plan(plan, sched, ctx.store)
     assert again.results[1].status == "noop"
+
+
+def test_audit_statuses_are_text_and_a_record_of_any_status_reads_back(tmp_path: Path) -> None:
+    assert [s.value for s in AuditStatus] == ["started", "applied", "nothing-to-do", "failed", "refused"]
+    with Store.open(tmp_path / "s.db") as store:
+        old = store.audit_begin("evict", ["node01"], "x")
+        store.audit_finish(old, "applied", "0 step(s) done, 2 already done")  # as older releases wrote it
+        store.audit_finish(store.audit_begin("evict", ["node01"], "x"), "some-future-status", "")
+        assert [r.status for r in store.audit()] == ["applied", "some-future-status"]
