@@ -59,6 +59,7 @@ from robustctl.errors import ActionRefused, ConfigError
 __all__ = [
     "SCHEMA_VERSION",
     "AuditRecord",
+    "AuditStatus",
     "AuditStep",
     "HistoryRow",
     "MachineRecord",
@@ -91,6 +92,24 @@ class Readiness(str, enum.Enum):
     READY = "ready"
     BAD = "bad"
     UNCHECKED = "unchecked"
+
+
+class AuditStatus(str, enum.Enum):
+    """The final status of an audit record (the ``status`` column; read back as plain text).
+
+    ``started``: written before the first step; a record still ``started`` is running, or its
+    process died mid-apply. ``applied``: at least one step changed something and none failed.
+    ``nothing-to-do``: every step found its host already in the wanted state (an idempotent rerun);
+    records written before this status existed say ``applied`` for such a run. ``failed``: a step
+    failed (later ones skipped) or the action was interrupted. ``refused``: a safety rail refused the
+    plan; no step ran.
+    """
+
+    STARTED = "started"
+    APPLIED = "applied"
+    NOTHING_TO_DO = "nothing-to-do"
+    FAILED = "failed"
+    REFUSED = "refused"
 
 
 class StoreError(ConfigError):
@@ -156,8 +175,9 @@ class AuditRecord:
     Attributes:
         id, started_at, finished_at (None until it ends), who (``user@host``), pid, action
         (``evict``, ``return``, ``standby-add``, ...), targets, reason, evidence (report file or
-        ``None``), plan (the applied plan's JSON), status (``started``, ``applied``, ``failed``,
-        ``refused``), message (final outcome line), forced (rails overridden) and steps.
+        ``None``), plan (the applied plan's JSON), status (an :class:`AuditStatus` value, kept as
+        text so that any record stays readable), message (final outcome line), forced (rails
+        overridden) and steps.
     """
 
     id: int
@@ -632,7 +652,7 @@ class Store:
             )
 
     def audit_finish(self, audit_id: int, status: str, message: str) -> None:
-        """Record the action's final status (``applied``, ``failed``). Raises StoreError."""
+        """Record the action's final status (an :class:`AuditStatus` value). Raises StoreError."""
         with self._tx() as c:
             c.execute(
                 "UPDATE audit SET status=?, message=?, finished_at=? WHERE id=?",

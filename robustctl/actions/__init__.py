@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from robustctl.actions.hosts import JobHosts, job_hosts, resolve_hosts
 from robustctl.config import PolicySettings, SchedulerSettings
 from robustctl.inventory import Inventory, resolve_inventory
 from robustctl.schedulers import make_scheduler
@@ -48,6 +49,21 @@ class ActionContext:
     def close(self) -> None:
         """Close the store (releasing the action lock)."""
         self.store.close()
+
+    def resolve_hosts(self, pattern: str) -> list[str]:
+        """The inventory hosts ``pattern`` names (:func:`robustctl.actions.hosts.resolve_hosts`).
+
+        Raises: UsageError for a malformed range or an unknown host.
+        """
+        return resolve_hosts(self.inventory, pattern)
+
+    def job_hosts(self, job: str) -> JobHosts:
+        """The job's current machines: scheduler, else the store's record, else the inventory
+        (:func:`robustctl.actions.hosts.job_hosts`, where the order is documented).
+
+        Raises: UsageError for a job not in the inventory.
+        """
+        return job_hosts(job, scheduler=self.scheduler, store=self.store, inventory=self.inventory)
 
 
 def open_context(

@@ -11,7 +11,8 @@ Targets come from host names/ranges, or from a report file (``--from-report``):
 ``--over-evict tp|pp|dp|cp|ep|auto`` with ``--job NAME`` expands the suspects to the machines of the
 job's parallel group(s) of that kind containing any rank of a suspect machine (``auto``: the smallest
 group containing every suspect rank, :func:`robustctl.stacks.blame.smallest_group`), over the job's
-*current* host list (the scheduler's, which follows standby activations).
+*current* host list (:func:`robustctl.actions.hosts.job_hosts`: the scheduler's, which follows standby
+activations; else robustctl's record; else the inventory's, with a note in the plan).
 
 An eviction plan has, per target host, ``drain`` (scheduler) then ``mark evicted`` (store); a step
 already in its wanted state is a no-op. A return plan has ``resume`` then ``mark active`` (history:
@@ -30,15 +31,15 @@ from robustctl.actions import ActionContext
 from robustctl.actions.plan import Plan, RailCheck, Step, StepKind
 from robustctl.actions.rails import evaluate_rails, non_empty
 from robustctl.config import HostState
-from robustctl.errors import InventoryError, UsageError
+from robustctl.errors import UsageError
 from robustctl.inventory.topology import Topology
-from robustctl.schedulers.base import NodeState, SchedulerError
+from robustctl.schedulers.base import NodeState
 from robustctl.stacks.blame import smallest_group
 from robustctl.store import MachineState
 
 __all__ = [
     "OVER_EVICT_MODES",
-    "EvictRequest",
+    "EvictSpec",
     "ReportTargets",
     "current_state",
     "expand_over_eviction",
@@ -52,8 +53,11 @@ OVER_EVICT_MODES = ("tp", "pp", "dp", "cp", "ep", "auto")
 
 
 @dataclass(frozen=True)
-class EvictRequest:
-    """What ``robustctl evict`` was asked.
+class EvictSpec:
+    """What to evict, as the planner takes it (:func:`plan_evict`).
+
+    The command's request, :class:`robustctl.commands.evict.EvictRequest`, adds the session's
+    options (inventory, state, dry run, lock wait) and fills in the default reason.
 
     Attributes:
         hosts: a host range (``node[001-004],node017``) or None. report: a report file or None.
@@ -129,25 +133,13 @@ def current_state(ctx: ActionContext, host: str) -> MachineState:
     return MachineState(inv.value)
 
 
-def _resolve_hosts(ctx: ActionContext, pattern: str) -> list[str]:
-    try:
-        return [h.name for h in ctx.inventory.select(pattern, states=None)]
-    except InventoryError as exc:
-        raise UsageError(str(exc)) from None
-
-
-def _job_hosts(ctx: ActionContext, job: str) -> list[str]:
-    try:
-        ctx.inventory.job(job)
-    except InventoryError as exc:
-        raise UsageError(str(exc)) from None
-    return ctx.scheduler.job_hosts(job)
-
-
 def expand_over_eviction(
-    ctx: ActionContext, job: str, suspects: Sequence[str], mode: str
+    ctx: ActionContext, job: str, suspects: Sequence[str], mode: str, *, hosts: Sequence[str] | None = None
 ) -> tuple[tuple[str, ...], str]:
     """The machines to evict for ``suspects`` of ``job`` under ``mode``, and a line naming the group(s).
+
+    The job's machines are its current ones (:meth:`ActionContext.job_hosts`: the scheduler's, else
+    robustctl's record, else the inventory's), or ``hosts`` when the caller already has them.
 
     Raises:
         UsageError: unknown job or mode, a suspect not in the job, or a layout that does not match the
@@ -155,9 +147,8 @@ def expand_over_eviction(
     """
     if mode not in OVER_EVICT_MODES:
         raise UsageError(f"--over-evict {mode!r}: expected one of {', '.join(OVER_EVICT_MODES)}")
-    spec = ctx.inventory.job(job) if job in ctx.inventory.jobs else None
-    hosts = _job_hosts(ctx, job)
-    assert spec is not None
+    hosts = list(ctx.job_hosts(job).hosts if hosts is None else hosts)
+    spec = ctx.inventory.job(job)
     g = spec.ranks_per_host
     if len(hosts) * g != spec.layout.world_size:
         raise UsageError(
@@ -183,13 +174,8 @@ def expand_over_eviction(
 
 
 def _jobs_hosts(ctx: ActionContext) -> dict[str, list[str]]:
-    out: dict[str, list[str]] = {}
-    for name in ctx.inventory.jobs:
-        try:
-            out[name] = ctx.scheduler.job_hosts(name)
-        except SchedulerError:
-            out[name] = [h.name for h in ctx.inventory.jobs[name].hosts]
-    return out
+    """Every inventory job's current machines (fallbacks included: the rails count a stopped job too)."""
+    return {name: list(ctx.job_hosts(name).hosts) for name in ctx.inventory.jobs}
 
 
 def _ordered(ctx: ActionContext, hosts: Iterable[str]) -> tuple[str, ...]:
@@ -198,7 +184,7 @@ def _ordered(ctx: ActionContext, hosts: Iterable[str]) -> tuple[str, ...]:
     return tuple(order + sorted(wanted - set(order)))
 
 
-def plan_evict(req: EvictRequest, ctx: ActionContext) -> Plan:
+def plan_evict(req: EvictSpec, ctx: ActionContext) -> Plan:
     """Resolve targets, expand over-eviction, evaluate the rails and build the eviction plan.
 
     A plan that breaks a rail is still returned (``plan.refused``); :func:`~robustctl.actions.plan.apply_plan`
@@ -209,6 +195,8 @@ def plan_evict(req: EvictRequest, ctx: ActionContext) -> Plan:
             an unknown job, a suspect not in the job, ``--over-evict`` (other than ``auto`` with a stacks
             report) without ``--job``, ``--force`` without ``--force-reason``.
     """
+    if req.hosts is not None and req.report is not None:
+        raise UsageError("give hosts or --from-report, not both")
     if req.force and not (req.force_reason or "").strip():
         raise UsageError('--force needs --force-reason "why" (it is recorded in the audit log)')
     if req.hosts is None and req.report is None:
@@ -219,7 +207,7 @@ def plan_evict(req: EvictRequest, ctx: ActionContext) -> Plan:
     suspects: list[str] = []
     report: ReportTargets | None = None
     if req.hosts is not None:
-        suspects.extend(_resolve_hosts(ctx, req.hosts))
+        suspects.extend(ctx.resolve_hosts(req.hosts))
     if req.report is not None:
         report = load_report(req.report)
         unknown = [
@@ -245,7 +233,10 @@ def plan_evict(req: EvictRequest, ctx: ActionContext) -> Plan:
                 f"--over-evict {req.over_evict} needs --job NAME (whose layout defines the groups)"
             )
     else:
-        machines, group = expand_over_eviction(ctx, req.job, suspects, req.over_evict)
+        current = ctx.job_hosts(req.job)
+        if current.note():
+            notes.append(str(current.note()))
+        machines, group = expand_over_eviction(ctx, req.job, suspects, req.over_evict, hosts=current.hosts)
         targets = tuple(dict.fromkeys([*machines, *suspects]))
     what = "the named hosts" if req.hosts is not None else f"report {req.report}"
     rails: list[RailCheck] = [non_empty(targets, what)]
@@ -301,7 +292,7 @@ def plan_return(hosts: str, reason: str, ctx: ActionContext) -> Plan:
     Raises:
         UsageError: a bad host range or unknown host.
     """
-    targets = _ordered(ctx, _resolve_hosts(ctx, hosts))
+    targets = _ordered(ctx, ctx.resolve_hosts(hosts))
     node_states = ctx.scheduler.state(list(targets)) if targets else {}
     steps: list[Step] = []
     notes: list[str] = []

@@ -10,7 +10,8 @@ and :func:`apply_plan` runs it step by step:
 2. append the audit record (status ``started``, the plan JSON) *before* anything changes;
 3. per step: record it ``running``, run it (idempotent: a host already in the wanted state is a
    ``noop``), record ``done``/``noop``/``failed``; the first failure stops the plan;
-4. record the final status (``applied`` or ``failed``).
+4. record the final status: ``applied``, ``nothing-to-do`` (every step was a no-op) or ``failed``
+   (:class:`~robustctl.store.AuditStatus`).
 
 A process killed during step k leaves steps < k ``done``/``noop``, step k ``running`` and the record
 ``started``: exactly what ran. For tests, ``ROBUSTCTL_TEST_STEP_SLEEP_S`` (seconds) makes every step
@@ -25,11 +26,12 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from robustctl.actions.hosts import job_hosts
 from robustctl.errors import ActionRefused, RobustctlError
 from robustctl.exit_codes import ExitCode
 from robustctl.models import SCHEMA_VERSION, to_jsonable
 from robustctl.schedulers.base import Scheduler
-from robustctl.store import MachineState, Readiness, Store, StoreError
+from robustctl.store import AuditStatus, MachineState, Readiness, Store, StoreError
 
 __all__ = [
     "ApplyResult",
@@ -40,6 +42,7 @@ __all__ = [
     "StepResult",
     "apply_json",
     "apply_plan",
+    "audit_refusal",
     "plan_json",
 ]
 
@@ -199,8 +202,9 @@ class ApplyResult:
     """The outcome of :func:`apply_plan` (the ``--json`` document of an applied action).
 
     Attributes:
-        plan: what was applied. audit_id: its audit record. status: ``applied`` (every step done or
-        noop), ``nothing-to-do`` (every step noop), ``failed`` (a step failed; later ones skipped).
+        plan: what was applied. audit_id: its audit record. status (the audit record's too):
+        ``applied`` (a step changed something, none failed), ``nothing-to-do`` (every step a noop),
+        ``failed`` (a step failed; later ones skipped).
         results: one per step. message: one line. schema_version, kind (``"apply"``).
     """
 
@@ -241,12 +245,13 @@ def _run_step(step: Step, plan: Plan, scheduler: Scheduler, store: Store, audit_
         r = scheduler.requeue(step.job)
     elif step.kind is StepKind.JOB_HOSTS:
         assert step.job is not None and step.new_host is not None
-        hosts = store.job_hosts(step.job) or scheduler.job_hosts(step.job)
-        if step.new_host in hosts and step.host not in hosts:
-            return False, f"{step.new_host} already in place of {step.host}"
-        if step.host not in hosts:
+        hosts = list(job_hosts(step.job, scheduler=scheduler, store=store).hosts)
+        if step.host in hosts:
+            hosts[hosts.index(step.host)] = step.new_host
+        elif step.new_host not in hosts:
             raise RobustctlError(f"{step.host} is not in job {step.job}")
-        hosts[hosts.index(step.host)] = step.new_host
+        if store.job_hosts(step.job) == hosts:
+            return False, f"{step.new_host} already recorded in place of {step.host}"
         store.set_job_hosts(step.job, hosts)
         return True, f"job {step.job}: {step.host} → {step.new_host}"
     else:
@@ -256,6 +261,25 @@ def _run_step(step: Step, plan: Plan, scheduler: Scheduler, store: Store, audit_
         )
         return changed, (f"now {step.to_state.value}" if changed else f"already {step.to_state.value}")
     return r.changed, r.detail
+
+
+def audit_refusal(plan: Plan, store: Store) -> int | None:
+    """Record the refusal of ``plan`` in the audit log (status ``refused``, no step); return its id.
+
+    Best effort: a store that cannot be written returns None (the refusal stands either way).
+    """
+    try:
+        return store.audit_begin(
+            plan.action,
+            plan.targets,
+            plan.reason,
+            plan=plan_json(plan),
+            evidence=plan.source,
+            status=AuditStatus.REFUSED.value,
+            message=str(plan.refusal()),
+        )
+    except StoreError:
+        return None
 
 
 def apply_plan(plan: Plan, scheduler: Scheduler, store: Store) -> ApplyResult:
@@ -268,20 +292,8 @@ def apply_plan(plan: Plan, scheduler: Scheduler, store: Store) -> ApplyResult:
     """
     doc = plan_json(plan)
     if plan.refused:
-        err = plan.refusal()
-        try:
-            store.audit_begin(
-                plan.action,
-                plan.targets,
-                plan.reason,
-                plan=doc,
-                evidence=plan.source,
-                status="refused",
-                message=str(err),
-            )
-        except StoreError:
-            pass
-        raise err
+        audit_refusal(plan, store)
+        raise plan.refusal()
     audit_id = store.audit_begin(
         plan.action, plan.targets, plan.reason, plan=doc, evidence=plan.source, forced=plan.forced
     )
@@ -309,16 +321,24 @@ def apply_plan(plan: Plan, scheduler: Scheduler, store: Store) -> ApplyResult:
             results.append(StepResult(i, desc, status, detail))
     except BaseException as exc:
         try:
-            store.audit_finish(audit_id, "failed", f"interrupted: {type(exc).__name__}: {exc}")
+            store.audit_finish(
+                audit_id, AuditStatus.FAILED.value, f"interrupted: {type(exc).__name__}: {exc}"
+            )
         except StoreError:
             pass
         raise
     done = sum(r.status == "done" for r in results)
     if failed is not None:
-        status, message = "failed", failed + f"; {done} step(s) done before it, the rest skipped"
+        status, message = (
+            AuditStatus.FAILED.value,
+            failed + f"; {done} step(s) done before it, the rest skipped",
+        )
     elif done == 0:
-        status, message = "nothing-to-do", "every step was already done"
+        status, message = AuditStatus.NOTHING_TO_DO.value, "every step was already done"
     else:
-        status, message = "applied", f"{done} step(s) done, {len(results) - done} already done"
-    store.audit_finish(audit_id, "failed" if failed else "applied", message)
+        status, message = (
+            AuditStatus.APPLIED.value,
+            f"{done} step(s) done, {len(results) - done} already done",
+        )
+    store.audit_finish(audit_id, status, message)
     return ApplyResult(plan, audit_id, status, tuple(results), message)

@@ -122,12 +122,14 @@ def evaluate_rails(
     bad = {m.host for m in store.machines(bad_states)} | set(suspects)
     bad &= set(cluster_hosts)
     cap = limit(policy.circuit_breaker_fraction, n)
+    tripped = len(bad) > cap
     checks.append(
         RailCheck(
             "circuit-breaker",
-            len(bad) <= cap,
+            not tripped,
             f"{len(bad)} of {n} hosts look bad at once (suspect or evicted), limit {cap} "
-            f"({policy.circuit_breaker_fraction:.0%}): more likely an observer fault than broken machines",
+            f"({policy.circuit_breaker_fraction:.0%})"
+            + (": more likely an observer fault than broken machines" if tripped else ""),
             f"check the monitoring first; then raise policy.circuit_breaker_fraction, or {FORCE_HINT}",
         )
     )

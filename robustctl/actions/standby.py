@@ -23,13 +23,14 @@ from dataclasses import dataclass
 
 from robustctl.actions import ActionContext
 from robustctl.actions.evict import current_state
+from robustctl.actions.hosts import JobHostsSource
 from robustctl.actions.plan import Plan, RailCheck, Step, StepKind
 from robustctl.actions.rails import FORCE_HINT, non_empty
 from robustctl.diagnose import DiagnoseSpec, run_levels
 from robustctl.errors import InventoryError, UsageError
 from robustctl.models import RunReport, Status
-from robustctl.schedulers.base import NodeState, SchedulerError
-from robustctl.store import MachineState, Readiness
+from robustctl.schedulers.base import NodeState
+from robustctl.store import AuditStatus, MachineState, Readiness
 from robustctl.transport.pool import TransportPool
 
 __all__ = [
@@ -158,22 +159,12 @@ def list_standbys(ctx: ActionContext) -> list[StandbyInfo]:
     return out
 
 
-def _resolve(ctx: ActionContext, pattern: str) -> list[str]:
-    try:
-        return [h.name for h in ctx.inventory.select(pattern, states=None)]
-    except InventoryError as exc:
-        raise UsageError(str(exc)) from None
-
-
 def _job_of(ctx: ActionContext, host: str) -> str | None:
-    """The inventory job whose current host list holds ``host``; jobs the scheduler cannot find
-    (not submitted, finished) hold no host."""
+    """The inventory job the scheduler runs on ``host`` now: a job it cannot find (not submitted,
+    finished) runs nowhere, whatever robustctl's record or the inventory list for it."""
     for job in ctx.inventory.jobs:
-        try:
-            hosts = ctx.scheduler.job_hosts(job)
-        except SchedulerError:
-            continue
-        if host in hosts:
+        current = ctx.job_hosts(job)
+        if current.source is JobHostsSource.SCHEDULER and host in current.hosts:
             return job
     return None
 
@@ -190,7 +181,7 @@ def plan_add(
     """
     if force and not (force_reason or "").strip():
         raise UsageError('--force needs --force-reason "why"')
-    targets = tuple(_resolve(ctx, hosts))
+    targets = tuple(ctx.resolve_hosts(hosts))
     sched = ctx.scheduler.state(list(targets)) if targets else {}
     steps: list[Step] = []
     busy: list[str] = []
@@ -259,7 +250,7 @@ def check_standbys(ctx: ActionContext, pool: TransportPool, *, hosts: str | None
         StoreError: the store cannot be written.
     """
     pool_hosts = [s.host for s in list_standbys(ctx)]
-    names = _resolve(ctx, hosts) if hosts is not None else pool_hosts
+    names = ctx.resolve_hosts(hosts) if hosts is not None else pool_hosts
     not_standby = [n for n in names if n not in pool_hosts]
     if not_standby:
         raise UsageError(
@@ -278,6 +269,7 @@ def check_standbys(ctx: ActionContext, pool: TransportPool, *, hosts: str | None
     report = run_levels(request, pool)
     audit_id = ctx.store.audit_begin("standby-check", names, "self-check: diagnose L0-L1")
     results: list[tuple[str, Readiness, str]] = []
+    changes = 0
     for i, hr in enumerate(report.hosts):
         ready = Readiness.READY if hr.status in _READY else Readiness.BAD
         worst = [c.summary for c in hr.checks if c.status not in _READY and c.status is not Status.SKIPPED]
@@ -286,10 +278,12 @@ def check_standbys(ctx: ActionContext, pool: TransportPool, *, hosts: str | None
         changed = ctx.store.set_state(
             hr.host, MachineState.STANDBY, f"standby check: {line}", readiness=ready, audit_id=audit_id
         )
+        changes += changed
         ctx.store.audit_step_end(audit_id, i, "done" if changed else "noop", f"{hr.status.value}: {line}")
         results.append((hr.host, ready, line))
     n_ready = sum(r is Readiness.READY for _, r, _ in results)
-    ctx.store.audit_finish(audit_id, "applied", f"{n_ready} ready, {len(results) - n_ready} bad")
+    status = AuditStatus.APPLIED if changes else AuditStatus.NOTHING_TO_DO
+    ctx.store.audit_finish(audit_id, status.value, f"{n_ready} ready, {len(results) - n_ready} bad")
     return StandbyCheck(tuple(results), report, audit_id)
 
 
@@ -318,13 +312,12 @@ def plan_activate(
     if force and not (force_reason or "").strip():
         raise UsageError('--force needs --force-reason "why"')
     try:
-        ctx.inventory.job(job)
         ctx.inventory.by_name(for_host)
         if standby is not None:
             ctx.inventory.by_name(standby)
     except InventoryError as exc:
         raise UsageError(str(exc)) from None
-    hosts = ctx.scheduler.job_hosts(job)
+    hosts = ctx.job_hosts(job).require_scheduler()  # it changes the scheduler's job: its view only
     pool = list_standbys(ctx)
     rails: list[RailCheck] = []
     notes: list[str] = []

@@ -1,4 +1,6 @@
-"""``robustctl evict`` and ``robustctl return`` (and the plan rendering the action commands share).
+"""``robustctl evict`` and ``robustctl return`` (and the glue the action commands share: confirm, show, finish).
+
+Parse → :mod:`robustctl.commands.evict` → render (:mod:`robustctl.report.actions`) → exit code.
 
 Exit codes: 0 applied or nothing to do (and ``--dry-run`` of an acceptable plan) · 2 refused by a safety
 rail or by another robustctl holding the store's lock (the message names the rule and the override) ·
@@ -15,14 +17,9 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from robustctl.cli.common import InventoryOpt, JsonOpt, StateOpt
-from robustctl.errors import UsageError
-from robustctl.exit_codes import ExitCode
 
 if TYPE_CHECKING:
-    from rich.console import Console
-
-    from robustctl.actions import ActionContext
-    from robustctl.actions.plan import ApplyResult, Plan
+    from robustctl.actions.session import ActionResult, Confirm, ShowPlan
 
 YesOpt = Annotated[
     bool, typer.Option("--yes", "-y", help="Apply without asking (required without a terminal).")
@@ -52,88 +49,46 @@ ForceReasonOpt = Annotated[
 QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No table on stderr.")]
 
 
-def render_plan(plan: Plan, console: Console) -> None:
-    """The plan as a rich table (steps) plus the rails and notes, on ``console``."""
-    from rich.table import Table
+def confirmer(yes: bool) -> Confirm | None:
+    """``--yes``: always; a terminal on stdin: ask there; else None (the library's usage error, 64)."""
+    from robustctl.actions.session import always
 
-    title = f"{plan.action} plan: {len(plan.targets)} target(s) via {plan.scheduler}"
-    table = Table(title=title, title_justify="left")
-    table.add_column("#", justify="right")
-    table.add_column("step")
-    table.add_column("now")
-    for i, step in enumerate(plan.steps):
-        table.add_row(str(i), step.describe(), "[dim]already done[/]" if step.noop else "to do")
-    console.print(table)
-    if plan.suspects:
-        console.print(f"suspects: {', '.join(plan.suspects)}")
-    if plan.group:
-        console.print(f"over-eviction ({plan.over_evict}): {plan.group}")
-    if plan.source:
-        console.print(f"evidence: {plan.source}")
-    console.print(f"reason: {plan.reason}")
-    for r in plan.rails:
-        mark = (
-            "[green]ok[/]"
-            if r.passed
-            else ("[yellow]forced[/]" if plan.forced and r.overridable else "[bold red]REFUSED[/]")
-        )
-        console.print(
-            f"rail {r.rule}: {mark} {r.detail}" + ("" if r.passed else f" (override: {r.override})")
-        )
-    for note in plan.notes:
-        console.print(f"note: {note}")
+    if yes:
+        return always
+    if not sys.stdin.isatty():
+        return None
+    return lambda plan: typer.confirm(f"Apply this {plan.action} plan?", default=False, err=True)
 
 
-def render_result(result: ApplyResult, console: Console) -> None:
-    """Each step's outcome and the final line, on ``console``."""
-    style = {"done": "green", "noop": "dim", "failed": "bold red", "skipped": "yellow"}
-    for r in result.results:
-        console.print(f"[{style.get(r.status, '')}]{r.status:>7}[/] {r.description}: {r.detail}")
-    console.print(f"{result.plan.action}: {result.status}: {result.message} (audit #{result.audit_id})")
-
-
-def run_plan(
-    ctx: ActionContext,
-    plan: Plan,
-    *,
-    dry_run: bool,
-    yes: bool,
-    json_out: bool,
-    quiet: bool,
-) -> int:
-    """Render ``plan``, then (unless ``dry_run``) confirm and apply it; return the exit code.
-
-    Raises:
-        ActionRefused: a rail failed (also with ``--dry-run``, after printing the plan).
-        UsageError: no ``--yes`` and stdin is not a terminal.
-    """
-    from robustctl.actions.plan import apply_json, apply_plan, plan_json
-    from robustctl.report.console import emit_json, stderr_console
+def plan_shower(quiet: bool) -> ShowPlan | None:
+    """The hook that renders the plan on stderr before it is confirmed (None with ``--quiet``)."""
+    if quiet:
+        return None
+    from robustctl.report.actions import render_plan
+    from robustctl.report.console import stderr_console
 
     console = stderr_console()
-    if not quiet:
-        render_plan(plan, console)
-    if dry_run:
-        emit_json(plan_json(plan), to_stdout=json_out, output=None)
-        if plan.refused:
-            raise plan.refusal()
-        return int(ExitCode.OK)
-    if plan.refused:
-        emit_json(plan_json(plan), to_stdout=json_out, output=None)  # the rails, for scripts
-        apply_plan(plan, ctx.scheduler, ctx.store)  # audits the refusal and raises ActionRefused
-    if not plan.nothing_to_do and not yes:
-        if not sys.stdin.isatty():
-            raise UsageError(
-                "not applied: pass --yes to apply without a terminal to confirm on (or --dry-run)"
-            )
-        if not typer.confirm(f"Apply this {plan.action} plan?", default=False, err=True):
-            console.print("not applied")
-            return int(ExitCode.OK)
-    result = apply_plan(plan, ctx.scheduler, ctx.store)
-    if not quiet:
-        render_result(result, console)
-    emit_json(apply_json(result), to_stdout=json_out, output=None)
-    return int(result.exit_code)
+    return lambda plan: render_plan(plan, console)
+
+
+def finish(result: ActionResult, *, json_out: bool, quiet: bool) -> int:
+    """Render what happened, print the JSON document (``--json``), and return the exit code.
+
+    Raises:
+        ActionRefused: the plan was refused (after its document, with the failing rails, is printed).
+    """
+    from robustctl.actions.session import Outcome
+    from robustctl.commands.base import exit_code_of, result_json
+    from robustctl.report.actions import render_action_outcome
+    from robustctl.report.console import emit_json, stderr_console
+
+    if not quiet or result.outcome is Outcome.DECLINED:
+        render_action_outcome(result, stderr_console())
+    if result.outcome is not Outcome.DECLINED:
+        emit_json(result_json(result), to_stdout=json_out, output=None)
+    if result.outcome is Outcome.REFUSED:
+        raise result.refused_error()
+    return exit_code_of(result)
 
 
 def evict(
@@ -178,29 +133,32 @@ def evict(
     circuit breaker when too many hosts look bad at once.
     Exit: 0 applied or nothing to do, 2 refused by a rail or the lock, 3 a scheduler step failed,
     64 usage (or no --yes without a terminal), 78 config or unwritable state store.
-    """
-    from robustctl.actions import open_context
-    from robustctl.actions.evict import EvictRequest, plan_evict
 
-    if hosts is not None and from_report is not None:
-        raise UsageError("give hosts or --from-report, not both")
+    Examples:
+
+      robustctl evict node017 --job llama70b --over-evict pp --reason 'xid 79' --dry-run
+
+      robustctl evict 'node\\[001-004]' --reason 'IB link flaps' --yes
+
+      robustctl evict --from-report stacks.json --over-evict auto --reason hang --yes --json
+    """
+    from robustctl.commands.evict import EvictRequest, run_evict
+
     request = EvictRequest(
         hosts=hosts,
         report=from_report,
         job=job,
-        over_evict=over_evict.lower() if over_evict else None,
-        reason=reason or _default_reason("evict", from_report),
+        over_evict=over_evict,
+        reason=reason,
         force=force,
         force_reason=force_reason,
+        inventory=inventory,
+        state=state,
+        dry_run=dry_run,
+        lock_timeout_s=lock_timeout,
     )
-    ctx = open_context(inventory, state)
-    try:
-        if not dry_run:
-            ctx.lock("evict", lock_timeout)
-        plan = plan_evict(request, ctx)
-        return run_plan(ctx, plan, dry_run=dry_run, yes=yes, json_out=json_out, quiet=quiet)
-    finally:
-        ctx.close()
+    result = run_evict(request, confirm=confirmer(yes), show=plan_shower(quiet))
+    return finish(result, json_out=json_out, quiet=quiet)
 
 
 def return_(
@@ -220,19 +178,23 @@ def return_(
 
     The store's history records evicted → returned → active. Exit: 0 applied or nothing to do,
     2 refused (empty target set, lock), 3 a scheduler step failed, 64 usage, 78 config/state store.
+
+    Examples:
+
+      robustctl return node017 --reason 'GPU replaced' --dry-run
+
+      robustctl return 'node\\[001-004]' --reason 'IB cables reseated' --yes
     """
-    from robustctl.actions import open_context
-    from robustctl.actions.evict import plan_return
+    from robustctl.commands.evict import ReturnRequest, run_return
 
-    ctx = open_context(inventory, state)
-    try:
-        if not dry_run:
-            ctx.lock("return", lock_timeout)
-        plan = plan_return(hosts, reason or _default_reason("return", None), ctx)
-        return run_plan(ctx, plan, dry_run=dry_run, yes=yes, json_out=json_out, quiet=quiet)
-    finally:
-        ctx.close()
-
-
-def _default_reason(action: str, report: Path | None) -> str:
-    return f"robustctl {action}" + (f" from {report}" if report is not None else "") + " (no --reason given)"
+    request = ReturnRequest(
+        hosts=hosts,
+        reason=reason,
+        inventory=inventory,
+        state=state,
+        dry_run=dry_run,
+        lock_timeout_s=lock_timeout,
+    )
+    return finish(
+        run_return(request, confirm=confirmer(yes), show=plan_shower(quiet)), json_out=json_out, quiet=quiet
+    )

@@ -1,4 +1,7 @@
-"""``robustctl standby list|check|add|activate|size``: the warm-standby pool."""
+"""``robustctl standby list|check|add|activate|size``: the warm-standby pool.
+
+Parse → :mod:`robustctl.commands.standby` → render (:mod:`robustctl.report.actions`) → exit code.
+"""
 
 from __future__ import annotations
 
@@ -14,10 +17,10 @@ from robustctl.cli.evict import (
     LockTimeoutOpt,
     QuietOpt,
     YesOpt,
-    run_plan,
+    confirmer,
+    finish,
+    plan_shower,
 )
-from robustctl.errors import UsageError
-from robustctl.exit_codes import ExitCode
 
 app = typer.Typer(
     help="Warm standbys: self-checked machines that replace evicted ones, and the pool's size.",
@@ -27,31 +30,23 @@ app = typer.Typer(
 
 @app.command("list")
 def list_(inventory: InventoryOpt = None, state: StateOpt = None, json_out: JsonOpt = False) -> int:
-    """List the standby pool with each host's readiness (ready, bad, unchecked). Exit: 0, 78 config."""
-    from rich.table import Table
+    """List the standby pool with each host's readiness (ready, bad, unchecked). Exit: 0, 78 config.
 
-    from robustctl.actions import open_context
-    from robustctl.actions.standby import list_standbys
-    from robustctl.models import SCHEMA_VERSION
+    Examples:
+
+      robustctl standby list
+
+      robustctl standby list --json
+    """
+    from robustctl.commands.base import exit_code_of, result_json
+    from robustctl.commands.standby import StandbyListRequest, run_standby_list
+    from robustctl.report.actions import render_standby_list
     from robustctl.report.console import emit_json, stderr_console
 
-    ctx = open_context(inventory, state)
-    try:
-        pool = list_standbys(ctx)
-    finally:
-        ctx.close()
-    table = Table(title=f"standby pool: {len(pool)} host(s)", title_justify="left")
-    for col in ("host", "readiness", "scheduler", "reason"):
-        table.add_column(col)
-    for s in pool:
-        table.add_row(s.host, s.readiness.value, s.scheduler_state.value, s.reason)
-    stderr_console().print(table)
-    emit_json(
-        {"kind": "standby-list", "schema_version": SCHEMA_VERSION, "standbys": pool},
-        to_stdout=json_out,
-        output=None,
-    )
-    return int(ExitCode.OK)
+    result = run_standby_list(StandbyListRequest(inventory=inventory, state=state))
+    render_standby_list(result.standbys, stderr_console())
+    emit_json(result_json(result), to_stdout=json_out, output=None)
+    return exit_code_of(result)
 
 
 @app.command("add")
@@ -74,18 +69,27 @@ def add(
 
     Refuses a host that runs a job (rail not-in-a-job; --force to override). Exit: 0, 2 refused,
     3 scheduler step failed, 64 usage, 78 config/state store.
-    """
-    from robustctl.actions import open_context
-    from robustctl.actions.standby import plan_add
 
-    ctx = open_context(inventory, state)
-    try:
-        if not dry_run:
-            ctx.lock("standby-add", lock_timeout)
-        plan = plan_add(hosts, reason, ctx, force=force, force_reason=force_reason)
-        return run_plan(ctx, plan, dry_run=dry_run, yes=yes, json_out=json_out, quiet=quiet)
-    finally:
-        ctx.close()
+    Examples:
+
+      robustctl standby add 'spare\\[01-04]' --dry-run
+
+      robustctl standby add spare05 --reason 'back from repair' --yes
+    """
+    from robustctl.commands.standby import StandbyAddRequest, run_standby_add
+
+    request = StandbyAddRequest(
+        hosts=hosts,
+        reason=reason,
+        force=force,
+        force_reason=force_reason,
+        inventory=inventory,
+        state=state,
+        dry_run=dry_run,
+        lock_timeout_s=lock_timeout,
+    )
+    result = run_standby_add(request, confirm=confirmer(yes), show=plan_shower(quiet))
+    return finish(result, json_out=json_out, quiet=quiet)
 
 
 @app.command("check")
@@ -101,36 +105,23 @@ def check(
     """Self-check standbys with diagnose L0-L1 and mark each ready (healthy) or bad (anything else).
 
     Exit: 0 every standby ready, 2 some bad, 64 usage (no standby), 78 config/state store.
-    """
-    from robustctl.actions import open_context
-    from robustctl.actions.standby import check_standbys
-    from robustctl.models import SCHEMA_VERSION
-    from robustctl.report.console import emit_json, stderr_console
-    from robustctl.store import Readiness
-    from robustctl.transport.pool import TransportPool
 
-    ctx = open_context(inventory, state)
-    pool = TransportPool()
-    try:
-        ctx.lock("standby-check", lock_timeout)
-        result = check_standbys(ctx, pool, hosts=hosts)
-    finally:
-        pool.close()
-        ctx.close()
-    console = stderr_console()
-    for host, ready, line in result.results:
-        style = "green" if ready is Readiness.READY else "bold red"
-        console.print(f"[{style}]{ready.value:>5}[/] {host}: {line}")
-    doc = {
-        "kind": "standby-check",
-        "schema_version": SCHEMA_VERSION,
-        "audit_id": result.audit_id,
-        "results": [{"host": h, "readiness": r.value, "summary": s} for h, r, s in result.results],
-        "report": result.report,
-    }
-    emit_json(doc, to_stdout=json_out, output=None)
-    bad = any(r is not Readiness.READY for _, r, _ in result.results)
-    return int(ExitCode.CRITICAL if bad else ExitCode.OK)
+    Examples:
+
+      robustctl standby check
+
+      robustctl standby check spare01 --json
+    """
+    from robustctl.commands.base import exit_code_of, result_json
+    from robustctl.commands.standby import StandbyCheckRequest, run_standby_check
+    from robustctl.report.actions import render_standby_check
+    from robustctl.report.console import emit_json, stderr_console
+
+    request = StandbyCheckRequest(hosts=hosts, inventory=inventory, state=state, lock_timeout_s=lock_timeout)
+    result = run_standby_check(request)
+    render_standby_check(result.results, stderr_console())
+    emit_json(result_json(result), to_stdout=json_out, output=None)
+    return exit_code_of(result)
 
 
 @app.command("activate")
@@ -156,27 +147,30 @@ def activate(
 
     Exit: 0 applied, 2 refused (host not evicted, no ready standby), 3 scheduler step failed,
     64 usage, 78 config/state store.
-    """
-    from robustctl.actions import open_context
-    from robustctl.actions.standby import plan_activate
 
-    ctx = open_context(inventory, state)
-    try:
-        if not dry_run:
-            ctx.lock("standby-activate", lock_timeout)
-        plan = plan_activate(
-            ctx,
-            for_host=for_host,
-            job=job,
-            standby=standby,
-            reason=reason,
-            requeue=requeue,
-            force=force,
-            force_reason=force_reason,
-        )
-        return run_plan(ctx, plan, dry_run=dry_run, yes=yes, json_out=json_out, quiet=quiet)
-    finally:
-        ctx.close()
+    Examples:
+
+      robustctl standby activate --for node017 --job llama70b --dry-run
+
+      robustctl standby activate --for node017 --job llama70b --standby spare02 --requeue --yes
+    """
+    from robustctl.commands.standby import StandbyActivateRequest, run_standby_activate
+
+    request = StandbyActivateRequest(
+        for_host=for_host,
+        job=job,
+        standby=standby,
+        requeue=requeue,
+        reason=reason,
+        force=force,
+        force_reason=force_reason,
+        inventory=inventory,
+        state=state,
+        dry_run=dry_run,
+        lock_timeout_s=lock_timeout,
+    )
+    result = run_standby_activate(request, confirm=confirmer(yes), show=plan_shower(quiet))
+    return finish(result, json_out=json_out, quiet=quiet)
 
 
 @app.command("size")
@@ -214,48 +208,34 @@ def size(
 ) -> int:
     """Print the standby pool size: the P99 of Binomial(machines, rate × repair window).
 
-    The smallest k with P[failures <= k] >= 0.99 (ByteRobust's Table 5: 2, 2, 3, 4 spares for 128, 256,
-    512, 1024 machines at 0.12% a day). 'size --machines 1024 --daily-failure-rate 0.0012' prints 4.
-    Exit: 0, 64 usage, 78 config/state store.
+    The smallest k with P\\[failures <= k] >= 0.99 (ByteRobust's Table 5: 2, 2, 3, 4 spares for 128,
+    256, 512, 1024 machines at 0.12% a day). Exit: 0, 64 usage, 78 config/state store.
+
+    Examples:
+
+      robustctl standby size --machines 1024 --daily-failure-rate 0.0012   (prints 4)
+
+      robustctl standby size --from-history --history-days 90 --json
     """
     import sys
 
-    from robustctl.actions import open_context
-    from robustctl.actions.standby import observed_daily_rate, pool_size
-    from robustctl.models import SCHEMA_VERSION
+    from robustctl.commands.base import exit_code_of, result_json
+    from robustctl.commands.standby import StandbySizeRequest, run_standby_size
     from robustctl.report.console import emit_json
 
-    if (daily_failure_rate is None) == (not from_history):
-        raise UsageError("give --daily-failure-rate RATE or --from-history (one of them)")
-    evictions: int | None = None
-    if from_history or machines is None or inventory is not None:
-        ctx = open_context(inventory, state)
-        try:
-            n = machines if machines is not None else len(ctx.inventory.hosts)
-            policy = ctx.policy
-            if from_history:
-                daily_failure_rate, evictions, _ = observed_daily_rate(ctx, n, history_days)
-        finally:
-            ctx.close()
-    else:
-        n = machines
-        policy = None
-    window = repair_window_days or (policy.standby_repair_window_days if policy else 1.0)
-    q = quantile or (policy.standby_quantile if policy else 0.99)
-    assert daily_failure_rate is not None
-    k = pool_size(n, daily_failure_rate, window_days=window, quantile=q)
+    request = StandbySizeRequest(
+        machines=machines,
+        daily_failure_rate=daily_failure_rate,
+        from_history=from_history,
+        history_days=history_days,
+        repair_window_days=repair_window_days,
+        quantile=quantile,
+        inventory=inventory,
+        state=state,
+    )
+    result = run_standby_size(request)
     if json_out:
-        doc = {
-            "kind": "standby-size",
-            "schema_version": SCHEMA_VERSION,
-            "machines": n,
-            "daily_failure_rate": daily_failure_rate,
-            "repair_window_days": window,
-            "quantile": q,
-            "observed_evictions": evictions,
-            "standbys": k,
-        }
-        emit_json(doc, to_stdout=True, output=None)
+        emit_json(result_json(result), to_stdout=True, output=None)
     else:
-        sys.stdout.write(f"{k}\n")
-    return int(ExitCode.OK)
+        sys.stdout.write(f"{result.standbys}\n")
+    return exit_code_of(result)

@@ -39,10 +39,14 @@ def exit_code_of(result: CommandResult) -> int:
 def result_json(result: CommandResult) -> dict[str, Any]:
     """The JSON document of ``result``: its fields (enums and tuples made plain) plus ``exit_code``.
 
+    A result whose document an earlier release fixed defines ``json_document()`` and gives it
+    itself (the action commands: the plan or apply document, :class:`robustctl.actions.session.ActionResult`).
+
     Raises:
         TypeError: ``result`` is not a dataclass with ``kind`` and ``schema_version``.
     """
-    doc = to_jsonable(result)
+    document = getattr(result, "json_document", None)
+    doc = document() if callable(document) else to_jsonable(result)
     if not isinstance(doc, dict) or "kind" not in doc or "schema_version" not in doc:
         raise TypeError(f"{type(result).__name__} is not a command result (needs kind and schema_version)")
     return doc

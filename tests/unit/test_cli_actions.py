@@ -115,7 +115,10 @@ def test_dry_run_json_is_the_plan_apply_records(env: dict[str, str]) -> None:
     assert again.returncode == 0 and "nothing-to-do" in again.stderr
     back = run(["return", "node01", "--reason", "GPU replaced", "--yes"], env)
     assert back.returncode == 0, back.stderr
-    assert run(["audit"], env).stderr.count("applied") == 3
+    table = run(["audit"], env).stderr
+    assert table.count("applied") == 2 and table.count("nothing-to-do") == 1  # the rerun changed nothing
+    statuses = [r["status"] for r in json.loads(run(["audit", "--json"], env).stdout)["records"]]
+    assert statuses == ["applied", "nothing-to-do", "applied"]
 
 
 def test_two_processes_evicting_at_once_one_waits_or_refuses_nothing_twice(env: dict[str, str]) -> None:

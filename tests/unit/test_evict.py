@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from robustctl.actions import ActionContext, open_context
-from robustctl.actions.evict import EvictRequest, expand_over_eviction, load_report, plan_evict, plan_return
+from robustctl.actions.evict import EvictSpec, expand_over_eviction, load_report, plan_evict, plan_return
 from robustctl.actions.plan import StepKind, apply_plan, plan_json
 from robustctl.errors import ActionRefused, UsageError
 from robustctl.schedulers.base import NodeState, OpResult, SchedulerError
@@ -47,7 +47,7 @@ def ctx(tmp_path: Path) -> Iterator[ActionContext]:
 
 
 def evict(ctx: ActionContext, **kw: object) -> list[str]:
-    plan = plan_evict(EvictRequest(reason="test", **kw), ctx)  # type: ignore[arg-type]
+    plan = plan_evict(EvictSpec(reason="test", **kw), ctx)  # type: ignore[arg-type]
     apply_plan(plan, ctx.scheduler, ctx.store)
     return [h for h in plan.targets]
 
@@ -64,7 +64,7 @@ def evict(ctx: ActionContext, **kw: object) -> list[str]:
 def test_over_eviction_picks_exactly_the_groups_machines(
     ctx: ActionContext, mode: str, expected: tuple[str, ...]
 ) -> None:
-    plan = plan_evict(EvictRequest(hosts="node03", job="llama", over_evict=mode, reason="xid 79"), ctx)
+    plan = plan_evict(EvictSpec(hosts="node03", job="llama", over_evict=mode, reason="xid 79"), ctx)
     assert plan.targets == expected
     assert plan.suspects == ("node03",)
     assert [s.host for s in plan.steps if s.kind is StepKind.DRAIN] == list(expected)
@@ -89,12 +89,12 @@ def test_auto_over_eviction_of_suspects_on_two_pp_stages_is_their_pp_group(ctx: 
 
 def test_over_eviction_follows_the_jobs_current_host_list(ctx: ActionContext) -> None:
     ctx.store.set_job_hosts("llama", ["spare1", *[f"node0{i}" for i in range(2, 9)]])
-    plan = plan_evict(EvictRequest(hosts="node03", job="llama", over_evict="pp", reason="x"), ctx)
+    plan = plan_evict(EvictSpec(hosts="node03", job="llama", over_evict="pp", reason="x"), ctx)
     assert plan.targets == ("spare1", "node03", "node05", "node07")  # machine order
 
 
 def test_dry_run_plan_is_the_plan_apply_records_and_apply_is_idempotent(ctx: ActionContext) -> None:
-    req = EvictRequest(hosts="node03", job="llama", over_evict="pp", reason="xid 79")
+    req = EvictSpec(hosts="node03", job="llama", over_evict="pp", reason="xid 79")
     plan = plan_evict(req, ctx)
     dry = json.loads(json.dumps(plan_json(plan)))
     assert plan_evict(req, ctx) == plan  # deterministic: no clock in the plan
@@ -113,9 +113,9 @@ def test_dry_run_plan_is_the_plan_apply_records_and_apply_is_idempotent(ctx: Act
 def test_targets_from_a_diagnose_report(ctx: ActionContext, tmp_path: Path) -> None:
     report = tmp_path / "diag.json"
     report.write_text(json.dumps({"kind": "diagnose", "schema_version": 1, "suspects": ["node02", "node06"]}))
-    plan = plan_evict(EvictRequest(report=report, reason="diag"), ctx)
+    plan = plan_evict(EvictSpec(report=report, reason="diag"), ctx)
     assert plan.targets == ("node02", "node06") and plan.source == str(report)
-    plan = plan_evict(EvictRequest(report=report, job="llama", over_evict="pp", reason="diag"), ctx)
+    plan = plan_evict(EvictSpec(report=report, job="llama", over_evict="pp", reason="diag"), ctx)
     assert plan.targets == ("node02", "node04", "node06", "node08")
 
 
@@ -132,7 +132,7 @@ def test_stacks_report_auto_without_job_uses_the_reports_group(ctx: ActionContex
         )
     )
     assert load_report(report).suspects == ("node05",)
-    plan = plan_evict(EvictRequest(report=report, over_evict="auto", reason="hang"), ctx)
+    plan = plan_evict(EvictSpec(report=report, over_evict="auto", reason="hang"), ctx)
     assert plan.targets == ("node01", "node03", "node05", "node07")
     assert plan.group is not None and plan.group.startswith("pp group 0")
 
@@ -140,7 +140,7 @@ def test_stacks_report_auto_without_job_uses_the_reports_group(ctx: ActionContex
 def test_empty_report_is_refused_not_guessed(ctx: ActionContext, tmp_path: Path) -> None:
     report = tmp_path / "empty.json"
     report.write_text(json.dumps({"kind": "diagnose", "suspects": []}))
-    plan = plan_evict(EvictRequest(report=report, reason="x", force=True, force_reason="try"), ctx)
+    plan = plan_evict(EvictSpec(report=report, reason="x", force=True, force_reason="try"), ctx)
     assert plan.targets == () and plan.refused
     with pytest.raises(ActionRefused, match="rule non-empty-targets.*cannot be overridden"):
         apply_plan(plan, ctx.scheduler, ctx.store)
@@ -164,22 +164,22 @@ def test_empty_report_is_refused_not_guessed(ctx: ActionContext, tmp_path: Path)
 )
 def test_bad_input_is_a_usage_error(ctx: ActionContext, kw: dict[str, object], match: str) -> None:
     with pytest.raises(UsageError, match=match):
-        plan_evict(EvictRequest(reason="x", **kw), ctx)  # type: ignore[arg-type]
+        plan_evict(EvictSpec(reason="x", **kw), ctx)  # type: ignore[arg-type]
 
 
 def test_report_errors_name_the_file(ctx: ActionContext, tmp_path: Path) -> None:
     bad = tmp_path / "bad.json"
     bad.write_text("{not json")
     with pytest.raises(UsageError, match="bad.json: not a JSON report"):
-        plan_evict(EvictRequest(report=bad, reason="x"), ctx)
+        plan_evict(EvictSpec(report=bad, reason="x"), ctx)
     other = tmp_path / "other.json"
     other.write_text(json.dumps({"kind": "analysis"}))
     with pytest.raises(UsageError, match="not a diagnose or stacks report"):
-        plan_evict(EvictRequest(report=other, reason="x"), ctx)
+        plan_evict(EvictSpec(report=other, reason="x"), ctx)
     ghost = tmp_path / "ghost.json"
     ghost.write_text(json.dumps({"kind": "diagnose", "suspects": ["node42"]}))
     with pytest.raises(UsageError, match="node42.*unresolved"):
-        plan_evict(EvictRequest(report=ghost, reason="x"), ctx)
+        plan_evict(EvictSpec(report=ghost, reason="x"), ctx)
 
 
 def test_return_resumes_and_records_returned_then_active(ctx: ActionContext) -> None:
@@ -217,7 +217,7 @@ class FailingScheduler:
 def test_a_failing_step_stops_the_plan_and_the_audit_says_which_ran(ctx: ActionContext) -> None:
     sched = FailingScheduler(ctx.scheduler, "node05")
     ctx.scheduler = sched  # type: ignore[assignment]
-    plan = plan_evict(EvictRequest(hosts="node03", job="llama", over_evict="pp", reason="x"), ctx)
+    plan = plan_evict(EvictSpec(hosts="node03", job="llama", over_evict="pp", reason="x"), ctx)
     result = apply_plan(plan, sched, ctx.store)  # type: ignore[arg-type]
     assert result.status == "failed" and result.exit_code == 3
     assert "drain node05" in result.message and "timed out" in result.message
@@ -257,7 +257,7 @@ def test_scheduler_factory_picks_the_back_end_and_names_a_missing_one(
 def test_a_job_host_list_that_no_longer_matches_the_layout_is_refused(ctx: ActionContext) -> None:
     ctx.store.set_job_hosts("llama", [f"node0{i}" for i in range(1, 8)])  # 7 hosts for 16 ranks
     with pytest.raises(UsageError, match="layout of 16 ranks does not match its 7 hosts"):
-        plan_evict(EvictRequest(hosts="node03", job="llama", over_evict="pp", reason="x"), ctx)
+        plan_evict(EvictSpec(hosts="node03", job="llama", over_evict="pp", reason="x"), ctx)
 
 
 def test_a_real_stacks_report_feeds_over_eviction(ctx: ActionContext, tmp_path: Path) -> None:
@@ -283,10 +283,10 @@ def test_a_real_stacks_report_feeds_over_eviction(ctx: ActionContext, tmp_path: 
     path.write_text(dump_json(rep))
     expected = ("node01", "node03", "node05", "node07")
     assert rep.over_eviction == expected
-    from_report = plan_evict(EvictRequest(report=path, over_evict="auto", reason="hang"), ctx)
+    from_report = plan_evict(EvictSpec(report=path, over_evict="auto", reason="hang"), ctx)
     assert from_report.targets == expected and from_report.suspects == expected
     assert from_report.group is not None and from_report.group.startswith("pp group 0")
-    with_job = plan_evict(EvictRequest(report=path, job="llama", over_evict="auto", reason="hang"), ctx)
+    with_job = plan_evict(EvictSpec(report=path, job="llama", over_evict="auto", reason="hang"), ctx)
     assert with_job.targets == expected
-    only_suspects = plan_evict(EvictRequest(report=path, reason="hang"), ctx)
+    only_suspects = plan_evict(EvictSpec(report=path, reason="hang"), ctx)
     assert only_suspects.targets == expected  # every suspect machine; no expansion asked

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from robustctl.actions import ActionContext, open_context
-from robustctl.actions.evict import EvictRequest, plan_evict
+from robustctl.actions.evict import EvictSpec, plan_evict
 from robustctl.actions.plan import apply_plan
 from robustctl.actions.rails import evaluate_rails, limit
 from robustctl.config import PolicySettings
@@ -48,7 +48,7 @@ def test_limit_allows_at_least_one_machine() -> None:
 
 def test_defaults_refuse_an_over_large_plan_naming_rule_and_override(ctx: ActionContext) -> None:
     # The PP group of node01 is 4 machines: over the default 10% of 20 hosts (2 machines).
-    plan = plan_evict(EvictRequest(hosts="node01", job="big", over_evict="pp", reason="xid"), ctx)
+    plan = plan_evict(EvictSpec(hosts="node01", job="big", over_evict="pp", reason="xid"), ctx)
     assert len(plan.targets) == 4 and failed(plan) == ["max-cluster-fraction"] and plan.refused
     with pytest.raises(ActionRefused) as exc:
         apply_plan(plan, ctx.scheduler, ctx.store)
@@ -61,7 +61,7 @@ def test_defaults_refuse_an_over_large_plan_naming_rule_and_override(ctx: Action
 
 
 def test_force_with_a_reason_overrides_and_is_audited(ctx: ActionContext) -> None:
-    req = EvictRequest(
+    req = EvictSpec(
         hosts="node01", job="big", over_evict="pp", reason="xid", force=True, force_reason="INC-42"
     )
     plan = plan_evict(req, ctx)
@@ -73,8 +73,8 @@ def test_force_with_a_reason_overrides_and_is_audited(ctx: ActionContext) -> Non
 
 
 def test_the_window_counts_earlier_evictions(ctx: ActionContext) -> None:
-    apply_plan(plan_evict(EvictRequest(hosts="node01,node02", reason="a"), ctx), ctx.scheduler, ctx.store)
-    plan = plan_evict(EvictRequest(hosts="node03", reason="b"), ctx)
+    apply_plan(plan_evict(EvictSpec(hosts="node01,node02", reason="a"), ctx), ctx.scheduler, ctx.store)
+    plan = plan_evict(EvictSpec(hosts="node03", reason="b"), ctx)
     assert failed(plan) == ["max-cluster-fraction"]
     assert "3 of 20 hosts" in plan.refusal().args[0]
 
@@ -121,17 +121,17 @@ def test_evictions_per_hour_and_job_fraction(tmp_path: Path) -> None:
 def test_circuit_breaker_fires_when_too_many_hosts_look_bad(ctx: ActionContext) -> None:
     for h in ("node05", "node06", "node07", "node08", "node09"):
         ctx.store.set_state(h, MachineState.SUSPECT, "monitoring says so")
-    plan = plan_evict(EvictRequest(hosts="node10,node11", reason="x", force=False), ctx)
+    plan = plan_evict(EvictSpec(hosts="node10,node11", reason="x", force=False), ctx)
     assert "circuit-breaker" in failed(plan)
     with pytest.raises(ActionRefused, match=r"rule circuit-breaker: 7 of 20 hosts look bad.*observer fault"):
         apply_plan(plan, ctx.scheduler, ctx.store)
     forced = plan_evict(
-        EvictRequest(hosts="node10,node11", reason="x", force=True, force_reason="verified"), ctx
+        EvictSpec(hosts="node10,node11", reason="x", force=True, force_reason="verified"), ctx
     )
     assert apply_plan(forced, ctx.scheduler, ctx.store).status == "applied"
 
 
 def test_over_evicted_healthy_machines_do_not_trip_the_breaker(ctx: ActionContext) -> None:
     ctx.policy = PolicySettings(max_cluster_fraction=1.0, max_job_fraction=1.0, circuit_breaker_fraction=0.1)
-    plan = plan_evict(EvictRequest(hosts="node01", job="big", over_evict="pp", reason="x"), ctx)
+    plan = plan_evict(EvictSpec(hosts="node01", job="big", over_evict="pp", reason="x"), ctx)
     assert len(plan.targets) == 4 and failed(plan) == []

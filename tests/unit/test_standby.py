@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from robustctl.actions import ActionContext, open_context
-from robustctl.actions.evict import EvictRequest, plan_evict
+from robustctl.actions.evict import EvictSpec, plan_evict
 from robustctl.actions.plan import apply_plan
 from robustctl.actions.standby import (
     binomial_cdf,
@@ -189,7 +189,7 @@ def test_check_marks_ready_and_bad_then_activate_swaps_a_ready_one_in(
     # Activation needs the replaced host out first (not overridable).
     early = plan_activate(ctx, for_host="node03", job="small", force=True, force_reason="x")
     assert [r.rule for r in early.failed_rails] == ["replaced-host-out"] and early.refused
-    apply_plan(plan_evict(EvictRequest(hosts="node03", reason="xid 79"), ctx), ctx.scheduler, ctx.store)
+    apply_plan(plan_evict(EvictSpec(hosts="node03", reason="xid 79"), ctx), ctx.scheduler, ctx.store)
 
     plan = plan_activate(ctx, for_host="node03", job="small", reason="replace node03")
     assert plan.targets == ("node03", "spare2") and not plan.refused  # the ready one, not spare1
@@ -204,7 +204,7 @@ def test_check_marks_ready_and_bad_then_activate_swaps_a_ready_one_in(
     assert "spare2" not in {s.host for s in list_standbys(ctx)}
 
     # No ready standby left: refused, not guessed.
-    apply_plan(plan_evict(EvictRequest(hosts="node04", reason="x"), ctx), ctx.scheduler, ctx.store)
+    apply_plan(plan_evict(EvictSpec(hosts="node04", reason="x"), ctx), ctx.scheduler, ctx.store)
     none_ready = plan_activate(ctx, for_host="node04", job="small")
     assert [r.rule for r in none_ready.failed_rails] == ["ready-standby"]
     chosen_bad = plan_activate(ctx, for_host="node04", job="small", standby="spare1")

@@ -1,0 +1,119 @@
+"""Which hosts an action means: a host pattern resolved against the inventory, and a job's current hosts.
+
+Both questions are answered here once, for every action (evict, return, standby add/check/activate)
+and for the plan engine's ``job_hosts`` step.
+
+**A job's hosts** (:func:`job_hosts`), in rank order (machine k holds ranks k·G … k·G+G-1), from the
+first source that knows the job:
+
+1. **the scheduler** (:meth:`Scheduler.job_hosts`): Slurm's ``NodeList`` (or the ``ReqNodeList`` a
+   standby activation pinned), the Kubernetes job's pods in index order, the embedded ``inventory``
+   back end's own list (the store's record, else the inventory's);
+2. **the store's record** (:meth:`Store.job_hosts`): the list robustctl last wrote for the job (a
+   standby activation records it for every back end), used when the scheduler cannot say (the
+   job is not submitted, has finished and been forgotten, or the query failed);
+3. **the inventory's** ``jobs.NAME.hosts``.
+
+The answer names its source, and the scheduler's error when it fell back, so each caller decides
+whether a fallback answer is good enough: over-eviction and the fraction rails take it (a job that
+crashed and left the scheduler still has a layout over its last machines); ``standby activate``
+needs the scheduler's own view (it changes the scheduler's job) and raises the scheduler's error;
+``standby add``'s ``not-in-a-job`` rail counts only jobs the scheduler runs now.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from robustctl.errors import InventoryError, UsageError
+from robustctl.inventory import Inventory
+from robustctl.schedulers.base import Scheduler, SchedulerError
+from robustctl.store import Store
+
+__all__ = ["JobHosts", "JobHostsSource", "job_hosts", "resolve_hosts"]
+
+
+def resolve_hosts(inventory: Inventory, pattern: str) -> list[str]:
+    """The inventory hosts ``pattern`` names (``node017``, ``'node[001-004],spare1'``), inventory order,
+    whatever their state.
+
+    Raises:
+        UsageError: a malformed range or a host that is not in the inventory (the message names it).
+    """
+    try:
+        return [h.name for h in inventory.select(pattern, states=None)]
+    except InventoryError as exc:
+        raise UsageError(str(exc)) from None
+
+
+class JobHostsSource(str, enum.Enum):
+    """Where :func:`job_hosts` found the job's hosts (the fallback order, first to last)."""
+
+    SCHEDULER = "scheduler"
+    STORE = "store"
+    INVENTORY = "inventory"
+
+
+@dataclass(frozen=True)
+class JobHosts:
+    """A job's machines in rank order and where they came from.
+
+    Attributes:
+        job: the job's name. hosts: its machines, rank order. source: see :class:`JobHostsSource`.
+        scheduler_error: why the scheduler could not say (None when ``source`` is the scheduler).
+    """
+
+    job: str
+    hosts: tuple[str, ...]
+    source: JobHostsSource
+    scheduler_error: SchedulerError | None = None
+
+    def require_scheduler(self) -> tuple[str, ...]:
+        """``hosts`` when the scheduler gave them.
+
+        Raises:
+            SchedulerError: the scheduler's own error when the hosts came from a fallback.
+        """
+        if self.scheduler_error is not None:
+            raise self.scheduler_error
+        return self.hosts
+
+    def note(self) -> str | None:
+        """One line for a plan when the hosts came from a fallback, else None."""
+        if self.scheduler_error is None:
+            return None
+        where = "robustctl's record in the store" if self.source is JobHostsSource.STORE else "the inventory"
+        return (
+            f"job {self.job}: hosts from {where}; the scheduler could not say ({self.scheduler_error.reason})"
+        )
+
+
+def job_hosts(
+    job: str, *, scheduler: Scheduler, store: Store, inventory: Inventory | None = None
+) -> JobHosts:
+    """The current machines of ``job``: the scheduler's, else the store's record, else the inventory's.
+
+    See the module docstring for the order and why. ``inventory`` None (the plan engine, which holds
+    no inventory) stops after the store.
+
+    Raises:
+        UsageError: ``inventory`` is given and has no job ``job``.
+        SchedulerError: the scheduler failed and no later source knows the job.
+    """
+    spec = None
+    if inventory is not None:
+        try:
+            spec = inventory.job(job)
+        except InventoryError as exc:
+            raise UsageError(str(exc)) from None
+    try:
+        return JobHosts(job, tuple(scheduler.job_hosts(job)), JobHostsSource.SCHEDULER)
+    except SchedulerError as exc:
+        error = exc
+    stored = store.job_hosts(job)
+    if stored:
+        return JobHosts(job, tuple(stored), JobHostsSource.STORE, error)
+    if spec is not None:
+        return JobHosts(job, tuple(h.name for h in spec.hosts), JobHostsSource.INVENTORY, error)
+    raise error
