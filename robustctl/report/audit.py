@@ -1,0 +1,46 @@
+"""Rendering of ``robustctl audit``."""
+
+from __future__ import annotations
+
+import datetime
+from typing import TYPE_CHECKING
+
+from rich.markup import escape
+from rich.table import Table
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from robustctl.commands.audit import AuditResult
+    from robustctl.store import AuditRecord
+
+
+def render_audit(result: AuditResult, console: Console) -> None:
+    """The audit log as a table: id, start (UTC), who, action, targets, status, steps, reason.
+
+    Cells wrap (never an ellipsis): a narrow console, e.g. 80 columns in a pipe, loses no text.
+    """
+    table = Table(title=f"audit log: {len(result.records)} record(s)", title_justify="left")
+    for col in ("id", "started (UTC)", "who", "action", "targets", "status", "steps", "reason"):
+        table.add_column(col, overflow="fold")
+    gone = set(result.incomplete)
+    for r in result.records:
+        status = f"incomplete (pid {r.pid} is gone)" if r.id in gone else r.status
+        cells = (str(r.id), _when(r.started_at), r.who, r.action, _targets(r), status, _steps(r), r.reason)
+        table.add_row(*(escape(c) for c in cells))
+    console.print(table)
+
+
+def _when(at: float) -> str:
+    return datetime.datetime.fromtimestamp(at, datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _targets(r: AuditRecord) -> str:
+    return ", ".join(r.targets[:4]) + (f" +{len(r.targets) - 4}" if len(r.targets) > 4 else "")
+
+
+def _steps(r: AuditRecord) -> str:
+    done = sum(s.status in ("done", "noop") for s in r.steps)
+    running = [s.index for s in r.steps if s.status == "running"]
+    steps = f"{done}/{len(r.plan.get('steps', [])) if r.plan else len(r.steps)}"
+    return steps + (f" (step {running[0]} was running)" if running else "")
