@@ -37,5 +37,5 @@ def audit(
     if json_out:
         emit_json(result_json(result), to_stdout=True, output=None)
     else:
-        render_audit(result, stderr_console())
+        render_audit(result, stderr_console(wide=True))
     return exit_code_of(result)

@@ -41,5 +41,5 @@ def hosts(
     if json_out:
         emit_json(result_json(result), to_stdout=True, output=None)
     else:
-        render_hosts(result, stderr_console())
+        render_hosts(result, stderr_console(wide=True))
     return exit_code_of(result)

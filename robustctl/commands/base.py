@@ -50,4 +50,5 @@ def result_json(result: CommandResult) -> dict[str, Any]:
     doc = to_json() if callable(to_json) else to_jsonable(result)
     if not isinstance(doc, dict) or "kind" not in doc or "schema_version" not in doc:
         raise TypeError(f"{type(result).__name__} is not a command result (needs kind and schema_version)")
+    doc.setdefault("exit_code", exit_code_of(result))
     return doc

@@ -15,14 +15,28 @@ if TYPE_CHECKING:
     from robustctl.store import AuditRecord
 
 
+_COLUMNS = (
+    ("id", 2),
+    ("started (UTC)", 10),
+    ("who", 4),
+    ("action", 6),
+    ("targets", 6),
+    ("status", 7),
+    ("steps", 3),
+    ("reason", 8),
+)
+"""Columns and the least width of each: together they fit 80 columns."""
+
+
 def render_audit(result: AuditResult, console: Console) -> None:
     """The audit log as a table: id, start (UTC), who, action, targets, status, steps, reason.
 
-    Cells wrap (never an ellipsis): a narrow console, e.g. 80 columns in a pipe, loses no text.
+    Long cells wrap (never an ellipsis), so a narrow console loses no text; use a wide console
+    (:func:`robustctl.report.console.stderr_console` ``wide=True``) for a pipe.
     """
-    table = Table(title=f"audit log: {len(result.records)} record(s)", title_justify="left")
-    for col in ("id", "started (UTC)", "who", "action", "targets", "status", "steps", "reason"):
-        table.add_column(col, overflow="fold")
+    table = Table(title=f"audit log: {len(result.records)} record(s)", title_justify="left", show_edge=False)
+    for col, least in _COLUMNS:
+        table.add_column(col, overflow="fold", min_width=least)
     gone = set(result.incomplete)
     for r in result.records:
         status = f"incomplete (pid {r.pid} is gone)" if r.id in gone else r.status
