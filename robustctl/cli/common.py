@@ -1,4 +1,4 @@
-"""Options shared by the commands (``resolve_inventory`` is re-exported for the action commands)."""
+"""Options shared by the commands, and the global ``-v`` state."""
 
 from __future__ import annotations
 
@@ -6,8 +6,6 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-
-from robustctl.inventory import resolve_inventory
 
 InventoryOpt = Annotated[
     Path | None,
@@ -50,5 +48,4 @@ __all__ = [
     "OutputOpt",
     "State",
     "StateOpt",
-    "resolve_inventory",
 ]

@@ -99,6 +99,12 @@ def main(argv: list[str] | None = None) -> int:
         rv = app(args=args, prog_name="robustctl", standalone_mode=False)
     except typer.Exit as exc:
         return int(exc.exit_code)
+    except SystemExit as exc:  # typer's --show-completion/--install-completion exit on their own
+        return (
+            exc.code
+            if isinstance(exc.code, int)
+            else int(ExitCode.OK if exc.code is None else ExitCode.USAGE)
+        )
     except typer.Abort:
         sys.stderr.write("robustctl: aborted\n")
         return 130
