@@ -202,3 +202,32 @@ def test_audit_and_hosts_both_ways(tmp_path: Path, capsys: pytest.CaptureFixture
         ("node02", "evicted"),
         ("spare1", "standby"),
     ]
+
+
+def test_models_depend_on_no_other_robustctl_module() -> None:
+    """The result types sit at the bottom of the import graph (no cycle through suspects and the store)."""
+    import ast
+
+    import robustctl.models
+
+    tree = ast.parse(Path(robustctl.models.__file__).read_text(encoding="utf-8"))
+    imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+    imported |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    assert {m for m in imported if m.startswith("robustctl")} == {"robustctl.exit_codes"}
+
+
+def test_result_json_needs_kind_and_schema_version() -> None:
+    from dataclasses import dataclass
+
+    from robustctl.exit_codes import ExitCode
+
+    @dataclass(frozen=True)
+    class NotAResult:
+        value: int = 1
+
+        @property
+        def exit_code(self) -> ExitCode:
+            return ExitCode.OK
+
+    with pytest.raises(TypeError, match="needs kind and schema_version"):
+        result_json(NotAResult())  # type: ignore[arg-type]
