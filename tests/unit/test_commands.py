@@ -144,6 +144,11 @@ def test_stacks_both_ways(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
     doc = both_ways(result, argv, capsys)
     assert doc["kind"] == "stacks" and "recorded" in doc and "collection" in doc
 
+    result = run_stacks(stacks_request(job="j1", inventory=inv, slow=True, rounds=1, interval_s=0))
+    argv = ["stacks", "-i", str(inv), "-j", "j1", "--slow", "--rounds", "1", "--interval", "0", "-q"]
+    doc = both_ways(result, argv, capsys)
+    assert doc["kind"] == "stacks-failslow" and "recorded" not in doc
+
 
 def test_analyze_both_ways(capsys: pytest.CaptureFixture[str]) -> None:
     from robustctl.commands.analyze import analyze_request, run_analyze
