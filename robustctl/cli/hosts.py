@@ -28,7 +28,8 @@ def hosts(
     """List the hosts that are suspect, evicted or standby: state, since when, reason and last finding.
 
     A host's state is the state store's when robustctl changed it (diagnose and stacks mark
-    suspects; evict, return and standby the rest), else its inventory state. 'last finding' is the
+    suspects; evict, return and standby the rest), else its inventory state (with -i or
+    $ROBUSTCTL_INVENTORY; without, the store alone). 'last finding' is the
     last reason the host was named suspect. Nothing is written; a missing store is empty. Exit: 0,
     78 unreadable store or invalid inventory.
     """
@@ -37,7 +38,7 @@ def hosts(
     from robustctl.report.console import emit_json, stderr_console
     from robustctl.report.hosts import render_hosts
 
-    result = run_hosts(HostsRequest(options.inventory(inventory), state, include_active=all_hosts))
+    result = run_hosts(HostsRequest(options.inventory_if_given(inventory), state, include_active=all_hosts))
     if json_out:
         emit_json(result_json(result), to_stdout=True, output=None)
     else:

@@ -37,6 +37,7 @@ __all__ = [
     "DiagnoseFlags",
     "diagnose_settings",
     "inventory",
+    "inventory_if_given",
     "parse_duration",
     "state_path",
 ]
@@ -76,6 +77,17 @@ def inventory(path: Path | None, environ: Mapping[str, str] | None = None) -> In
     if path is None and env.get("ROBUSTCTL_INVENTORY"):
         path = Path(env["ROBUSTCTL_INVENTORY"])
     return default_inventory() if path is None else load_inventory(path, environ=dict(env))
+
+
+def inventory_if_given(path: Path | None, environ: Mapping[str, str] | None = None) -> Inventory | None:
+    """:func:`inventory` when one is named (``path`` or ``$ROBUSTCTL_INVENTORY``), else None (not the
+    embedded default: a command that can do without an inventory, such as ``hosts``, then uses none).
+
+    Raises:
+        ConfigError / InventoryError: the file is invalid.
+    """
+    env = os.environ if environ is None else environ
+    return inventory(path, env) if path is not None or env.get("ROBUSTCTL_INVENTORY") else None
 
 
 def state_path(path: Path | None, environ: Mapping[str, str] | None = None) -> Path:

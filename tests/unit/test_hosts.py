@@ -96,3 +96,13 @@ def test_markup_in_reasons_is_text(inv: Path, tmp_path: Path, capsys: pytest.Cap
         store.set_state("node04", MachineState.EVICTED, "evict: [/] [bold]x[/bold]")
     assert main(["hosts", "-i", str(inv), "--state", str(db)]) == 0
     assert "[/] [bold]x[/bold]" in capsys.readouterr().err
+
+
+def test_without_an_inventory_the_store_alone(
+    db: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("ROBUSTCTL_INVENTORY", raising=False)
+    assert main(["hosts", "--state", str(db), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["inventory"] is None and all(h["in_inventory"] for h in doc["hosts"])
+    assert [h["host"] for h in doc["hosts"]] == ["node01", "node02", "node03"]
