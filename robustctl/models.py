@@ -12,12 +12,9 @@ import dataclasses
 import enum
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from robustctl.exit_codes import ExitCode
-
-if TYPE_CHECKING:
-    from robustctl.suspects import RecordResult
 
 SCHEMA_VERSION = 1
 """Version of the JSON documents robustctl prints; bumped on any incompatible change."""
@@ -157,16 +154,16 @@ class LevelSummary:
 
 @dataclass(frozen=True)
 class RunReport:
-    """The result of one ``robustctl diagnose`` run (the ``--json`` document).
+    """The result of one run of the diagnose levels (the body of ``robustctl diagnose --json``).
 
     Attributes:
         status: worst host status. exit_code: derived from ``status``.
         hosts: one report per targeted host, in inventory order; no host is ever dropped.
         levels: one summary per level considered. suspects: hosts named CRITICAL.
         unknown: hosts that could not be checked. started_at/finished_at: UNIX seconds.
-        recorded: what ``robustctl diagnose`` recorded in the state store (suspects marked, verified
-            hosts cleared, :func:`robustctl.suspects.record_suspects`); None when nothing was asked to
-            (``--no-record``, or a library call such as ``standby check``).
+
+    What ``robustctl diagnose`` recorded in the state store is not part of the engine's report: see
+    :class:`robustctl.commands.diagnose.DiagnoseResult`.
     """
 
     status: Status
@@ -178,7 +175,6 @@ class RunReport:
     finished_at: float
     schema_version: int = SCHEMA_VERSION
     kind: str = "diagnose"
-    recorded: RecordResult | None = None
 
     @property
     def exit_code(self) -> ExitCode:

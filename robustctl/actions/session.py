@@ -94,7 +94,7 @@ class ActionResult:
         refusal's message (rules and overrides) when refused. audit_id: the audit record (None for a
         dry run, a declined plan, or a refusal the store could not record). schema_version.
 
-    Its JSON document (:meth:`json_document`, which :func:`robustctl.commands.base.result_json`
+    Its JSON document (:meth:`to_json`, which :func:`robustctl.commands.base.result_json`
     returns) is the plan document (``kind: "plan"``, :func:`~robustctl.actions.plan.plan_json`: the
     very document apply records in the audit log) when nothing was applied, and the apply document
     (``kind: "apply"``, :func:`~robustctl.actions.plan.apply_json`) when apply ran.
@@ -123,7 +123,7 @@ class ActionResult:
             return self.applied.exit_code
         return ExitCode.OK
 
-    def json_document(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, Any]:
         """The ``--json`` document: the apply document when apply ran, else the plan document."""
         return apply_json(self.applied) if self.applied is not None else plan_json(self.plan)
 

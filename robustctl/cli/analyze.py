@@ -8,6 +8,14 @@ from typing import Annotated
 import typer
 
 from robustctl.cli.common import JsonOpt, OutputOpt, State
+from robustctl.cli.help import examples
+from robustctl.commands.base import exit_code_of, result_json
+
+EXAMPLES = examples(
+    ("robustctl analyze nccl.log kern.log dcgmi-diag.txt", "explain saved artefacts, each by its content"),
+    ("robustctl analyze dumps/rank*.txt --layout tp=2,pp=4,dp=4 -G 8", "cluster saved py-spy dumps"),
+    ("robustctl analyze nccl.log --expected-busbw 180 --json", "busbw below 180 GB/s is a finding"),
+)
 
 
 def analyze(
@@ -45,27 +53,23 @@ def analyze(
     job's ranks: outlier ranks, their machines and the smallest parallel group holding them.
     Exit: 0 nothing wrong, 1 warning, 2 faults found, 3 a file could not be read or recognised.
     """
+    from robustctl.commands.analyze import analyze_request, run_analyze
     from robustctl.report.console import emit_json, stderr_console
-    from robustctl.stacks.analyze import all_pyspy
 
-    console = stderr_console()
-    if layout is not None or all_pyspy(files):
-        from robustctl.inventory.topology import parse_layout
-        from robustctl.report.stacks import render_stacks
-        from robustctl.stacks.analyze import analyze_dumps
-
-        lay = parse_layout(layout) if layout is not None else None
-        report = analyze_dumps(files, layout=lay, ranks_per_host=ranks_per_host)
-        if not quiet:
-            render_stacks(report, console, verbose=State.verbose > 0)
-        emit_json(report, to_stdout=json_out, output=output)
-        return int(report.exit_code)
-
-    from robustctl.analysis.detect import analyze_paths
-    from robustctl.report.analysis import render_analysis
-
-    areport = analyze_paths(files, expected_busbw_gbps=expected_busbw)
+    result = run_analyze(
+        analyze_request(
+            files, expected_busbw_gbps=expected_busbw, layout=layout, ranks_per_host=ranks_per_host
+        )
+    )
     if not quiet:
-        render_analysis(areport, console, verbose=State.verbose > 0)
-    emit_json(areport, to_stdout=json_out, output=output)
-    return int(areport.exit_code)
+        from robustctl.report.analysis import render_analysis
+        from robustctl.report.stacks import render_stacks
+        from robustctl.stacks.result import StacksReport
+
+        report = result.report
+        if isinstance(report, StacksReport):
+            render_stacks(report, stderr_console(), verbose=State.verbose > 0)
+        else:
+            render_analysis(report, stderr_console(), verbose=State.verbose > 0)
+    emit_json(result_json(result), to_stdout=json_out, output=output)
+    return exit_code_of(result)

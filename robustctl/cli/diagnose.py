@@ -2,23 +2,19 @@
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Annotated
 
 import typer
 
-from robustctl.cli.common import (
-    InventoryOpt,
-    JsonOpt,
-    NoRecordOpt,
-    OutputOpt,
-    State,
-    StateOpt,
-    record_findings,
-    resolve_inventory,
+from robustctl.cli.common import InventoryOpt, JsonOpt, NoRecordOpt, OutputOpt, State, StateOpt
+from robustctl.cli.help import examples
+from robustctl.commands.base import exit_code_of, result_json
+
+EXAMPLES = examples(
+    ("robustctl diagnose --dry-run", "hosts, levels and each host's command; connects to nothing"),
+    ("robustctl diagnose --level 0 --json", "quick checks of this machine, JSON on stdout"),
+    ("robustctl diagnose -i cluster.yaml --hosts 'node[001-064]' -l 2", "L0-L2 on 64 hosts over SSH"),
 )
-from robustctl.errors import UsageError
-from robustctl.exit_codes import ExitCode
 
 
 def diagnose(
@@ -89,63 +85,35 @@ def diagnose(
     best effort: if it cannot be written, one warning line, and the same report and exit code.
     Exit: 0 healthy, 1 warning, 2 suspects found, 3 some hosts could not be checked, 64 usage, 78 config.
     """
-    from robustctl.diagnose import DiagnoseSpec, plan_levels, run_levels
+    from robustctl.commands.diagnose import diagnose_request, plan_diagnose, run_diagnose
     from robustctl.report.console import emit_json, stderr_console
     from robustctl.report.diagnose import print_plan, render_run
     from robustctl.report.progress import RichProgress
-    from robustctl.transport.pool import TransportPool
+    from robustctl.report.record import render_recorded
 
-    inv = resolve_inventory(inventory)
-    targets = inv.select(hosts)
-    if not targets:
-        raise UsageError(f"no active hosts selected from {inv.source}" + (f" by {hosts!r}" if hosts else ""))
-    updates: dict[str, object] = {}
-    if concurrency is not None:
-        updates["concurrency"] = concurrency
-    if host_timeout is not None:
-        updates["host_timeout_s"] = host_timeout
-    if deadline is not None:
-        updates["deadline_s"] = deadline
-    settings = inv.diagnose.model_copy(update=updates)
-    if burn_seconds is not None:
-        settings = settings.model_copy(
-            update={"burn": settings.burn.model_copy(update={"seconds": burn_seconds})}
-        )
-    request = DiagnoseSpec(
-        hosts=tuple(targets),
-        settings=settings,
-        thresholds=inv.thresholds,
-        max_level=level,
+    request = diagnose_request(
+        inventory=inventory,
+        hosts=hosts,
+        level=level,
         all_levels=all_levels,
+        concurrency=concurrency,
+        host_timeout_s=host_timeout,
+        deadline_s=deadline,
+        burn_seconds=burn_seconds,
+        accept_new_host_keys=accept_new_host_keys,
+        state=state,
+        record=not no_record,
     )
     console = stderr_console()
     if dry_run:
-        plan = plan_levels(request)
+        plan = plan_diagnose(request)
         if not quiet:
-            print_plan(plan, console)
-        emit_json(plan, to_stdout=json_out, output=output)
-        return int(ExitCode.OK)
-    pool = TransportPool(accept_new_host_keys=accept_new_host_keys)
-    try:
-        report = run_levels(request, pool, progress=RichProgress(console, enabled=not quiet))
-    finally:
-        pool.close()
+            print_plan(dict(plan.plan), console)
+        emit_json(result_json(plan), to_stdout=json_out, output=output)
+        return exit_code_of(plan)
+    result = run_diagnose(request, progress=RichProgress(console, enabled=not quiet))
     if not quiet:
-        render_run(report, console, verbose=State.verbose > 0)
-    if not no_record:
-        from robustctl.suspects import diagnose_findings
-
-        found = diagnose_findings(report, level)
-        recorded = record_findings(
-            state,
-            found.named,
-            cleared=found.cleared,
-            source="diagnose",
-            clear_reason=found.clear_reason,
-            inventory=inv,
-            console=console,
-            quiet=quiet,
-        )
-        report = dataclasses.replace(report, recorded=recorded)
-    emit_json(report, to_stdout=json_out, output=output)
-    return int(report.exit_code)
+        render_run(result.report, console, verbose=State.verbose > 0)
+    render_recorded(result.recorded, console, quiet=quiet)
+    emit_json(result_json(result), to_stdout=json_out, output=output)
+    return exit_code_of(result)

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from robustctl.cli.common import InventoryOpt, JsonOpt, StateOpt
+from robustctl.cli.help import examples
 
 if TYPE_CHECKING:
     from robustctl.actions.session import ActionResult, Confirm, ShowPlan
@@ -91,6 +92,20 @@ def finish(result: ActionResult, *, json_out: bool, quiet: bool) -> int:
     return exit_code_of(result)
 
 
+EVICT_EXAMPLES = examples(
+    (
+        "robustctl evict node017 --job llama70b --over-evict pp --reason 'xid 79' --dry-run",
+        "plan: the PP group",
+    ),
+    ("robustctl evict 'node[001-004]' --reason 'IB link flaps' --yes", "drain four machines"),
+    ("robustctl evict --from-report stacks.json --over-evict auto --reason hang --yes", "what stacks named"),
+)
+RETURN_EXAMPLES = examples(
+    ("robustctl return node017 --reason 'GPU replaced' --dry-run", "show the plan; change nothing"),
+    ("robustctl return 'node[001-004]' --reason 'IB cables reseated' --yes", "resume four machines"),
+)
+
+
 def evict(
     hosts: Annotated[
         str | None, typer.Argument(help="Hosts to evict: names or ranges, e.g. node017 or 'node[001-004]'.")
@@ -133,14 +148,6 @@ def evict(
     circuit breaker when too many hosts look bad at once.
     Exit: 0 applied or nothing to do, 2 refused by a rail or the lock, 3 a scheduler step failed,
     64 usage (or no --yes without a terminal), 78 config or unwritable state store.
-
-    Examples:
-
-      robustctl evict node017 --job llama70b --over-evict pp --reason 'xid 79' --dry-run
-
-      robustctl evict 'node\\[001-004]' --reason 'IB link flaps' --yes
-
-      robustctl evict --from-report stacks.json --over-evict auto --reason hang --yes --json
     """
     from robustctl.commands.evict import EvictRequest, run_evict
 
@@ -178,12 +185,6 @@ def return_(
 
     The store's history records evicted → returned → active. Exit: 0 applied or nothing to do,
     2 refused (empty target set, lock), 3 a scheduler step failed, 64 usage, 78 config/state store.
-
-    Examples:
-
-      robustctl return node017 --reason 'GPU replaced' --dry-run
-
-      robustctl return 'node\\[001-004]' --reason 'IB cables reseated' --yes
     """
     from robustctl.commands.evict import ReturnRequest, run_return
 

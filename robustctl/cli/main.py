@@ -3,7 +3,9 @@
 ``main(argv) -> int`` runs a command and maps every outcome to the table in
 :mod:`robustctl.exit_codes`: usage errors (typer's vendored click) → 64 (never click's own 2, which would read as
 CRITICAL), :class:`~robustctl.errors.RobustctlError` → its ``exit_code`` with one line on stderr,
-anything unexpected → 3 with one line (the traceback with ``-vv``).
+anything unexpected → 3 with one line (the traceback with ``-vv``). ``-v``/``--verbose`` may stand
+anywhere before ``--`` (``robustctl diagnose -v`` as well as ``robustctl -v diagnose``): ``main``
+counts and removes them before typer parses the rest.
 """
 
 from __future__ import annotations
@@ -18,14 +20,22 @@ from robustctl import __version__
 from robustctl.cli import diagnose as diagnose_cmd
 from robustctl.cli import inventory as inventory_cmd
 from robustctl.cli.common import State
+from robustctl.cli.help import examples, hide_switch_types
 from robustctl.errors import RobustctlError
 from robustctl.exit_codes import ExitCode
+
+hide_switch_types()
 
 app = typer.Typer(
     name="robustctl",
     help="Rapid isolation for large LLM training jobs: diagnose hosts, name suspects, over-evict.",
+    epilog=examples(
+        ("robustctl diagnose --dry-run", "what a diagnose of this machine would run"),
+        ("robustctl diagnose -i cluster.yaml -v", "every active host; -v works after the command too"),
+        ("robustctl hosts", "suspect, evicted and standby hosts, with their last finding"),
+    ),
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,
     pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
@@ -40,7 +50,10 @@ def _version(value: bool) -> None:
 @app.callback()
 def root(
     verbose: Annotated[
-        int, typer.Option("--verbose", "-v", count=True, help="More detail; -vv shows tracebacks.")
+        int,
+        typer.Option(
+            "--verbose", "-v", count=True, help="More detail; -vv shows tracebacks (also after the command)."
+        ),
     ] = 0,
     version: Annotated[
         bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")
@@ -50,16 +63,18 @@ def root(
     State.verbose = verbose
 
 
-app.command("diagnose")(diagnose_cmd.diagnose)
+app.command("diagnose", epilog=diagnose_cmd.EXAMPLES)(diagnose_cmd.diagnose)
 app.add_typer(inventory_cmd.app, name="inventory")
 
 
 def _register_optional() -> None:
     from robustctl.cli import analyze as analyze_cmd
+    from robustctl.cli import hosts as hosts_cmd
     from robustctl.cli import stacks as stacks_cmd
 
-    app.command("stacks")(stacks_cmd.stacks)
-    app.command("analyze")(analyze_cmd.analyze)
+    app.command("stacks", epilog=stacks_cmd.EXAMPLES)(stacks_cmd.stacks)
+    app.command("analyze", epilog=analyze_cmd.EXAMPLES)(analyze_cmd.analyze)
+    app.command("hosts", epilog=hosts_cmd.EXAMPLES)(hosts_cmd.hosts)
 
 
 def _register_actions() -> None:
@@ -67,10 +82,10 @@ def _register_actions() -> None:
     from robustctl.cli import evict as evict_cmd
     from robustctl.cli import standby as standby_cmd
 
-    app.command("evict")(evict_cmd.evict)
-    app.command("return")(evict_cmd.return_)
+    app.command("evict", epilog=evict_cmd.EVICT_EXAMPLES)(evict_cmd.evict)
+    app.command("return", epilog=evict_cmd.RETURN_EXAMPLES)(evict_cmd.return_)
     app.add_typer(standby_cmd.app, name="standby")
-    app.command("audit")(audit_cmd.audit)
+    app.command("audit", epilog=audit_cmd.EXAMPLES)(audit_cmd.audit)
 
 
 _register_optional()
@@ -79,13 +94,17 @@ _register_actions()
 
 def main(argv: list[str] | None = None) -> int:
     """Run robustctl with ``argv`` (default ``sys.argv[1:]``) and return the exit code."""
-    args = sys.argv[1:] if argv is None else argv
-    State.verbose = sum(a.count("v") for a in args if a.startswith("-v") and set(a[1:]) == {"v"})
-    State.verbose += args.count("--verbose")
+    State.verbose, args = _take_verbose(sys.argv[1:] if argv is None else argv)
     try:
         rv = app(args=args, prog_name="robustctl", standalone_mode=False)
     except typer.Exit as exc:
         return int(exc.exit_code)
+    except SystemExit as exc:  # typer's --show-completion/--install-completion exit on their own
+        return (
+            exc.code
+            if isinstance(exc.code, int)
+            else int(ExitCode.OK if exc.code is None else ExitCode.USAGE)
+        )
     except typer.Abort:
         sys.stderr.write("robustctl: aborted\n")
         return 130
@@ -114,6 +133,23 @@ def main(argv: list[str] | None = None) -> int:
             traceback.print_exc()
         return int(ExitCode.UNKNOWN)
     return int(rv) if isinstance(rv, int) else 0
+
+
+def _take_verbose(argv: list[str]) -> tuple[int, list[str]]:
+    """Count ``-v``/``-vv``/``--verbose`` before ``--`` and remove them: they may follow the subcommand."""
+    count = 0
+    rest: list[str] = []
+    for i, a in enumerate(argv):
+        if a == "--":
+            rest.extend(argv[i:])
+            break
+        if a == "--verbose":
+            count += 1
+        elif a.startswith("-v") and set(a[1:]) == {"v"}:
+            count += len(a) - 1
+        else:
+            rest.append(a)
+    return count, (["-" + "v" * count, *rest] if count else rest)
 
 
 def run() -> None:

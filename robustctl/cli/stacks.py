@@ -2,20 +2,19 @@
 
 from __future__ import annotations
 
-import dataclasses
+from functools import partial
 from typing import Annotated
 
 import typer
 
-from robustctl.cli.common import (
-    InventoryOpt,
-    JsonOpt,
-    NoRecordOpt,
-    OutputOpt,
-    State,
-    StateOpt,
-    record_findings,
-    resolve_inventory,
+from robustctl.cli.common import InventoryOpt, JsonOpt, NoRecordOpt, OutputOpt, State, StateOpt
+from robustctl.cli.help import examples
+from robustctl.commands.base import exit_code_of, result_json
+
+EXAMPLES = examples(
+    ("robustctl stacks -i cluster.yaml --job llama70b", "py-spy every rank, cluster, name the hung ranks"),
+    ("robustctl stacks -i cluster.yaml -j llama70b --slow --rounds 5", "fail-slow voting over 5 rounds"),
+    ("robustctl stacks -i cluster.yaml -j llama70b --json --no-record", "JSON report, store untouched"),
 )
 
 
@@ -75,75 +74,35 @@ def stacks(
     each round gets a vote; the most-voted group is the degrader (a group, not machine suspects:
     nothing is recorded). Exit: 0 no outlier, 1 ambiguous, 2 suspects named, 3 nothing could be read.
     """
+    from robustctl.commands.stacks import StacksResult, run_stacks, stacks_request
     from robustctl.report.console import emit_json, stderr_console
-    from robustctl.report.stacks import render_failslow, render_stacks
-    from robustctl.stacks.collect import CollectSettings
-    from robustctl.stacks.live import stacks_failslow, stacks_hang
-    from robustctl.transport.pool import TransportPool
+    from robustctl.report.record import render_recorded
+    from robustctl.report.stacks import render_collection_note, render_failslow, render_live_stacks
 
-    inv = resolve_inventory(inventory)
-    the_job = inv.job(job)
-    targets = None
-    if hosts is not None:
-        wanted = {h.name for h in inv.select(hosts)}
-        targets = [h for h in the_job.hosts if h.name in wanted]
-    settings = CollectSettings.from_diagnose(
-        inv.diagnose,
+    request = stacks_request(
+        job=job,
+        inventory=inventory,
+        hosts=hosts,
+        slow=slow,
+        rounds=rounds,
+        interval_s=interval,
+        samples=samples,
+        sample_interval_s=sample_interval,
         native=native,
-        nonblocking=not blocking,
-        probe_timeout_s=timeout,
+        blocking=blocking,
+        timeout_s=timeout,
+        state=state,
+        record=not no_record,
     )
     console = stderr_console()
-
-    def note(i: int, col: object) -> None:
+    result = run_stacks(request, progress=None if quiet else partial(render_collection_note, console=console))
+    if isinstance(result, StacksResult):
         if not quiet:
-            from robustctl.stacks.collect import StackCollection
-
-            assert isinstance(col, StackCollection)
-            bad = len(col.unknown_hosts)
-            console.print(
-                f"[dim]sample {i + 1}: {len(col.mains)} rank(s) from {len(col.hosts) - bad}/{len(col.hosts)} host(s) "
-                f"in {col.elapsed_s:.1f}s[/]"
+            render_live_stacks(
+                result.live.report, result.live.collections, console, verbose=State.verbose > 0
             )
-
-    pool = TransportPool()
-    try:
-        if slow:
-            fs = stacks_failslow(
-                the_job,
-                pool,
-                hosts=targets,
-                settings=settings,
-                rounds=rounds,
-                interval_s=interval,
-                on_round=note,
-            )
-            if not quiet:
-                render_failslow(fs.result, console)
-            emit_json(fs.to_json(), to_stdout=json_out, output=output)
-            return int(fs.exit_code)
-        live = stacks_hang(
-            the_job,
-            pool,
-            hosts=targets,
-            settings=settings,
-            samples=samples,
-            interval_s=sample_interval,
-            on_sample=note,
-        )
-    finally:
-        pool.close()
-    if not quiet:
-        render_stacks(live.report, console, verbose=State.verbose > 0)
-        for col in live.collections[-1:]:
-            for h in col.unknown_hosts:
-                console.print(f"[magenta]{h.host}: {h.status.value}: {h.error}[/]")
-    if not no_record:
-        from robustctl.suspects import stacks_findings
-
-        recorded = record_findings(
-            state, stacks_findings(live.report), source="stacks", inventory=inv, console=console, quiet=quiet
-        )
-        live = dataclasses.replace(live, recorded=recorded)
-    emit_json(live.to_json(), to_stdout=json_out, output=output)
-    return int(live.exit_code)
+        render_recorded(result.recorded, console, quiet=quiet)
+    elif not quiet:
+        render_failslow(result.live.result, console)
+    emit_json(result_json(result), to_stdout=json_out, output=output)
+    return exit_code_of(result)

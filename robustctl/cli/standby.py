@@ -21,23 +21,28 @@ from robustctl.cli.evict import (
     finish,
     plan_shower,
 )
+from robustctl.cli.help import examples
 
 app = typer.Typer(
     help="Warm standbys: self-checked machines that replace evicted ones, and the pool's size.",
     no_args_is_help=True,
+    epilog=examples(
+        ("robustctl standby size --machines 1024 --daily-failure-rate 0.0012", "how many standbys: 4"),
+        ("robustctl standby add 'spare[01-04]' --yes", "hold four machines as standbys"),
+        ("robustctl standby activate --for node017 --job llama70b --yes", "swap a ready standby in"),
+    ),
 )
 
 
-@app.command("list")
+@app.command(
+    "list",
+    epilog=examples(
+        ("robustctl standby list", "the pool with each host's readiness"),
+        ("robustctl standby list --json", "the same as one JSON document"),
+    ),
+)
 def list_(inventory: InventoryOpt = None, state: StateOpt = None, json_out: JsonOpt = False) -> int:
-    """List the standby pool with each host's readiness (ready, bad, unchecked). Exit: 0, 78 config.
-
-    Examples:
-
-      robustctl standby list
-
-      robustctl standby list --json
-    """
+    """List the standby pool with each host's readiness (ready, bad, unchecked). Exit: 0, 78 config."""
     from robustctl.commands.base import exit_code_of, result_json
     from robustctl.commands.standby import StandbyListRequest, run_standby_list
     from robustctl.report.actions import render_standby_list
@@ -49,7 +54,16 @@ def list_(inventory: InventoryOpt = None, state: StateOpt = None, json_out: Json
     return exit_code_of(result)
 
 
-@app.command("add")
+@app.command(
+    "add",
+    epilog=examples(
+        ("robustctl standby add 'spare[01-04]' --dry-run", "show the plan; change nothing"),
+        (
+            "robustctl standby add spare05 --reason 'back from repair' --yes",
+            "hold a repaired machine as a standby",
+        ),
+    ),
+)
 def add(
     hosts: Annotated[str, typer.Argument(help="Hosts to add to the pool, e.g. 'spare[01-04]'.")],
     reason: Annotated[
@@ -69,12 +83,6 @@ def add(
 
     Refuses a host that runs a job (rail not-in-a-job; --force to override). Exit: 0, 2 refused,
     3 scheduler step failed, 64 usage, 78 config/state store.
-
-    Examples:
-
-      robustctl standby add 'spare\\[01-04]' --dry-run
-
-      robustctl standby add spare05 --reason 'back from repair' --yes
     """
     from robustctl.commands.standby import StandbyAddRequest, run_standby_add
 
@@ -92,7 +100,13 @@ def add(
     return finish(result, json_out=json_out, quiet=quiet)
 
 
-@app.command("check")
+@app.command(
+    "check",
+    epilog=examples(
+        ("robustctl standby check", "self-check the whole pool (diagnose L0-L1)"),
+        ("robustctl standby check spare01 --json", "one standby, JSON on stdout"),
+    ),
+)
 def check(
     hosts: Annotated[
         str | None, typer.Argument(help="Standbys to check \\[default: the whole pool].")
@@ -105,12 +119,6 @@ def check(
     """Self-check standbys with diagnose L0-L1 and mark each ready (healthy) or bad (anything else).
 
     Exit: 0 every standby ready, 2 some bad, 64 usage (no standby), 78 config/state store.
-
-    Examples:
-
-      robustctl standby check
-
-      robustctl standby check spare01 --json
     """
     from robustctl.commands.base import exit_code_of, result_json
     from robustctl.commands.standby import StandbyCheckRequest, run_standby_check
@@ -124,7 +132,16 @@ def check(
     return exit_code_of(result)
 
 
-@app.command("activate")
+@app.command(
+    "activate",
+    epilog=examples(
+        ("robustctl standby activate --for node017 --job llama70b --dry-run", "show the swap plan"),
+        (
+            "robustctl standby activate --for node017 --job llama70b --standby spare02 --requeue --yes",
+            "swap in spare02 and requeue the job",
+        ),
+    ),
+)
 def activate(
     for_host: Annotated[str, typer.Option("--for", help="The evicted host of the job to replace.")],
     job: Annotated[str, typer.Option("--job", help="The job whose host list changes.")],
@@ -147,12 +164,6 @@ def activate(
 
     Exit: 0 applied, 2 refused (host not evicted, no ready standby), 3 scheduler step failed,
     64 usage, 78 config/state store.
-
-    Examples:
-
-      robustctl standby activate --for node017 --job llama70b --dry-run
-
-      robustctl standby activate --for node017 --job llama70b --standby spare02 --requeue --yes
     """
     from robustctl.commands.standby import StandbyActivateRequest, run_standby_activate
 
@@ -173,7 +184,13 @@ def activate(
     return finish(result, json_out=json_out, quiet=quiet)
 
 
-@app.command("size")
+@app.command(
+    "size",
+    epilog=examples(
+        ("robustctl standby size --machines 1024 --daily-failure-rate 0.0012", "prints 4"),
+        ("robustctl standby size --from-history --history-days 90 --json", "from the store's evictions"),
+    ),
+)
 def size(
     machines: Annotated[
         int | None,
@@ -210,12 +227,6 @@ def size(
 
     The smallest k with P\\[failures <= k] >= 0.99 (ByteRobust's Table 5: 2, 2, 3, 4 spares for 128,
     256, 512, 1024 machines at 0.12% a day). Exit: 0, 64 usage, 78 config/state store.
-
-    Examples:
-
-      robustctl standby size --machines 1024 --daily-failure-rate 0.0012   (prints 4)
-
-      robustctl standby size --from-history --history-days 90 --json
     """
     import sys
 

@@ -39,14 +39,15 @@ def exit_code_of(result: CommandResult) -> int:
 def result_json(result: CommandResult) -> dict[str, Any]:
     """The JSON document of ``result``: its fields (enums and tuples made plain) plus ``exit_code``.
 
-    A result whose document an earlier release fixed defines ``json_document()`` and gives it
-    itself (the action commands: the plan or apply document, :class:`robustctl.actions.session.ActionResult`).
+    A result whose document is not simply its fields defines ``to_json() -> dict``, which is used
+    as it is (it carries ``exit_code`` itself where its document has one): ``diagnose`` keeps the :class:`~robustctl.models.RunReport` fields at the top level;
+    the action commands give the plan or apply document (:class:`robustctl.actions.session.ActionResult`).
 
     Raises:
-        TypeError: ``result`` is not a dataclass with ``kind`` and ``schema_version``.
+        TypeError: the document has no ``kind`` and ``schema_version``.
     """
-    document = getattr(result, "json_document", None)
-    doc = document() if callable(document) else to_jsonable(result)
+    to_json = getattr(result, "to_json", None)
+    doc = to_json() if callable(to_json) else to_jsonable(result)
     if not isinstance(doc, dict) or "kind" not in doc or "schema_version" not in doc:
         raise TypeError(f"{type(result).__name__} is not a command result (needs kind and schema_version)")
     return doc

@@ -7,6 +7,7 @@ Tables, progress and logs go to stderr through rich; JSON documents go to stdout
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -26,9 +27,21 @@ STATUS_STYLE: dict[Status, str] = {
 }
 
 
-def stderr_console() -> Console:
-    """A console on stderr (highlighting off: verdict colours carry the meaning)."""
-    return Console(stderr=True, highlight=False, soft_wrap=False)
+WIDE_COLUMNS = 200
+"""Width of a ``wide`` console whose stream is not a terminal (rich's own default there is 80)."""
+
+
+def stderr_console(*, wide: bool = False) -> Console:
+    """A console on stderr (highlighting off: verdict colours carry the meaning).
+
+    ``wide``: when stderr is not a terminal and ``$COLUMNS`` is unset, lay out to
+    :data:`WIDE_COLUMNS` columns instead of 80, so a table piped to a file or a pager keeps whole
+    rows (tables still take only the width they need).
+    """
+    console = Console(stderr=True, highlight=False, soft_wrap=False)
+    if wide and not console.is_terminal and not os.environ.get("COLUMNS"):
+        console.width = WIDE_COLUMNS
+    return console
 
 
 def styled(status: Status) -> str:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.markup import escape
@@ -23,7 +24,10 @@ from robustctl.report.console import styled
 from robustctl.stacks.failslow import FailSlowResult
 from robustctl.stacks.result import ClassSummary, StacksReport
 
-__all__ = ["render_failslow", "render_stacks"]
+if TYPE_CHECKING:
+    from robustctl.stacks.collect import StackCollection
+
+__all__ = ["render_collection_note", "render_failslow", "render_live_stacks", "render_stacks"]
 
 _FOLD = 4
 """Straight runs longer than this are folded to first frame, ``⋮ n frames``, last frame."""
@@ -223,3 +227,22 @@ def render_failslow(result: FailSlowResult, console: Console) -> None:
         )
     else:
         console.print(f"[yellow]no degrader[/]: {escape(result.reason or '')}")
+
+
+def render_collection_note(index: int, col: StackCollection, console: Console) -> None:
+    """One dim progress line per collection: ``sample 1: 16 rank(s) from 2/2 host(s) in 0.4s``."""
+    bad = len(col.unknown_hosts)
+    console.print(
+        f"[dim]sample {index + 1}: {len(col.mains)} rank(s) from {len(col.hosts) - bad}/{len(col.hosts)} "
+        f"host(s) in {col.elapsed_s:.1f}s[/]"
+    )
+
+
+def render_live_stacks(
+    report: StacksReport, collections: Sequence[StackCollection], console: Console, *, verbose: bool = False
+) -> None:
+    """:func:`render_stacks`, then one line per host the last collection could not read."""
+    render_stacks(report, console, verbose=verbose)
+    for col in collections[-1:]:
+        for h in col.unknown_hosts:
+            console.print(f"[magenta]{escape(h.host)}: {h.status.value}: {escape(str(h.error))}[/]")

@@ -27,7 +27,6 @@ from robustctl.stacks.result import StacksReport, analyze_stacks
 if TYPE_CHECKING:
     from robustctl.exit_codes import ExitCode
     from robustctl.inventory import Host, Job
-    from robustctl.suspects import RecordResult
     from robustctl.transport.pool import TransportPool
 
 
@@ -37,13 +36,13 @@ class LiveStacks:
 
     Attributes:
         report: the verdict. collections: every collection, oldest first.
-        recorded: what ``robustctl stacks`` recorded in the state store
-            (:func:`robustctl.suspects.record_suspects`); None when nothing was asked to.
+
+    What ``robustctl stacks`` recorded in the state store is not part of it: see
+    :class:`robustctl.commands.stacks.StacksResult`.
     """
 
     report: StacksReport
     collections: tuple[StackCollection, ...]
-    recorded: RecordResult | None = None
 
     @property
     def exit_code(self) -> ExitCode:
@@ -51,10 +50,8 @@ class LiveStacks:
         return self.report.exit_code
 
     def to_json(self) -> dict[str, Any]:
-        """The ``--json`` document: the StacksReport fields plus ``collection`` (per host, per sample) and
-        ``recorded`` (null when nothing was recorded)."""
+        """The StacksReport fields plus ``collection`` (per host, per sample)."""
         doc: dict[str, Any] = to_jsonable(self.report)
-        doc["recorded"] = to_jsonable(self.recorded)
         doc["collection"] = [
             {
                 "started_at": c.started_at,

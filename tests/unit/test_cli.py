@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -12,22 +13,90 @@ from robustctl.exit_codes import ExitCode
 
 
 def commands() -> list[list[str]]:
-    out: list[list[str]] = [[]]
-    for info in app.registered_commands:
-        out.append([info.name or info.callback.__name__])  # type: ignore[union-attr]
-    for group in app.registered_groups:
-        assert group.typer_instance is not None
-        out.append([group.name or ""])
-        for info in group.typer_instance.registered_commands:
-            out.append([group.name or "", info.name or ""])
+    """Every command path (root, each command, each group and its subcommands), from the click tree."""
+    import typer.main
+
+    out: list[list[str]] = []
+
+    def walk(cmd: Any, path: list[str]) -> None:
+        out.append(path)
+        for name, sub in sorted(getattr(cmd, "commands", {}).items()):
+            walk(sub, [*path, name])
+
+    walk(typer.main.get_command(app), [])
     return out
 
 
-@pytest.mark.parametrize("cmd", commands(), ids=lambda c: " ".join(c) or "root")
-def test_every_command_has_help(cmd: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+def description(path: list[str]) -> str:
+    """The first line of the command's docstring or help (what its help must show)."""
+    import typer.main
+
+    cmd: Any = typer.main.get_command(app)
+    for name in path:
+        cmd = cmd.commands[name]
+    return " ".join((cmd.help or "").strip().split("\n\n")[0].split())
+
+
+# evict, return and standby are reworked on their own; their examples arrive with that rework
+AWAITING_EXAMPLES: set[str] = set()
+
+
+def _params(cmd: list[str]) -> Any:
+    marks = []
+    if cmd and cmd[0] in AWAITING_EXAMPLES:
+        marks.append(pytest.mark.xfail(strict=True, reason="examples come with the action-command rework"))
+    return pytest.param(cmd, marks=marks, id=" ".join(cmd) or "root")
+
+
+@pytest.mark.parametrize("cmd", [_params(c) for c in commands()])
+def test_every_command_has_help_with_description_and_examples(
+    cmd: list[str], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COLUMNS", "300")
     assert main([*cmd, "--help"]) == 0
     out = capsys.readouterr().out
-    assert "Usage:" in out and len(out) > 100
+    flat = " ".join(out.replace("│", " ").split())
+    assert "Usage:" in out
+    assert description(cmd) and description(cmd) in flat
+    assert "Examples:" in out and "$ robustctl" in out
+
+
+def test_switches_show_no_type_tag(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COLUMNS", "200")
+    assert main(["--help"]) == 0
+    root = capsys.readouterr().out
+    assert main(["diagnose", "--help"]) == 0
+    diag = capsys.readouterr().out
+    for line in [*root.splitlines(), *diag.splitlines()]:
+        if any(f" {opt} " in line for opt in ("--verbose", "--version", "--json", "--dry-run", "--help")):
+            assert "<bool>" not in line and "<int>" not in line, line
+    assert "<int range>" in diag  # options that take a value keep their type
+
+
+def test_verbose_after_the_subcommand(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from robustctl.cli.common import State
+
+    inv = tmp_path / "c.yaml"
+    inv.write_text("hosts:\n  - name: n1\n    address: 127.0.0.2\n")
+    for argv, level in (
+        (["diagnose", "-i", str(inv), "--dry-run", "-v"], 1),
+        (["-v", "diagnose", "-i", str(inv), "--dry-run", "-vv"], 3),
+        (["diagnose", "--verbose", "-i", str(inv), "--dry-run"], 1),
+        (["diagnose", "-i", str(inv), "--dry-run"], 0),
+    ):
+        assert main(argv) == 0, argv
+        assert State.verbose == level, argv
+    capsys.readouterr()
+
+
+def test_shell_completion_is_offered(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SHELL", "/bin/bash")
+    assert main(["--show-completion", "bash"]) == 0
+    assert "_ROBUSTCTL_COMPLETE" in capsys.readouterr().out
 
 
 def test_exit_code_table_is_stable() -> None:
@@ -77,9 +146,11 @@ def test_inventory_validate_and_show_json(tmp_path: Path, capsys: pytest.Capture
     assert main(["inventory", "validate", str(inv), "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["valid"] is True and doc["hosts"] == {"active": 3, "standby": 1}
+    assert doc["kind"] == "inventory-validate" and doc["schema_version"] == 1
     assert main(["inventory", "show", str(inv), "--json", "--hosts", "n[2-3]"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert [h["address"] for h in doc["hosts"]] == ["127.0.0.3", "127.0.0.4"]
+    assert doc["kind"] == "inventory" and doc["schema_version"] == 1
 
 
 def test_unknown_host_selection_is_config_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -289,7 +289,7 @@ def test_confirm_is_not_asked_for_a_dry_run_a_refusal_or_nothing_to_do(ctx: Acti
 
     with _session(ctx, dry_run=True, confirm=never) as s:
         dry = s.run(lambda c: plan_evict(EvictSpec(hosts="node02", reason="x"), c))
-    assert dry.outcome is Outcome.DRY_RUN and dry.json_document() == plan_json(dry.plan)
+    assert dry.outcome is Outcome.DRY_RUN and dry.to_json() == plan_json(dry.plan)
     with _session(ctx, confirm=always) as s:
         applied = s.run(lambda c: plan_evict(EvictSpec(hosts="node02", reason="x"), c))
     assert applied.outcome is Outcome.APPLIED and applied.kind == "apply"

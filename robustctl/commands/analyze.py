@@ -1,0 +1,109 @@
+"""``robustctl analyze`` as a library call: :func:`run_analyze` explains saved artefacts offline."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from robustctl.models import to_jsonable
+
+if TYPE_CHECKING:
+    from robustctl.analysis.detect import AnalysisReport
+    from robustctl.config import ParallelLayout
+    from robustctl.exit_codes import ExitCode
+    from robustctl.stacks.result import StacksReport
+
+__all__ = ["AnalyzeRequest", "AnalyzeResult", "analyze_request", "run_analyze"]
+
+
+@dataclass(frozen=True)
+class AnalyzeRequest:
+    """What to analyse.
+
+    Attributes:
+        files: the artefacts (nccl-tests output, kernel logs, dcgmi diag output, py-spy dumps).
+        expected_busbw_gbps: expected peak all-reduce busbw (GB/s); below it is a finding.
+        layout: parallel layout of the job py-spy dumps came from; given, the files are read as dumps.
+        ranks_per_host: ranks (GPUs) per machine, for py-spy dumps.
+    """
+
+    files: tuple[Path, ...]
+    expected_busbw_gbps: float | None = None
+    layout: ParallelLayout | None = None
+    ranks_per_host: int | None = None
+
+
+@dataclass(frozen=True)
+class AnalyzeResult:
+    """The analysis: a :class:`~robustctl.stacks.result.StacksReport` when the files are py-spy dumps
+    (clustered together as one job's ranks), else an :class:`~robustctl.analysis.detect.AnalysisReport`
+    (one explanation per file). Its JSON document is the inner report's (``kind`` ``"stacks"`` or
+    ``"analyze"``)."""
+
+    report: StacksReport | AnalysisReport
+
+    @property
+    def kind(self) -> str:
+        """``"stacks"`` (py-spy dumps) or ``"analyze"``."""
+        return self.report.kind
+
+    @property
+    def schema_version(self) -> int:
+        """The inner report's schema version."""
+        return self.report.schema_version
+
+    @property
+    def exit_code(self) -> ExitCode:
+        """0 nothing wrong, 1 warning, 2 faults found, 3 a file could not be read or recognised."""
+        return self.report.exit_code
+
+    def to_json(self) -> dict[str, Any]:
+        """The inner report's document."""
+        doc: dict[str, Any] = to_jsonable(self.report)
+        return doc
+
+
+def analyze_request(
+    files: Sequence[Path],
+    *,
+    expected_busbw_gbps: float | None = None,
+    layout: str | None = None,
+    ranks_per_host: int | None = None,
+) -> AnalyzeRequest:
+    """An :class:`AnalyzeRequest` from command-line values (``layout`` as ``"tp=2,pp=4,dp=4"``).
+
+    Raises:
+        UsageError: a malformed layout.
+    """
+    from robustctl.inventory.topology import parse_layout
+
+    return AnalyzeRequest(
+        files=tuple(files),
+        expected_busbw_gbps=expected_busbw_gbps,
+        layout=parse_layout(layout) if layout is not None else None,
+        ranks_per_host=ranks_per_host,
+    )
+
+
+def run_analyze(request: AnalyzeRequest) -> AnalyzeResult:
+    """Detect each file's kind from its content and explain it; never raises for a bad file.
+
+    When every file is a py-spy dump (or a layout is given), the dumps are clustered together:
+    outlier ranks, their machines and the smallest parallel group holding them.
+
+    Raises:
+        UsageError: the dumps do not fit the layout.
+    """
+    from robustctl.stacks.analyze import all_pyspy
+
+    if request.layout is not None or all_pyspy(request.files):
+        from robustctl.stacks.analyze import analyze_dumps
+
+        return AnalyzeResult(
+            analyze_dumps(request.files, layout=request.layout, ranks_per_host=request.ranks_per_host)
+        )
+    from robustctl.analysis.detect import analyze_paths
+
+    return AnalyzeResult(analyze_paths(request.files, expected_busbw_gbps=request.expected_busbw_gbps))
