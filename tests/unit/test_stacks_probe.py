@@ -23,6 +23,8 @@ from typing import Any
 
 import pytest
 
+from robustctl.probes import load_probe, probe_script
+
 REPO = Path(__file__).resolve().parents[2]
 PROBE = REPO / "diagnostics" / "stacks.py"
 
@@ -154,7 +156,11 @@ def procs(tmp_path: Path) -> Iterator[Procs]:
 def run_probe(args: Sequence[str], python: str = sys.executable) -> dict[str, Any]:
     """Run the probe like robustctl (source on stdin of ``python -``); return its document."""
     proc = subprocess.run(
-        [python, "-", *args], input=PROBE.read_bytes(), capture_output=True, timeout=60, env=dict(os.environ)
+        [python, "-", *args],
+        input=probe_script("stacks"),
+        capture_output=True,
+        timeout=60,
+        env=dict(os.environ),
     )
     assert proc.returncode == 0, proc.stderr.decode()
     lines = proc.stdout.decode().strip().splitlines()
@@ -383,12 +389,7 @@ def test_cut_short_main_thread_is_dumped_again(procs: Procs, tmp_path: Path) -> 
 
 
 def test_main_thread_complete() -> None:
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("stacks_probe", PROBE)
-    assert spec is not None and spec.loader is not None
-    probe = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(probe)
+    probe = load_probe("stacks")
 
     def thread(name: str, *fns: str) -> dict[str, Any]:
         return {"thread_name": name, "frames": [{"name": f} for f in fns]}
