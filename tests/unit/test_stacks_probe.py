@@ -8,6 +8,7 @@ one JSON document. Every process started here is killed by its session at the en
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -715,3 +716,45 @@ def test_settings_from_diagnose_and_host_json() -> None:
     assert (s.concurrency, s.retries, s.native, s.nonblocking) == (7, 0, True, True)
     h = HostStacks("n1", Outcome.UNREACHABLE, Status.UNKNOWN, "refused", (0, 1), ())
     assert h.as_dict()["missing_ranks"] == [0, 1] and h.as_dict()["outcome"] == "unreachable"
+
+
+@needs_pyspy
+def test_local_transport_finds_the_py_spy_beside_robustctl(
+    procs: Procs, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 8 item 7: ``.venv/bin/robustctl stacks`` on this machine, the job under the system
+    ``python3``, py-spy only in robustctl's ``.venv/bin`` (not on PATH): the local transport tells
+    the probe where it is."""
+    from robustctl.config import PythonSettings
+    from robustctl.models import Status
+    from robustctl.stacks.collect import collect_stacks
+    from robustctl.testing.fake_transport import FakeTransport
+    from robustctl.transport.pool import TransportPool
+
+    system_python = "/usr/bin/python3"
+    beside = Path(sys.executable).parent / "py-spy"
+    if not Path(system_python).is_file() or not beside.is_file():
+        pytest.skip("needs a system python3 and py-spy beside the test's interpreter")
+    path = [d for d in os.environ.get("PATH", "").split(os.pathsep) if not (Path(d) / "py-spy").exists()]
+    monkeypatch.setenv("PATH", os.pathsep.join(path))
+    host = dataclasses.replace(_host("localhost", "local"), python=PythonSettings(path=system_python))
+    pid = procs.rank(0)
+    pool = TransportPool()
+    try:
+        c = collect_stacks(_job([host], 1, procs.marker), pool)
+    finally:
+        pool.close()
+    (h,) = c.hosts
+    assert h.status is Status.OK and h.py_spy_version, h.error
+    (d,) = c.mains
+    assert d.pid == pid and d.threads[0].frames[0].function == "rank_main_sleeps_here"
+
+    # not for a wrapped host (e.g. docker exec: another filesystem) nor when the inventory names one
+    fake = FakeTransport()
+    wrapped = dataclasses.replace(
+        host, python=PythonSettings(path="python3", wrapper=["docker", "exec", "-i", "t"])
+    )
+    collect_stacks(_job([wrapped], 1, procs.marker), TransportPool(override=fake))
+    collect_stacks(_job([host], 1, procs.marker), TransportPool(override=fake))
+    assert not any(a.startswith("--py-spy") for a in fake.calls[0][2])
+    assert f"--py-spy={beside}" in fake.calls[1][2]
