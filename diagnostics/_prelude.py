@@ -100,7 +100,7 @@ class Document:
                 "errors": list(self.errors),
                 "timed_out": self.timed_out,
             }
-            sys.stdout.write(json.dumps(doc, separators=(",", ":"), default=str) + "\n")
+            sys.stdout.write(json.dumps(doc, default=str) + "\n")
             sys.stdout.flush()
 
 
