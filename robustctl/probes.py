@@ -196,6 +196,8 @@ def run_probes(
         if doc is None:
             tail = [ln.strip() for ln in str(entry.get("stderr", "")).splitlines() if ln.strip()]
             why = tail[-1][:200] if tail else f"exit status {entry.get('exit_code')}, no output"
+            if i >= len(results):  # the bundle ended early: a watchdog fired in an earlier probe
+                why = "not run: an earlier probe of the bundle ran out of time"
             out.append(ProbeError(host.name, f"probe {name} failed: {why}"))
             continue
         out.append(_document(name, doc, sent, received, res.elapsed_s))

@@ -160,3 +160,27 @@ def test_diagnose_level0_with_a_missing_probe_root_is_not_ok(tmp_path: Path) -> 
     assert "Traceback" not in proc.stderr, proc.stderr
     assert proc.returncode == 3, proc.stderr
     assert "nonexistent/dir" in proc.stdout
+
+
+def test_a_probe_timing_out_in_the_bundle_keeps_its_document(tmp_path: Path) -> None:
+    """The watchdog ends the bundle's process: the bundle still prints what it has."""
+    import time
+
+    fifo = tmp_path / "kern.log"
+    os.mkfifo(fifo)
+    script = bundle_script([("host", ["--kernel-log", str(fifo), "--timeout", "1"]), ("nvml", [])])
+    proc = subprocess.run([sys.executable, "-"], input=script, capture_output=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr.decode()
+    (line,) = proc.stdout.decode().strip().splitlines()
+    (entry,) = json.loads(line)["results"]
+    assert entry["name"] == "host" and json.loads(entry["stdout"])["timed_out"] is True
+
+    docs = run_probes(
+        LocalTransport(),
+        local_host(),
+        [("host", ["--kernel-log", str(fifo), "--timeout", "1"]), ("nvml", [])],
+        deadline=time.monotonic() + 60,
+    )
+    host_doc, nvml_doc = docs
+    assert isinstance(host_doc, ProbeDocument) and host_doc.timed_out
+    assert not isinstance(nvml_doc, ProbeDocument) and "ran out of time" in str(nvml_doc)
