@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """robustctl node-side probe ``allreduce``: all-reduce bandwidth and correctness (torch.distributed).
 
-Standalone (Python >= 3.8; torch); never imports robustctl. Prints exactly one JSON document (see
+Standalone with the shared prelude ``_prelude.py``
+(Python >= 3.8; torch); never imports robustctl. Prints exactly one JSON document (see
 ``diagnostics/README.md``). Three modes:
 
 - **intra** (default): ``--nproc`` local ranks forked on this host (NCCL over its GPUs when torch

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Run several probes in one Python process (one remote interpreter start instead of one per probe).
 
-Standalone (Python >= 3.8, stdlib only); never imports robustctl. The control side streams the
+Standalone with the shared prelude ``_prelude.py``
+(Python >= 3.8, stdlib only); never imports robustctl. The control side streams the
 prelude, then ``run_streamed("bundle", <this source>, [{"name", "args", "source"}, ...])``
 (``robustctl/probes.py``). Each probe is loaded as a module and its ``main`` called with the
 bundle's own arguments (the host's common arguments, e.g. ``--root /host``) followed by the probe's

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """robustctl node-side probe ``burn``: a timed, verified matmul load on every device.
 
-Standalone (Python >= 3.8; torch, else numpy); never imports robustctl. Prints exactly one JSON
+Standalone with the shared prelude ``_prelude.py``
+(Python >= 3.8; torch, else numpy); never imports robustctl. Prints exactly one JSON
 document (see ``diagnostics/README.md``).
 
 Each device (every CUDA GPU torch sees, all at once, one thread each; else one CPU device)

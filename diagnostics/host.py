@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """robustctl node-side probe ``host``: disks, memory, load, NVIDIA XID lines, NICs, InfiniBand, clock.
 
-Standalone (Python >= 3.8, stdlib only); never imports robustctl. Prints exactly one JSON document
+Standalone with the shared prelude ``_prelude.py``
+(Python >= 3.8, stdlib only); never imports robustctl. Prints exactly one JSON document
 (see ``diagnostics/README.md``). Every system file is read under ``--root`` (default ``/``).
 
 ``data`` (a key is ``null`` when its sub-collection failed; the reason is in ``errors``)::

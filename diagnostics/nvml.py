@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """robustctl node-side probe ``nvml``: per-GPU health through NVML (pynvml), or an injection file.
 
-Standalone (Python >= 3.8; stdlib + ``pynvml`` from nvidia-ml-py); never imports robustctl. Prints
+Standalone with the shared prelude ``_prelude.py``
+(Python >= 3.8; stdlib + ``pynvml`` from nvidia-ml-py); never imports robustctl. Prints
 exactly one JSON document (see ``diagnostics/README.md``).
 
 GPU state comes from the NVML library through ``pynvml``, or, with ``--nvml-injection FILE`` (env

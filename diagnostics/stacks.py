@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """robustctl node-side probe ``stacks``: py-spy dumps of a training job's rank processes on this host.
 
-Standalone (Python >= 3.8, stdlib only, plus the ``py-spy`` binary); never imports robustctl. Prints
+Standalone with the shared prelude ``_prelude.py``
+(Python >= 3.8, stdlib only, plus the ``py-spy`` binary); never imports robustctl. Prints
 exactly one JSON document (see ``diagnostics/README.md``).
 
 What it does:
