@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """robustctl node-side probe ``allreduce``: all-reduce bandwidth and correctness (torch.distributed).
 
-Standalone (Python >= 3.8; torch); never imports robustctl. Prints exactly one JSON document (see
+Standalone with the shared prelude ``_prelude.py``
+(Python >= 3.8; torch); never imports robustctl. Prints exactly one JSON document (see
 ``diagnostics/README.md``). Three modes:
 
 - **intra** (default): ``--nproc`` local ranks forked on this host (NCCL over its GPUs when torch
@@ -43,105 +44,38 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import os
 import shutil
 import socket
 import subprocess
 import sys
-import threading
 import time
+from typing import Any, Sequence
+
+from _prelude import Document, one_line, probe_main
 
 PROBE = "allreduce"
-VERSION = 1
 CPU_SIZES = (1 << 20, 4 << 20, 16 << 20)
 GPU_SIZES = (1 << 20, 16 << 20, 256 << 20, 1 << 30)
 NCCL_TESTS_DIRS = ("/usr/local/bin", "/opt/nccl-tests/build", "/usr/local/nccl-tests/build")
 STDOUT_CAP = 1 << 20
-CHILDREN = []
+CHILDREN: list[Any] = []
 """Forked rank processes, killed by the watchdog if the probe runs out of time."""
 
 
-# --------------------------------------------------------------------------- document plumbing
-class Document:
-    """The probe's one JSON document; :meth:`emit` prints it at most once (thread-safe)."""
-
-    def __init__(self, probe):
-        self.probe = probe
-        self.started = time.monotonic()
-        self.data = {}
-        self.errors = []
-        self._lock = threading.Lock()
-        self._emitted = False
-
-    def set(self, key, value):
-        with self._lock:
-            self.data[key] = value
-
-    def error(self, message):
-        with self._lock:
-            self.errors.append(str(message))
-
-    def emit(self, extra_error=None):
-        with self._lock:
-            if self._emitted:
-                return
-            self._emitted = True
-            errors = list(self.errors)
-            if extra_error:
-                errors.append(extra_error)
-                if self.data.get("available") is not False and not self.data.get("error"):
-                    self.data["error"] = extra_error
-            doc = {
-                "probe": self.probe,
-                "version": VERSION,
-                "hostname": socket.gethostname(),
-                "time": time.time(),
-                "elapsed_s": round(time.monotonic() - self.started, 6),
-                "data": json.loads(json.dumps(self.data, default=str)),
-                "errors": errors,
-            }
-            sys.stdout.write(json.dumps(doc) + "\n")
-            sys.stdout.flush()
-
-
-def start_watchdog(doc, timeout_s, on_fire=None):
-    """After ``timeout_s`` print what was collected (plus a timeout error) and exit 0."""
-
-    def fire():
-        if on_fire is not None:
-            try:
-                on_fire()
-            except Exception:
-                pass
-        doc.emit(f"timeout: probe ran past its {timeout_s:.1f} s budget; partial data")
-        os._exit(0)
-
-    timer = threading.Timer(timeout_s, fire)
-    timer.daemon = True
-    timer.start()
-    return timer
-
-
-def one_line(exc):
-    text = str(exc).strip()
-    first = text.splitlines()[0] if text else ""
-    return f"{type(exc).__name__}: {first}" if first else type(exc).__name__
-
-
 # --------------------------------------------------------------------------- measurements
-def busbw_factor(world):
+def busbw_factor(world: int) -> float:
     """nccl-tests' all-reduce bus-bandwidth factor 2(n-1)/n."""
     return 2.0 * (world - 1) / world if world > 1 else 0.0
 
 
-def expected_sum(torch, count, world, device):
+def expected_sum(torch: Any, count: int, world: int, device: Any) -> Any:
     """The verified pattern's all-reduced value: sum over r of (r + 1 + i % 13)."""
     idx = torch.arange(count, device=device, dtype=torch.int64) % 13
     return (idx * world + world * (world + 1) // 2).to(torch.float32)
 
 
-def pattern(torch, count, rank, device):
+def pattern(torch: Any, count: int, rank: int, device: Any) -> Any:
     idx = torch.arange(count, device=device, dtype=torch.int64) % 13
     return (idx + rank + 1).to(torch.float32)
 
@@ -149,7 +83,17 @@ def pattern(torch, count, rank, device):
 class GlooComm:
     """A gloo process group built directly, so that it binds to ``bind_addr``."""
 
-    def __init__(self, torch, dist, store, rank, world, bind_addr, connect_timeout, timeout):
+    def __init__(
+        self,
+        torch: Any,
+        dist: Any,
+        store: Any,
+        rank: int,
+        world: int,
+        bind_addr: str | None,
+        connect_timeout: datetime.timedelta,
+        timeout: datetime.timedelta,
+    ) -> None:
         self.torch, self.dist = torch, dist
         self.timeout = timeout
         gloo = dist.ProcessGroupGloo
@@ -161,47 +105,49 @@ class GlooComm:
         self.pg = gloo(store, rank, world, opts)  # connects to every peer within connect_timeout
         self.device = torch.device("cpu")
 
-    def allreduce(self, t, op=None):
+    def allreduce(self, t: Any, op: Any = None) -> None:
         op = op if op is not None else self.dist.ReduceOp.SUM
         self.pg.allreduce([t], op, self.timeout).wait()
 
-    def barrier(self):
+    def barrier(self) -> None:
         self.pg.barrier().wait()
 
-    def sync(self):
+    def sync(self) -> None:
         pass
 
-    def close(self):
+    def close(self) -> None:
         self.pg = None
 
 
 class NcclComm:
     """The default process group over NCCL, one GPU per rank."""
 
-    def __init__(self, torch, dist, store, rank, world, gpu, timeout):
+    def __init__(
+        self, torch: Any, dist: Any, store: Any, rank: int, world: int, gpu: int, timeout: datetime.timedelta
+    ) -> None:
         self.torch, self.dist = torch, dist
         self.device = torch.device("cuda", gpu)
         torch.cuda.set_device(self.device)
         dist.init_process_group("nccl", store=store, rank=rank, world_size=world, timeout=timeout)
         self.gpu = gpu
 
-    def allreduce(self, t, op=None):
+    def allreduce(self, t: Any, op: Any = None) -> None:
         self.dist.all_reduce(t, op=op if op is not None else self.dist.ReduceOp.SUM)
 
-    def barrier(self):
+    def barrier(self) -> None:
         self.dist.barrier(device_ids=[self.gpu])
 
-    def sync(self):
+    def sync(self) -> None:
         self.torch.cuda.synchronize(self.device)
 
-    def close(self):
+    def close(self) -> None:
         try:
             self.dist.destroy_process_group()
         except Exception:
             pass
 
 
-def make_store(dist, cfg, rank, listen_fd):
+def make_store(dist: Any, cfg: dict[str, Any], rank: int, listen_fd: int | None) -> Any:
     """The TCPStore: rank 0 serves it on the listening socket ``listen_fd`` (bound to master:port)."""
     timeout = datetime.timedelta(seconds=cfg["rdzv_timeout"])
     addr, port, world = cfg["master_addr"], cfg["master_port"], cfg["world"]
@@ -215,11 +161,11 @@ def make_store(dist, cfg, rank, listen_fd):
     return dist.TCPStore(addr, port, world, False, timeout)
 
 
-def run_rank(cfg, rank, listen_fd=None):
+def run_rank(cfg: dict[str, Any], rank: int, listen_fd: int | None = None) -> dict[str, Any]:
     """One rank's measurements: ``{rank, init_s, results, error}`` (never raises)."""
-    out = {"rank": rank, "init_s": None, "results": [], "error": None}
-    comm = None
-    stage = None
+    out: dict[str, Any] = {"rank": rank, "init_s": None, "results": [], "error": None}
+    comm: GlooComm | NcclComm | None = None
+    stage: str | None = None
     try:
         import torch
         import torch.distributed as dist
@@ -294,7 +240,7 @@ def run_rank(cfg, rank, listen_fd=None):
 
 
 # --------------------------------------------------------------------------- modes
-def listening_socket(addr, port):
+def listening_socket(addr: str, port: int) -> socket.socket:
     """A TCP socket bound to ``addr:port`` (port 0: a free one) and listening."""
     family = socket.AF_INET6 if ":" in addr else socket.AF_INET
     s = socket.socket(family, socket.SOCK_STREAM)
@@ -304,7 +250,7 @@ def listening_socket(addr, port):
     return s
 
 
-def fill_from_ranks(doc, per_rank, world):
+def fill_from_ranks(doc: Document, per_rank: Sequence[dict[str, Any] | None], world: int) -> None:
     """Merge rank answers into ``results``/``correct``/``error`` (rank 0's table; errors first)."""
     first = next((r for r in per_rank if r is not None and r.get("results")), None)
     results = first["results"] if first else []
@@ -321,7 +267,7 @@ def fill_from_ranks(doc, per_rank, world):
     doc.set("error", error)
 
 
-def child_main(cfg, rank, listen_fd, conn):
+def child_main(cfg: dict[str, Any], rank: int, listen_fd: int | None, conn: Any) -> None:
     try:
         res = run_rank(cfg, rank, listen_fd)
     except BaseException as exc:  # pragma: no cover - run_rank does not raise
@@ -333,7 +279,7 @@ def child_main(cfg, rank, listen_fd, conn):
         os._exit(0)
 
 
-def run_intra(cfg, doc, deadline):
+def run_intra(cfg: dict[str, Any], doc: Document, deadline: float) -> None:
     """Fork ``world`` local ranks and collect their answers before ``deadline``."""
     import multiprocessing
 
@@ -341,7 +287,8 @@ def run_intra(cfg, doc, deadline):
     sock = listening_socket(cfg["master_addr"], cfg["master_port"] or 0)
     cfg["master_port"] = sock.getsockname()[1]
     doc.set("master_port", cfg["master_port"])
-    procs, pipes = [], []
+    procs: list[Any] = []
+    pipes: list[Any] = []
     try:
         for rank in range(cfg["world"]):
             rcv, snd = ctx.Pipe(duplex=False)
@@ -357,8 +304,8 @@ def run_intra(cfg, doc, deadline):
             pipes.append(rcv)
     finally:
         sock.close()
-    answers = [None] * cfg["world"]
-    for rank, (p, rcv) in enumerate(zip(procs, pipes, strict=False)):
+    answers: list[dict[str, Any] | None] = [None] * cfg["world"]
+    for rank, (p, rcv) in enumerate(zip(procs, pipes)):
         left = max(0.0, deadline - time.monotonic())
         if rcv.poll(left):
             try:
@@ -381,7 +328,7 @@ def run_intra(cfg, doc, deadline):
     fill_from_ranks(doc, answers, cfg["world"])
 
 
-def run_single_rank(cfg, doc):
+def run_single_rank(cfg: dict[str, Any], doc: Document) -> None:
     sock = None
     listen_fd = None
     if cfg["rank"] == 0:
@@ -405,7 +352,7 @@ def run_single_rank(cfg, doc):
     fill_from_ranks(doc, [res], 1)
 
 
-def find_nccl_tests(explicit):
+def find_nccl_tests(explicit: str | None) -> str | None:
     if explicit:
         return explicit if os.path.isfile(explicit) and os.access(explicit, os.X_OK) else None
     found = shutil.which("all_reduce_perf")
@@ -418,7 +365,7 @@ def find_nccl_tests(explicit):
     return None
 
 
-def run_nccl_tests(args, sizes, doc, deadline):
+def run_nccl_tests(args: argparse.Namespace, sizes: list[int], doc: Document, deadline: float) -> None:
     binary = find_nccl_tests(args.nccl_tests_bin)
     doc.set("mode", "nccl-tests")
     if binary is None:
@@ -456,7 +403,7 @@ def run_nccl_tests(args, sizes, doc, deadline):
         doc.set("error", f"all_reduce_perf exited with status {proc.returncode}")
 
 
-def gpu_count():
+def gpu_count() -> int:
     """CUDA devices torch sees, without initialising CUDA (fork stays safe); 0 without torch."""
     os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")
     try:
@@ -467,14 +414,14 @@ def gpu_count():
         return 0
 
 
-def kill_children():
+def kill_children() -> None:
     for p in CHILDREN:
         if p.is_alive():
             p.kill()
 
 
 # --------------------------------------------------------------------------- main
-def parse_sizes(text):
+def parse_sizes(text: str) -> list[int]:
     out = []
     for part in text.replace(" ", "").split(","):
         if not part:
@@ -493,13 +440,7 @@ def parse_sizes(text):
     return out
 
 
-def parse_args(argv):
-    p = argparse.ArgumentParser(
-        prog="allreduce.py", description="robustctl all-reduce probe (one JSON document)."
-    )
-    p.add_argument("--root", default=os.environ.get("ROBUSTCTL_PROBE_ROOT", "/"))
-    p.add_argument("--nvml-injection", default=os.environ.get("ROBUSTCTL_NVML_INJECTION"))
-    p.add_argument("--timeout", type=float, default=120.0, help="time budget, seconds (default 120)")
+def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--nproc", type=int, default=None, help="local ranks (default: GPUs, or 2 on CPU)")
     p.add_argument("--rank", type=int, default=None, help="this process's rank in a cross-host group")
     p.add_argument("--world-size", type=int, default=None, help="ranks in the cross-host group")
@@ -515,7 +456,9 @@ def parse_args(argv):
     p.add_argument("--threads", type=int, default=1, help="CPU threads per gloo rank (default 1)")
     p.add_argument("--nccl-tests", action="store_true", help="run nccl-tests' all_reduce_perf instead")
     p.add_argument("--nccl-tests-bin", default=None, help="path of all_reduce_perf")
-    args = p.parse_args(argv)
+
+
+def check_args(args: argparse.Namespace, p: argparse.ArgumentParser) -> None:
     if (args.rank is None) != (args.world_size is None):
         p.error("--rank and --world-size go together")
     if args.rank is not None:
@@ -527,19 +470,14 @@ def parse_args(argv):
         p.error("--nproc must be >= 1")
     if args.iters < 1 or args.warmup < 0:
         p.error("--iters must be >= 1 and --warmup >= 0")
-    return args
 
 
-def main(argv=None):
-    args = parse_args(sys.argv[1:] if argv is None else argv)
-    doc = Document(PROBE)
-    timer = start_watchdog(doc, args.timeout, on_fire=kill_children)
+def collect(args: argparse.Namespace, doc: Document) -> None:
+    """Run the mode the arguments ask for (see the module docstring)."""
     deadline = time.monotonic() + max(1.0, args.timeout - min(10.0, 0.1 * args.timeout))
     if args.nccl_tests:
         run_nccl_tests(args, args.sizes or list(GPU_SIZES), doc, deadline)
-        timer.cancel()
-        doc.emit()
-        return 0
+        return
     mode = "rank" if args.rank is not None else "intra"
     ngpu = gpu_count()
     try:
@@ -549,17 +487,13 @@ def main(argv=None):
         doc.set("mode", mode)
         doc.set("reason", "torch is not installed")
         doc.set("reason_code", "torch_missing")
-        timer.cancel()
-        doc.emit()
-        return 0
+        return
     if not dist.is_available():
         doc.set("available", False)
         doc.set("mode", mode)
         doc.set("reason", "this torch build has no torch.distributed")
         doc.set("reason_code", "no_distributed")
-        timer.cancel()
-        doc.emit()
-        return 0
+        return
     backend = args.backend
     if backend == "auto":
         backend = "nccl" if ngpu > 0 and dist.is_nccl_available() else "gloo"
@@ -606,9 +540,12 @@ def main(argv=None):
         run_intra(cfg, doc, deadline)
     else:
         run_single_rank(cfg, doc)
-    timer.cancel()
-    doc.emit()
-    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return probe_main(
+        PROBE, add_args, collect, argv, timeout_s=120.0, check_args=check_args, on_timeout=kill_children
+    )
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """robustctl node-side probe ``burn``: a timed, verified matmul load on every device.
 
-Standalone (Python >= 3.8; torch, else numpy); never imports robustctl. Prints exactly one JSON
+Standalone with the shared prelude ``_prelude.py``
+(Python >= 3.8; torch, else numpy); never imports robustctl. Prints exactly one JSON
 document (see ``diagnostics/README.md``).
 
 Each device (every CUDA GPU torch sees, all at once, one thread each; else one CPU device)
@@ -35,89 +36,34 @@ imports. ``cuda_reason`` says why a host ran on the CPU (torch without CUDA, no 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
-import socket
 import sys
 import threading
 import time
+from typing import Any, Sequence
+
+from _prelude import Document, probe_main
 
 PROBE = "burn"
-VERSION = 1
 SEED = 20240917
 TOLERANCE = {"float64": 1e-9, "float32": 1e-4, "float16": 5e-3, "bfloat16": 1e-2}
 """Allowed |error| as a fraction of max|reference|, per dtype (see module docstring)."""
 
 
-# --------------------------------------------------------------------------- document plumbing
-class Document:
-    """The probe's one JSON document; :meth:`emit` prints it at most once (thread-safe)."""
-
-    def __init__(self, probe):
-        self.probe = probe
-        self.started = time.monotonic()
-        self.data = {}
-        self.errors = []
-        self._lock = threading.Lock()
-        self._emitted = False
-
-    def set(self, key, value):
-        with self._lock:
-            self.data[key] = value
-
-    def error(self, message):
-        with self._lock:
-            self.errors.append(str(message))
-
-    def emit(self, extra_error=None):
-        with self._lock:
-            if self._emitted:
-                return
-            self._emitted = True
-            errors = list(self.errors)
-            if extra_error:
-                errors.append(extra_error)
-            doc = {
-                "probe": self.probe,
-                "version": VERSION,
-                "hostname": socket.gethostname(),
-                "time": time.time(),
-                "elapsed_s": round(time.monotonic() - self.started, 6),
-                "data": json.loads(json.dumps(self.data, default=str)),
-                "errors": errors,
-            }
-            sys.stdout.write(json.dumps(doc) + "\n")
-            sys.stdout.flush()
-
-
-def start_watchdog(doc, timeout_s, on_fire=None):
-    """After ``timeout_s`` print what was collected (plus a timeout error) and exit 0."""
-
-    def fire():
-        if on_fire is not None:
-            on_fire()
-        doc.emit(f"timeout: probe ran past its {timeout_s:.1f} s budget; partial data")
-        os._exit(0)
-
-    timer = threading.Timer(timeout_s, fire)
-    timer.daemon = True
-    timer.start()
-    return timer
-
-
-def finite_or_none(x):
+# --------------------------------------------------------------------------- helpers
+def finite_or_none(x: float) -> float | None:
     x = float(x)
     return x if x == x and x not in (float("inf"), float("-inf")) else None
 
 
-def tflops(n, iterations, seconds):
+def tflops(n: int, iterations: int, seconds: float) -> float | None:
     if iterations <= 0 or seconds <= 0:
         return None
     return round(2.0 * n**3 * iterations / seconds / 1e12, 6)
 
 
-def new_result(index, name, kind, dtype, n, tolerance):
+def new_result(index: int, name: str, kind: str, dtype: str, n: int, tolerance: float) -> dict[str, Any]:
     return {
         "index": index,
         "name": name,
@@ -141,7 +87,7 @@ def new_result(index, name, kind, dtype, n, tolerance):
 
 
 # --------------------------------------------------------------------------- verification
-def verify_torch(torch, result, reference, tolerance):
+def verify_torch(torch: Any, result: Any, reference: Any, tolerance: float) -> tuple[Any, Any, Any]:
     """Compare one product with the reference, on the product's device, without syncing.
 
     Args:
@@ -160,7 +106,7 @@ def verify_torch(torch, result, reference, tolerance):
     return bad, max_err, non_finite
 
 
-def verify_numpy(np, result, reference, tolerance):
+def verify_numpy(np: Any, result: Any, reference: Any, tolerance: float) -> tuple[int, float, int]:
     """NumPy twin of :func:`verify_torch`; returns Python ``(bad_elements, max_abs_error, non_finite)``."""
     with np.errstate(invalid="ignore", over="ignore"):
         diff = np.abs(result.astype(np.float64) - reference)
@@ -172,7 +118,7 @@ def verify_numpy(np, result, reference, tolerance):
 
 
 # --------------------------------------------------------------------------- torch backend
-def torch_inputs(torch, n, dtype):
+def torch_inputs(torch: Any, n: int, dtype: Any) -> tuple[Any, Any, Any]:
     """Seeded inputs rounded to ``dtype`` (CPU) and the float64 reference of their product."""
     gen = torch.Generator().manual_seed(SEED)
     a64 = torch.rand((n, n), generator=gen, dtype=torch.float64) * 2 - 1
@@ -182,7 +128,17 @@ def torch_inputs(torch, n, dtype):
     return a, b, ref
 
 
-def burn_torch_device(torch, device, kind, a_cpu, b_cpu, ref_cpu, res, seconds, deadline):
+def burn_torch_device(
+    torch: Any,
+    device: Any,
+    kind: str,
+    a_cpu: Any,
+    b_cpu: Any,
+    ref_cpu: Any,
+    res: dict[str, Any],
+    seconds: float,
+    deadline: float,
+) -> None:
     """Run the verified load on one torch device, filling ``res`` (see module docstring)."""
     n = a_cpu.shape[0]
     tol = res["tolerance"]
@@ -195,7 +151,7 @@ def burn_torch_device(torch, device, kind, a_cpu, b_cpu, ref_cpu, res, seconds, 
     max_err = torch.zeros((), dtype=ref_dtype, device=device)
     is_cuda = kind == "cuda"
 
-    def check():
+    def check() -> None:
         bad, err, nf = verify_torch(torch, c, ref, tol)
         bad_products.add_((bad > 0).to(torch.int64))
         bad_elems.add_(bad)
@@ -251,7 +207,7 @@ def burn_torch_device(torch, device, kind, a_cpu, b_cpu, ref_cpu, res, seconds, 
     )
 
 
-def cpu_name():
+def cpu_name() -> str:
     try:
         with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
             for line in f:
@@ -262,7 +218,7 @@ def cpu_name():
     return platform.processor() or platform.machine() or "cpu"
 
 
-def run_torch(torch, args, doc, deadline):
+def run_torch(torch: Any, args: argparse.Namespace, doc: Document, deadline: float) -> None:
     cuda_reason = None
     cuda = False
     try:
@@ -305,7 +261,7 @@ def run_torch(torch, args, doc, deadline):
     results = [r for _, r in devices]
     doc.set("devices", results)
 
-    def work(device, res):
+    def work(device: str, res: dict[str, Any]) -> None:
         try:
             if device.startswith("cuda"):
                 with torch.cuda.device(device):
@@ -332,7 +288,7 @@ def run_torch(torch, args, doc, deadline):
 
 
 # --------------------------------------------------------------------------- numpy backend
-def run_numpy(np, args, doc, deadline):
+def run_numpy(np: Any, args: argparse.Namespace, doc: Document, deadline: float) -> None:
     dtype_name = args.dtype if args.dtype not in ("auto", "bfloat16") else "float32"
     n = args.size or 1024
     doc.set("available", True)
@@ -395,11 +351,7 @@ def run_numpy(np, args, doc, deadline):
 
 
 # --------------------------------------------------------------------------- main
-def parse_args(argv):
-    p = argparse.ArgumentParser(prog="burn.py", description="robustctl burn probe (one JSON document).")
-    p.add_argument("--root", default=os.environ.get("ROBUSTCTL_PROBE_ROOT", "/"))
-    p.add_argument("--nvml-injection", default=os.environ.get("ROBUSTCTL_NVML_INJECTION"))
-    p.add_argument("--timeout", type=float, default=None, help="time budget, s (default: seconds + 60)")
+def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seconds", type=float, default=10.0, help="load duration per device (default 10)")
     p.add_argument("--size", type=int, default=None, help="matrix size N (default 4096 GPU, 1024 CPU)")
     p.add_argument(
@@ -410,27 +362,29 @@ def parse_args(argv):
     )
     p.add_argument("--threads", type=int, default=None, help="CPU threads (torch.set_num_threads)")
     p.add_argument("--backend", choices=("auto", "torch", "numpy"), default="auto")
-    args = p.parse_args(argv)
+
+
+def check_args(args: argparse.Namespace, p: argparse.ArgumentParser) -> None:
     if (
         args.seconds <= 0
         or (args.size is not None and args.size < 16)
         or (args.threads is not None and args.threads < 1)
     ):
         p.error("--seconds must be > 0, --size >= 16, --threads >= 1")
-    return args
-
-
-def main(argv=None):
-    args = parse_args(sys.argv[1:] if argv is None else argv)
+    if args.timeout is None:
+        args.timeout = args.seconds + 60.0
     if args.threads:
         for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
             os.environ[var] = str(args.threads)
-    timeout = args.timeout if args.timeout is not None else args.seconds + 60.0
-    doc = Document(PROBE)
-    timer = start_watchdog(doc, timeout)
+
+
+def collect(args: argparse.Namespace, doc: Document) -> None:
+    """Run the load on the first backend that imports (see the module docstring)."""
+    timeout = args.timeout
     # Leave time after the load for the reference, synchronisation and the answer.
     deadline = time.perf_counter() + max(0.5, timeout - min(30.0, 0.25 * timeout))
-    torch = np = None
+    torch: Any = None
+    np: Any = None
     if args.backend in ("auto", "torch"):
         try:
             import torch
@@ -452,9 +406,18 @@ def main(argv=None):
             f"no {'torch or numpy' if args.backend == 'auto' else args.backend} to run a matmul load",
         )
         doc.set("reason_code", "no_backend")
-    timer.cancel()
-    doc.emit()
-    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return probe_main(
+        PROBE,
+        add_args,
+        collect,
+        argv,
+        timeout_s=None,
+        timeout_help="default: seconds + 60",
+        check_args=check_args,
+    )
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """robustctl node-side probe ``host``: disks, memory, load, NVIDIA XID lines, NICs, InfiniBand, clock.
 
-Standalone (Python >= 3.8, stdlib only); never imports robustctl. Prints exactly one JSON document
+Standalone with the shared prelude ``_prelude.py``
+(Python >= 3.8, stdlib only); never imports robustctl. Prints exactly one JSON document
 (see ``diagnostics/README.md``). Every system file is read under ``--root`` (default ``/``).
 
 ``data`` (a key is ``null`` when its sub-collection failed; the reason is in ``errors``)::
@@ -44,16 +45,16 @@ from __future__ import annotations
 
 import argparse
 import collections
-import json
 import os
-import socket
 import subprocess
 import sys
 import threading
 import time
+from typing import Any, Callable, Sequence
+
+from _prelude import Document, describe, probe_main
 
 PROBE = "host"
-VERSION = 1
 
 XID_MARKER = b"NVRM: Xid"
 
@@ -104,73 +105,20 @@ VIRTUAL_NIC_PREFIXES = (
 )
 
 
-# --------------------------------------------------------------------------- document plumbing
-class Document:
-    """The probe's one JSON document; :meth:`emit` prints it at most once (thread-safe)."""
-
-    def __init__(self, probe):
-        self.probe = probe
-        self.started = time.monotonic()
-        self.data = {}
-        self.errors = []
-        self._lock = threading.Lock()
-        self._emitted = False
-
-    def set(self, key, value):
-        with self._lock:
-            self.data[key] = value
-
-    def error(self, message):
-        with self._lock:
-            self.errors.append(str(message))
-
-    def emit(self, extra_error=None):
-        with self._lock:
-            if self._emitted:
-                return
-            self._emitted = True
-            errors = list(self.errors)
-            if extra_error:
-                errors.append(extra_error)
-            doc = {
-                "probe": self.probe,
-                "version": VERSION,
-                "hostname": socket.gethostname(),
-                "time": time.time(),
-                "elapsed_s": round(time.monotonic() - self.started, 6),
-                "data": json.loads(json.dumps(self.data, default=str)),
-                "errors": errors,
-            }
-            sys.stdout.write(json.dumps(doc) + "\n")
-            sys.stdout.flush()
-
-
-def start_watchdog(doc, timeout_s):
-    """After ``timeout_s`` print what was collected (plus a timeout error) and exit 0."""
-
-    def fire():
-        doc.emit(f"timeout: probe ran past its {timeout_s:.1f} s budget; partial data")
-        os._exit(0)
-
-    timer = threading.Timer(timeout_s, fire)
-    timer.daemon = True
-    timer.start()
-    return timer
-
-
-def rooted(root, path):
+# --------------------------------------------------------------------------- helpers
+def rooted(root: str, path: str) -> str:
     """``path`` (absolute) under ``root``."""
     if root in ("", "/"):
         return path
     return os.path.join(root, path.lstrip("/"))
 
 
-def read_text(path):
+def read_text(path: str) -> str:
     with open(path, encoding="utf-8", errors="replace") as f:
         return f.read()
 
 
-def read_opt(path):
+def read_opt(path: str) -> str | None:
     """Stripped content of a sysfs attribute, or None when absent/unreadable (EINVAL on down links)."""
     try:
         return read_text(path).strip()
@@ -178,14 +126,7 @@ def read_opt(path):
         return None
 
 
-def describe(exc):
-    """One line for an exception: ``PATH: strerror`` for OSErrors, else ``str(exc)``."""
-    if isinstance(exc, OSError) and exc.strerror:
-        return f"{exc.filename}: {exc.strerror}" if exc.filename else exc.strerror
-    return str(exc) or type(exc).__name__
-
-
-def to_int(text, base=10):
+def to_int(text: str | None, base: int = 10) -> int | None:
     if text is None:
         return None
     try:
@@ -195,7 +136,7 @@ def to_int(text, base=10):
 
 
 # --------------------------------------------------------------------------- disks
-def unescape_mount(field):
+def unescape_mount(field: str) -> str:
     """Decode /proc/mounts octal escapes (``\\040`` is a space)."""
     if "\\" not in field:
         return field
@@ -210,9 +151,9 @@ def unescape_mount(field):
     return "".join(out)
 
 
-def parse_mounts(text):
+def parse_mounts(text: str) -> list[tuple[str, str, str, bool]]:
     """Local filesystems from /proc/mounts text: list of (device, mount, fstype, read_only), last wins."""
-    seen = collections.OrderedDict()
+    seen: collections.OrderedDict[str, tuple[str, str, str, bool]] = collections.OrderedDict()
     for line in text.splitlines():
         parts = line.split()
         if len(parts) < 4:
@@ -233,12 +174,12 @@ def parse_mounts(text):
     return list(seen.values())
 
 
-def statvfs_with_timeout(path, timeout_s, statvfs=None):
+def statvfs_with_timeout(path: str, timeout_s: float, statvfs: Callable[[str], Any] | None = None) -> Any:
     """``os.statvfs(path)`` in a thread; raises TimeoutError after ``timeout_s``."""
     fn = statvfs or os.statvfs
-    box = {}
+    box: dict[str, Any] = {}
 
-    def run():
+    def run() -> None:
         try:
             box["result"] = fn(path)
         except BaseException as exc:
@@ -254,13 +195,15 @@ def statvfs_with_timeout(path, timeout_s, statvfs=None):
     return box["result"]
 
 
-def pct(part, whole):
+def pct(part: float, whole: float) -> float | None:
     if not whole:
         return None
     return round(100.0 * part / whole, 3)
 
 
-def collect_disks(root, timeout_s=5.0, statvfs=None):
+def collect_disks(
+    root: str, timeout_s: float = 5.0, statvfs: Callable[[str], Any] | None = None
+) -> list[dict[str, Any]]:
     """One entry per local filesystem (see module docstring). Raises OSError if mounts are unreadable."""
     mounts = parse_mounts(read_text(rooted(root, "/proc/mounts")))
     disks = []
@@ -296,7 +239,7 @@ def collect_disks(root, timeout_s=5.0, statvfs=None):
 
 
 # --------------------------------------------------------------------------- memory, load, cpus
-def collect_memory(root):
+def collect_memory(root: str) -> dict[str, Any]:
     """MemTotal/MemAvailable (bytes) from /proc/meminfo. Raises OSError/ValueError."""
     values = {}
     for line in read_text(rooted(root, "/proc/meminfo")).splitlines():
@@ -321,7 +264,7 @@ def collect_memory(root):
     }
 
 
-def parse_cpu_list(text):
+def parse_cpu_list(text: str) -> int:
     """Count CPUs in a sysfs list such as ``0-7,9``."""
     count = 0
     for part in text.strip().split(","):
@@ -332,7 +275,7 @@ def parse_cpu_list(text):
     return count
 
 
-def cpu_count(root):
+def cpu_count(root: str) -> int:
     online = read_opt(rooted(root, "/sys/devices/system/cpu/online"))
     if online:
         try:
@@ -352,7 +295,7 @@ def cpu_count(root):
     return os.cpu_count() or 1
 
 
-def procs_blocked(root):
+def procs_blocked(root: str) -> int | None:
     """Tasks in uninterruptible sleep now (``procs_blocked`` of /proc/stat), or None."""
     try:
         for line in read_text(rooted(root, "/proc/stat")).splitlines():
@@ -363,7 +306,7 @@ def procs_blocked(root):
     return None
 
 
-def collect_load(root, cpus):
+def collect_load(root: str, cpus: int) -> dict[str, Any]:
     """Load averages from /proc/loadavg (+ blocked tasks from /proc/stat). Raises OSError/ValueError."""
     fields = read_text(rooted(root, "/proc/loadavg")).split()
     load1, load5, load15 = float(fields[0]), float(fields[1]), float(fields[2])
@@ -381,16 +324,16 @@ def collect_load(root, cpus):
 class XidScan:
     """Keeps the newest ``cap`` lines that contain ``NVRM: Xid``."""
 
-    def __init__(self, cap):
-        self.lines = collections.deque(maxlen=max(cap, 1))
+    def __init__(self, cap: int) -> None:
+        self.lines: collections.deque[str] = collections.deque(maxlen=max(cap, 1))
         self.matches = 0
 
-    def feed(self, raw_line):
+    def feed(self, raw_line: bytes) -> None:
         if XID_MARKER in raw_line:
             self.matches += 1
             self.lines.append(raw_line.decode("utf-8", "replace").rstrip("\r\n"))
 
-    def result(self, source, path, notes):
+    def result(self, source: str, path: str | None, notes: list[str]) -> dict[str, Any]:
         return {
             "source": source,
             "path": path,
@@ -401,7 +344,7 @@ class XidScan:
         }
 
 
-def scan_file(path, cap, max_bytes):
+def scan_file(path: str, cap: int, max_bytes: int) -> XidScan:
     """Scan the last ``max_bytes`` of ``path``. Raises OSError."""
     scan = XidScan(cap)
     with open(path, "rb") as f:
@@ -416,7 +359,7 @@ def scan_file(path, cap, max_bytes):
     return scan
 
 
-def scan_command(argv, cap, timeout_s):
+def scan_command(argv: list[str], cap: int, timeout_s: float) -> XidScan:
     """Run ``argv`` and scan its stdout. Raises OSError/RuntimeError with a one-line reason."""
     try:
         proc = subprocess.run(argv, capture_output=True, timeout=timeout_s, check=False)
@@ -431,9 +374,11 @@ def scan_command(argv, cap, timeout_s):
     return scan
 
 
-def collect_xid(root, kernel_log, cap, max_bytes, timeout_s):
+def collect_xid(
+    root: str, kernel_log: str | None, cap: int, max_bytes: int, timeout_s: float
+) -> dict[str, Any]:
     """XID lines from the first source that works. Raises RuntimeError naming every failed attempt."""
-    notes = []
+    notes: list[str] = []
     if kernel_log:
         return scan_file(kernel_log, cap, max_bytes).result("file", kernel_log, notes)
     files = [rooted(root, "/var/log/" + name) for name in ("kern.log", "syslog", "messages")]
@@ -460,7 +405,7 @@ def collect_xid(root, kernel_log, cap, max_bytes, timeout_s):
 
 
 # --------------------------------------------------------------------------- NICs and InfiniBand
-def is_virtual_nic(class_dir, name):
+def is_virtual_nic(class_dir: str, name: str) -> bool:
     if name == "lo" or name.startswith(VIRTUAL_NIC_PREFIXES):
         return True
     entry = os.path.join(class_dir, name)
@@ -469,7 +414,7 @@ def is_virtual_nic(class_dir, name):
     return os.path.isdir(os.path.join(entry, "bridge")) or os.path.isdir(os.path.join(entry, "bonding"))
 
 
-def collect_nics(root):
+def collect_nics(root: str) -> tuple[list[dict[str, Any]], list[str]]:
     """(physical interfaces, skipped names). Raises OSError when the net class dir is missing."""
     class_dir = rooted(root, "/sys/class/net")
     names = sorted(os.listdir(class_dir))
@@ -497,7 +442,7 @@ def collect_nics(root):
     return nics, skipped
 
 
-def split_state(text):
+def split_state(text: str | None) -> tuple[int | None, str | None]:
     """``"4: ACTIVE"`` -> (4, "ACTIVE"); ``"ACTIVE"`` -> (None, "ACTIVE")."""
     if text is None:
         return None, None
@@ -507,7 +452,7 @@ def split_state(text):
     return None, text.strip()
 
 
-def parse_rate(text):
+def parse_rate(text: str | None) -> float | None:
     """``"400 Gb/sec (4X NDR)"`` -> 400.0."""
     if not text:
         return None
@@ -517,7 +462,7 @@ def parse_rate(text):
         return None
 
 
-def collect_infiniband(root):
+def collect_infiniband(root: str) -> list[dict[str, Any]]:
     """One entry per IB port; [] when there is no /sys/class/infiniband."""
     base = rooted(root, "/sys/class/infiniband")
     if not os.path.isdir(base):
@@ -551,11 +496,7 @@ def collect_infiniband(root):
 
 
 # --------------------------------------------------------------------------- main
-def parse_args(argv):
-    p = argparse.ArgumentParser(prog="host.py", description="robustctl host probe (one JSON document).")
-    p.add_argument("--root", default=os.environ.get("ROBUSTCTL_PROBE_ROOT", "/"))
-    p.add_argument("--nvml-injection", default=os.environ.get("ROBUSTCTL_NVML_INJECTION"))
-    p.add_argument("--timeout", type=float, default=30.0, help="time budget, seconds (default 30)")
+def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--kernel-log", default=None, help="scan this file for XID lines instead of dmesg")
     p.add_argument("--xid-max-lines", type=int, default=256, help="newest XID lines kept (default 256)")
     p.add_argument(
@@ -564,14 +505,14 @@ def parse_args(argv):
         default=64 << 20,
         help="scan at most the last N bytes of a log file (default 64 MiB)",
     )
-    return p.parse_args(argv)
 
 
-def collect(args, doc):
+def collect(args: argparse.Namespace, doc: Document) -> None:
+    """Fill ``doc`` (see the module docstring); a failed sub-collection is an error line, never fatal."""
     root = args.root
     step_timeout = max(1.0, min(10.0, args.timeout / 3))
 
-    def attempt(key, fn, what):
+    def attempt(key: str, fn: Callable[[], Any], what: str) -> None:
         try:
             doc.set(key, fn())
         except Exception as exc:  # a failed sub-collection is reported, never fatal
@@ -602,14 +543,8 @@ def collect(args, doc):
     doc.set("clock", {"time": time.time()})
 
 
-def main(argv=None):
-    args = parse_args(sys.argv[1:] if argv is None else argv)
-    doc = Document(PROBE)
-    timer = start_watchdog(doc, args.timeout)
-    collect(args, doc)
-    timer.cancel()
-    doc.emit()
-    return 0
+def main(argv: Sequence[str] | None = None) -> int:
+    return probe_main(PROBE, add_args, collect, argv, timeout_s=30.0)
 
 
 if __name__ == "__main__":

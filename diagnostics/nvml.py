@@ -1,13 +1,15 @@
 #!/usr/bin/env python3
 """robustctl node-side probe ``nvml``: per-GPU health through NVML (pynvml), or an injection file.
 
-Standalone (Python >= 3.8; stdlib + ``pynvml`` from nvidia-ml-py); never imports robustctl. Prints
+Standalone with the shared prelude ``_prelude.py``
+(Python >= 3.8; stdlib + ``pynvml`` from nvidia-ml-py); never imports robustctl. Prints
 exactly one JSON document (see ``diagnostics/README.md``).
 
 GPU state comes from the NVML library through ``pynvml``, or, with ``--nvml-injection FILE`` (env
-``ROBUSTCTL_NVML_INJECTION``), from a JSON injection file whose schema is defined by
-``robustctl/testing/fake_nvml.py`` (:class:`InjectedNvml` below reads it and behaves like pynvml,
-raising the same NVML error codes; robustctl's unit tests keep the two in agreement).
+``ROBUSTCTL_NVML_INJECTION``), from a JSON injection file (schema: :data:`INJECTION_SCHEMA` below),
+the way DCGM's NVML injection mode works. :class:`InjectedNvml` reads it and behaves like pynvml,
+raising the same NVML error codes; it is the only reader of that file (robustctl's ``FakeNvml``,
+which writes it, runs this reader in tests).
 
 ``data`` when NVML cannot be used (no pynvml, no library, driver not loaded, bad injection file)::
 
@@ -44,14 +46,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import socket
 import sys
-import threading
-import time
+from typing import Any, Callable, Sequence
+
+from _prelude import Document, probe_main
 
 PROBE = "nvml"
-VERSION = 1
 INJECTION_FORMAT = "robustctl-nvml-injection"
 INJECTION_VERSION = 1
 
@@ -117,76 +117,56 @@ ERROR_NAMES = {
 """NVML error codes -> (pynvml class suffix, pynvml message)."""
 
 
-# --------------------------------------------------------------------------- document plumbing
-class Document:
-    """The probe's one JSON document; :meth:`emit` prints it at most once (thread-safe)."""
-
-    def __init__(self, probe):
-        self.probe = probe
-        self.started = time.monotonic()
-        self.data = {}
-        self.errors = []
-        self._lock = threading.Lock()
-        self._emitted = False
-
-    def set(self, key, value):
-        with self._lock:
-            self.data[key] = value
-
-    def error(self, message):
-        with self._lock:
-            self.errors.append(str(message))
-
-    def emit(self, extra_error=None):
-        with self._lock:
-            if self._emitted:
-                return
-            self._emitted = True
-            errors = list(self.errors)
-            if extra_error:
-                errors.append(extra_error)
-            doc = {
-                "probe": self.probe,
-                "version": VERSION,
-                "hostname": socket.gethostname(),
-                "time": time.time(),
-                "elapsed_s": round(time.monotonic() - self.started, 6),
-                "data": json.loads(json.dumps(self.data, default=str)),
-                "errors": errors,
-            }
-            sys.stdout.write(json.dumps(doc) + "\n")
-            sys.stdout.flush()
-
-
-def start_watchdog(doc, timeout_s):
-    """After ``timeout_s`` print what was collected (plus a timeout error) and exit 0."""
-
-    def fire():
-        doc.emit(f"timeout: probe ran past its {timeout_s:.1f} s budget; partial data")
-        os._exit(0)
-
-    timer = threading.Timer(timeout_s, fire)
-    timer.daemon = True
-    timer.start()
-    return timer
-
-
 # --------------------------------------------------------------------------- injection reader
+INJECTION_SCHEMA = """
+    {
+      "format": "robustctl-nvml-injection", "version": 1,
+      "init_error": null,                  # NVML error code nvmlInit raises (12 LibraryNotFound,
+                                           # 9 DriverNotLoaded, ...) or null
+      "driver_version": "550.54.15", "nvml_version": "12.550.54.15", "cuda_driver_version": 12040,
+      "gpus": [
+        {
+          "name": "NVIDIA H100 80GB HBM3", "uuid": "GPU-...", "serial": "1650923011234" | null,
+          "pci_bus_id": "00000000:18:00.0",
+          "lost": false,                   # every call on this GPU raises GPU_IS_LOST (15)
+          "temperature_c": 35 | null,      # null: NOT_SUPPORTED
+          "temperature_slowdown_c": 87 | null, "temperature_shutdown_c": 92 | null,
+          "ecc": {"volatile": {"corrected": 0, "uncorrected": 0},
+                  "aggregate": {"corrected": 0, "uncorrected": 0}} | null,
+          "retired_pages": {"single_bit": [addr, ...], "double_bit": [addr, ...],
+                            "pending": false} | null,
+          "remapped_rows": {"correctable": 0, "uncorrectable": 0, "pending": false,
+                            "failure": false} | null,
+          "clocks_event_reasons": 0 | null,  # bit mask, nvmlClocksEventReason*
+          "pcie": {"current_gen": 5, "max_gen": 5, "current_width": 16, "max_width": 16} | null,
+          "nvlink": [{"active": true, "replay": 0, "recovery": 0, "crc_flit": 0,
+                      "crc_data": 0}, ...] | null,   # null: no NVLink (NOT_SUPPORTED)
+          "errors": {"nvmlDeviceGetTemperature": 4}  # force an NVML error code per function
+        }
+      ]
+    }
+"""
+"""The injection file (JSON). Every ``null`` means "this GPU does not support the query"
+(NVML_ERROR_NOT_SUPPORTED), so the probe reports ``null`` for that field, never 0. The file is
+written by ``robustctl.testing.fake_nvml.write_injection``; this module holds its only reader."""
+
+
 class NVMLError(Exception):
     """An NVML error with its return code in ``value``, like ``pynvml.NVMLError``."""
 
     value = 999
 
-    def __str__(self):
+    def __str__(self) -> str:
         return ERROR_NAMES.get(self.value, ("", f"NVML Error with code {self.value}"))[1]
 
 
-ERROR_CLASSES = {}
+ERROR_CLASSES: dict[int, type[NVMLError]] = {}
+"""NVML return code -> ``NVMLError_<Name>`` subclass (pynvml's names)."""
 for _code, (_suffix, _msg) in ERROR_NAMES.items():
     ERROR_CLASSES[_code] = type("NVMLError_" + _suffix, (NVMLError,), {"value": _code})
 
 
-def nvml_error(code):
+def nvml_error(code: int) -> Exception:
     """An exception for NVML return code ``code`` (a ``NVMLError_<Name>`` subclass when known)."""
     cls = ERROR_CLASSES.get(code)
     if cls is not None:
@@ -196,146 +176,191 @@ def nvml_error(code):
     return exc
 
 
-class PciInfo:
-    """Subset of pynvml's ``nvmlPciInfo_t`` (``busId`` as a str)."""
+def load_injection(path: str) -> dict[str, Any]:
+    """Read and validate an injection file (see :data:`INJECTION_SCHEMA`).
 
-    def __init__(self, bus_id):
+    Raises:
+        OSError: unreadable. ValueError: not JSON, another format or version, ``gpus`` not a list.
+    """
+    with open(path, encoding="utf-8") as f:
+        try:
+            doc = json.load(f)
+        except ValueError as exc:
+            raise ValueError(f"{path}: not JSON: {exc}") from None
+    if not isinstance(doc, dict) or doc.get("format") != INJECTION_FORMAT:
+        raise ValueError(f"{path}: not a {INJECTION_FORMAT} file")
+    if doc.get("version") != INJECTION_VERSION:
+        raise ValueError(f"{path}: unsupported injection version {doc.get('version')!r}")
+    if not isinstance(doc.get("gpus"), list):
+        raise ValueError(f"{path}: 'gpus' must be a list")
+    return doc
+
+
+class PciInfo:
+    """What ``nvmlDeviceGetPciInfo`` returns: ``busId`` (str, as pynvml decodes it) and its parts."""
+
+    def __init__(self, bus_id: str) -> None:
         self.busId = bus_id
+        self.busIdLegacy = bus_id[-12:] if len(bus_id) > 12 else bus_id
+        dom, bus, devfn = [*bus_id.split(":"), "0", "0", "0.0"][:3]
+        self.domain = int(dom or "0", 16)
+        self.bus = int(bus or "0", 16)
+        self.device = int(devfn.split(".")[0] or "0", 16)
+        self.pciDeviceId = 0x233010DE
+        self.pciSubSystemId = 0x16C110DE
+
+
+class DeviceHandle:
+    """An opaque device handle (pynvml's is a ``c_nvmlDevice_t`` pointer): only its reader takes it."""
+
+    def __init__(self, owner: InjectedNvml, index: int) -> None:
+        self.owner = owner
+        self.index = index
+
+    def __repr__(self) -> str:
+        return f"<nvmlDevice {self.index}>"
 
 
 class InjectedNvml:
-    """pynvml-like view of an injection file (schema: ``robustctl/testing/fake_nvml.py``).
+    """pynvml-like view of an injection document (see :data:`INJECTION_SCHEMA`).
 
-    Raises :class:`NVMLError` subclasses where real NVML fails: Uninitialized before ``nvmlInit``,
-    NotSupported for ``null`` fields, InvalidArgument for bad indices, GpuIsLost for a lost GPU.
+    Args:
+        source: the injection file's path, or its document (a dict, as ``load_injection`` returns).
+        error: builds the exception for an NVML return code (default :func:`nvml_error`; robustctl's
+            FakeNvml passes one raising the real ``pynvml.NVMLError_*`` classes).
+        error_type: the base class of what ``error`` raises (the ``NVMLError`` callers catch).
+
+    Raises NVML errors where real NVML fails: Uninitialized before ``nvmlInit`` (or after the last
+    ``nvmlShutdown``), NotSupported for ``null`` fields, InvalidArgument for bad handles, indices,
+    sensors and counters, GpuIsLost for a lost GPU, and the code a GPU's ``errors`` forces.
     Construction raises ValueError/OSError for an unreadable or malformed file.
     """
 
-    NVMLError = NVMLError
+    NVMLError: type[Exception] = NVMLError
     NVML_NVLINK_MAX_LINKS = 18
 
-    def __init__(self, path):
-        with open(path, encoding="utf-8") as f:
-            doc = json.load(f)
-        if not isinstance(doc, dict) or doc.get("format") != INJECTION_FORMAT:
-            raise ValueError(f"{path}: not a {INJECTION_FORMAT} file")
-        if doc.get("version") != INJECTION_VERSION:
-            raise ValueError(f"{path}: unsupported injection version {doc.get('version')!r}")
-        if not isinstance(doc.get("gpus"), list):
-            raise ValueError(f"{path}: 'gpus' must be a list")
-        self.doc = doc
-        self.gpus = doc["gpus"]
+    def __init__(
+        self,
+        source: str | dict[str, Any],
+        error: Callable[[int], Exception] = nvml_error,
+        error_type: type[Exception] | None = None,
+    ) -> None:
+        self.doc = source if isinstance(source, dict) else load_injection(source)
+        self.gpus: list[dict[str, Any]] = self.doc["gpus"]
+        self._error = error
+        if error_type is not None:
+            self.NVMLError = error_type
         self._refcount = 0
 
-    def _enter(self):
+    def _enter(self) -> None:
         if self._refcount <= 0:
-            raise nvml_error(NVML_ERROR_UNINITIALIZED)
+            raise self._error(NVML_ERROR_UNINITIALIZED)
 
-    def _gpu(self, fn, handle):
+    def _gpu(self, fn: str, handle: object) -> dict[str, Any]:
         self._enter()
-        if not isinstance(handle, int) or isinstance(handle, bool) or not 0 <= handle < len(self.gpus):
-            raise nvml_error(NVML_ERROR_INVALID_ARGUMENT)
-        g = self.gpus[handle]
+        if not isinstance(handle, DeviceHandle) or handle.owner is not self:
+            raise self._error(NVML_ERROR_INVALID_ARGUMENT)
+        g = self.gpus[handle.index]
         if g.get("lost"):
-            raise nvml_error(NVML_ERROR_GPU_IS_LOST)
+            raise self._error(NVML_ERROR_GPU_IS_LOST)
         forced = (g.get("errors") or {}).get(fn)
         if forced is not None:
-            raise nvml_error(int(forced))
+            raise self._error(int(forced))
         return g
 
-    @staticmethod
-    def _supported(value):
+    def _supported(self, value: Any) -> Any:
         if value is None:
-            raise nvml_error(NVML_ERROR_NOT_SUPPORTED)
+            raise self._error(NVML_ERROR_NOT_SUPPORTED)
         return value
 
-    def nvmlInit(self):
+    def nvmlInit(self) -> None:
         init_error = self.doc.get("init_error")
         if init_error is not None:
-            raise nvml_error(int(init_error))
+            raise self._error(int(init_error))
         self._refcount += 1
 
-    def nvmlShutdown(self):
+    def nvmlShutdown(self) -> None:
         self._enter()
         self._refcount -= 1
 
-    def nvmlSystemGetDriverVersion(self):
+    def nvmlSystemGetDriverVersion(self) -> str:
         self._enter()
-        return self.doc.get("driver_version", "")
+        return str(self.doc.get("driver_version", ""))
 
-    def nvmlSystemGetNVMLVersion(self):
+    def nvmlSystemGetNVMLVersion(self) -> str:
         self._enter()
-        return self.doc.get("nvml_version", "")
+        return str(self.doc.get("nvml_version", ""))
 
-    def nvmlSystemGetCudaDriverVersion(self):
+    def nvmlSystemGetCudaDriverVersion(self) -> int:
         self._enter()
         return int(self.doc.get("cuda_driver_version") or 0)
 
-    def nvmlDeviceGetCount(self):
+    def nvmlDeviceGetCount(self) -> int:
         self._enter()
         return len(self.gpus)
 
-    def nvmlDeviceGetHandleByIndex(self, index):
+    def nvmlDeviceGetHandleByIndex(self, index: int) -> DeviceHandle:
         self._enter()
-        if not isinstance(index, int) or not 0 <= index < len(self.gpus):
-            raise nvml_error(NVML_ERROR_INVALID_ARGUMENT)
+        if not isinstance(index, int) or isinstance(index, bool) or not 0 <= index < len(self.gpus):
+            raise self._error(NVML_ERROR_INVALID_ARGUMENT)
         g = self.gpus[index]
         if g.get("lost"):
-            raise nvml_error(NVML_ERROR_GPU_IS_LOST)
+            raise self._error(NVML_ERROR_GPU_IS_LOST)
         forced = (g.get("errors") or {}).get("nvmlDeviceGetHandleByIndex")
         if forced is not None:
-            raise nvml_error(int(forced))
-        return index
+            raise self._error(int(forced))
+        return DeviceHandle(self, index)
 
-    def nvmlDeviceGetName(self, handle):
-        return self._gpu("nvmlDeviceGetName", handle).get("name", "")
+    def nvmlDeviceGetName(self, handle: object) -> str:
+        return str(self._gpu("nvmlDeviceGetName", handle).get("name", ""))
 
-    def nvmlDeviceGetUUID(self, handle):
-        return self._gpu("nvmlDeviceGetUUID", handle).get("uuid", "")
+    def nvmlDeviceGetUUID(self, handle: object) -> str:
+        return str(self._gpu("nvmlDeviceGetUUID", handle).get("uuid", ""))
 
-    def nvmlDeviceGetSerial(self, handle):
+    def nvmlDeviceGetSerial(self, handle: object) -> str:
         return str(self._supported(self._gpu("nvmlDeviceGetSerial", handle).get("serial")))
 
-    def nvmlDeviceGetPciInfo(self, handle):
-        return PciInfo(self._gpu("nvmlDeviceGetPciInfo", handle).get("pci_bus_id", ""))
+    def nvmlDeviceGetPciInfo(self, handle: object) -> PciInfo:
+        return PciInfo(str(self._gpu("nvmlDeviceGetPciInfo", handle).get("pci_bus_id", "")))
 
-    def nvmlDeviceGetTemperature(self, handle, sensor):
+    def nvmlDeviceGetTemperature(self, handle: object, sensor: int) -> int:
         g = self._gpu("nvmlDeviceGetTemperature", handle)
         if sensor != NVML_TEMPERATURE_GPU:
-            raise nvml_error(NVML_ERROR_INVALID_ARGUMENT)
+            raise self._error(NVML_ERROR_INVALID_ARGUMENT)
         return int(self._supported(g.get("temperature_c")))
 
-    def nvmlDeviceGetTemperatureThreshold(self, handle, threshold):
+    def nvmlDeviceGetTemperatureThreshold(self, handle: object, threshold: int) -> int:
         g = self._gpu("nvmlDeviceGetTemperatureThreshold", handle)
         if threshold == NVML_TEMPERATURE_THRESHOLD_SHUTDOWN:
             return int(self._supported(g.get("temperature_shutdown_c")))
         if threshold == NVML_TEMPERATURE_THRESHOLD_SLOWDOWN:
             return int(self._supported(g.get("temperature_slowdown_c")))
         if isinstance(threshold, int) and 0 <= threshold < 8:
-            raise nvml_error(NVML_ERROR_NOT_SUPPORTED)
-        raise nvml_error(NVML_ERROR_INVALID_ARGUMENT)
+            raise self._error(NVML_ERROR_NOT_SUPPORTED)
+        raise self._error(NVML_ERROR_INVALID_ARGUMENT)
 
-    def nvmlDeviceGetTotalEccErrors(self, handle, errorType, counterType):
+    def nvmlDeviceGetTotalEccErrors(self, handle: object, errorType: int, counterType: int) -> int:
         g = self._gpu("nvmlDeviceGetTotalEccErrors", handle)
         if errorType not in (0, 1) or counterType not in (0, 1):
-            raise nvml_error(NVML_ERROR_INVALID_ARGUMENT)
+            raise self._error(NVML_ERROR_INVALID_ARGUMENT)
         ecc = self._supported(g.get("ecc"))
         counts = ecc.get("volatile" if counterType == NVML_VOLATILE_ECC else "aggregate") or {}
         key = "uncorrected" if errorType == NVML_MEMORY_ERROR_TYPE_UNCORRECTED else "corrected"
         return int(counts.get(key, 0))
 
-    def nvmlDeviceGetRetiredPages(self, handle, sourceFilter):
+    def nvmlDeviceGetRetiredPages(self, handle: object, sourceFilter: int) -> list[int]:
         g = self._gpu("nvmlDeviceGetRetiredPages", handle)
         if sourceFilter not in (0, 1):
-            raise nvml_error(NVML_ERROR_INVALID_ARGUMENT)
+            raise self._error(NVML_ERROR_INVALID_ARGUMENT)
         rp = self._supported(g.get("retired_pages"))
         return [int(a) for a in rp.get("single_bit" if sourceFilter == 0 else "double_bit", [])]
 
-    def nvmlDeviceGetRetiredPagesPendingStatus(self, handle):
+    def nvmlDeviceGetRetiredPagesPendingStatus(self, handle: object) -> int:
         rp = self._supported(self._gpu("nvmlDeviceGetRetiredPagesPendingStatus", handle).get("retired_pages"))
         return 1 if rp.get("pending") else 0
 
-    def nvmlDeviceGetRemappedRows(self, handle):
+    def nvmlDeviceGetRemappedRows(self, handle: object) -> tuple[int, int, int, int]:
+        """(correctable rows, uncorrectable rows, pending 0/1, failure 0/1), as pynvml returns it."""
         rr = self._supported(self._gpu("nvmlDeviceGetRemappedRows", handle).get("remapped_rows"))
         return (
             int(rr.get("correctable", 0)),
@@ -344,50 +369,53 @@ class InjectedNvml:
             int(bool(rr.get("failure"))),
         )
 
-    def nvmlDeviceGetCurrentClocksEventReasons(self, handle):
+    def nvmlDeviceGetCurrentClocksEventReasons(self, handle: object) -> int:
         g = self._gpu("nvmlDeviceGetCurrentClocksEventReasons", handle)
         return int(self._supported(g.get("clocks_event_reasons")))
 
-    def nvmlDeviceGetCurrentClocksThrottleReasons(self, handle):
+    def nvmlDeviceGetCurrentClocksThrottleReasons(self, handle: object) -> int:
+        """Deprecated pynvml name of :meth:`nvmlDeviceGetCurrentClocksEventReasons`."""
         g = self._gpu("nvmlDeviceGetCurrentClocksThrottleReasons", handle)
         return int(self._supported(g.get("clocks_event_reasons")))
 
-    def _pcie(self, fn, handle, key):
+    def _pcie(self, fn: str, handle: object, key: str) -> int:
         return int(self._supported(self._gpu(fn, handle).get("pcie"))[key])
 
-    def nvmlDeviceGetCurrPcieLinkGeneration(self, handle):
+    def nvmlDeviceGetCurrPcieLinkGeneration(self, handle: object) -> int:
         return self._pcie("nvmlDeviceGetCurrPcieLinkGeneration", handle, "current_gen")
 
-    def nvmlDeviceGetMaxPcieLinkGeneration(self, handle):
+    def nvmlDeviceGetMaxPcieLinkGeneration(self, handle: object) -> int:
         return self._pcie("nvmlDeviceGetMaxPcieLinkGeneration", handle, "max_gen")
 
-    def nvmlDeviceGetCurrPcieLinkWidth(self, handle):
+    def nvmlDeviceGetCurrPcieLinkWidth(self, handle: object) -> int:
         return self._pcie("nvmlDeviceGetCurrPcieLinkWidth", handle, "current_width")
 
-    def nvmlDeviceGetMaxPcieLinkWidth(self, handle):
+    def nvmlDeviceGetMaxPcieLinkWidth(self, handle: object) -> int:
         return self._pcie("nvmlDeviceGetMaxPcieLinkWidth", handle, "max_width")
 
-    def _link(self, fn, handle, link):
+    def _link(self, fn: str, handle: object, link: int) -> dict[str, Any]:
         links = self._supported(self._gpu(fn, handle).get("nvlink"))
         if not isinstance(link, int) or not 0 <= link < len(links):
-            raise nvml_error(NVML_ERROR_INVALID_ARGUMENT)
-        return links[link]
+            raise self._error(NVML_ERROR_INVALID_ARGUMENT)
+        return dict(links[link])
 
-    def nvmlDeviceGetNvLinkState(self, handle, link):
+    def nvmlDeviceGetNvLinkState(self, handle: object, link: int) -> int:
+        """NVML_FEATURE_ENABLED (1) for an active link, else 0."""
         return 1 if self._link("nvmlDeviceGetNvLinkState", handle, link).get("active") else 0
 
-    def nvmlDeviceGetNvLinkErrorCounter(self, handle, link, counter):
+    def nvmlDeviceGetNvLinkErrorCounter(self, handle: object, link: int, counter: int) -> int:
+        """Replay (0), recovery (1), CRC flit (2) or CRC data (3) errors of one link."""
         lk = self._link("nvmlDeviceGetNvLinkErrorCounter", handle, link)
         keys = {0: "replay", 1: "recovery", 2: "crc_flit", 3: "crc_data"}
         if counter not in keys:
             if isinstance(counter, int) and 0 <= counter < 5:
-                raise nvml_error(NVML_ERROR_NOT_SUPPORTED)
-            raise nvml_error(NVML_ERROR_INVALID_ARGUMENT)
+                raise self._error(NVML_ERROR_NOT_SUPPORTED)
+            raise self._error(NVML_ERROR_INVALID_ARGUMENT)
         return int(self._supported(lk.get(keys[counter])))
 
 
 # --------------------------------------------------------------------------- collection
-def decode_reasons(mask):
+def decode_reasons(mask: int) -> list[str]:
     """Names of the set bits of a clocks-event-reason mask."""
     names = [name for name, bit in CLOCK_EVENT_REASONS if mask & bit]
     known = 0
@@ -406,12 +434,12 @@ def decode_reasons(mask):
 class Querier:
     """Calls pynvml-like functions; NOT_SUPPORTED -> None, other NVML errors -> None + query_errors."""
 
-    def __init__(self, lib, gpu):
+    def __init__(self, lib: Any, gpu: dict[str, Any]) -> None:
         self.lib = lib
         self.gpu = gpu
         self.err_type = getattr(lib, "NVMLError", NVMLError)
 
-    def call(self, group, fn_name, *args):
+    def call(self, group: str, fn_name: str, *args: Any) -> Any:
         fn = getattr(self.lib, fn_name, None)
         if fn is None:
             self.fail(group, f"{fn_name}: not provided by this pynvml")
@@ -424,7 +452,7 @@ class Querier:
             self.fail(group, f"{fn_name}: {exc}")
             return None
 
-    def fail(self, group, message):
+    def fail(self, group: str, message: str) -> None:
         errs = self.gpu["query_errors"]
         if group not in errs:
             errs[group] = message
@@ -441,9 +469,9 @@ GPU_FIELDS = (
 ).split()
 
 
-def collect_gpu(lib, index):
+def collect_gpu(lib: Any, index: int) -> dict[str, Any]:
     """One GPU's record (see module docstring)."""
-    gpu = {"index": index, "accessible": True, "error": None, "error_code": None}
+    gpu: dict[str, Any] = {"index": index, "accessible": True, "error": None, "error_code": None}
     for key in GPU_FIELDS:
         gpu[key] = None
     gpu["query_errors"] = {}
@@ -524,10 +552,10 @@ def collect_gpu(lib, index):
     return gpu
 
 
-def collect_nvlink(lib, h, q, err_type):
+def collect_nvlink(lib: Any, h: Any, q: Querier, err_type: Any) -> list[dict[str, Any]] | None:
     """Per-link state and error counters; None when the GPU has no (supported) NVLink."""
     max_links = int(getattr(lib, "NVML_NVLINK_MAX_LINKS", 18))
-    links = []
+    links: list[dict[str, Any]] = []
     for link in range(max_links):
         try:
             state = lib.nvmlDeviceGetNvLinkState(h, link)
@@ -537,16 +565,16 @@ def collect_nvlink(lib, h, q, err_type):
                 continue  # no such link on this GPU
             q.fail("nvlink", f"nvmlDeviceGetNvLinkState({link}): {exc}")
             continue
-        entry = {"link": link, "active": bool(state)}
+        entry: dict[str, Any] = {"link": link, "active": bool(state)}
         for key, counter in NVML_NVLINK_COUNTERS:
             entry[key] = q.call("nvlink", "nvmlDeviceGetNvLinkErrorCounter", h, link, counter)
         links.append(entry)
     return links or None
 
 
-def collect(lib, doc):
+def collect(lib: Any, doc: Document) -> None:
     """Fill ``doc`` from an initialised pynvml-like ``lib``."""
-    top = {"query_errors": {}}
+    top: dict[str, Any] = {"query_errors": {}}
     q = Querier(lib, top)
     doc.set("driver_version", q.call("system", "nvmlSystemGetDriverVersion"))
     doc.set("cuda_driver_version", q.call("system", "nvmlSystemGetCudaDriverVersion"))
@@ -558,7 +586,7 @@ def collect(lib, doc):
     if count is None:
         doc.set("gpus", None)
         return
-    gpus = []
+    gpus: list[dict[str, Any]] = []
     doc.set("gpus", [])
     for index in range(int(count)):
         gpu = collect_gpu(lib, index)
@@ -570,7 +598,7 @@ def collect(lib, doc):
         doc.set("gpus", list(gpus))
 
 
-def reason_code(code):
+def reason_code(code: int | None) -> str:
     if code == NVML_ERROR_LIBRARY_NOT_FOUND:
         return "library_not_found"
     if code == NVML_ERROR_DRIVER_NOT_LOADED:
@@ -578,7 +606,7 @@ def reason_code(code):
     return "init_failed"
 
 
-def open_library(args, doc):
+def open_library(args: argparse.Namespace, doc: Document) -> tuple[Any, str | None]:
     """(lib, source) ready to use, or (None, None) after recording why NVML is unavailable."""
     if args.nvml_injection:
         try:
@@ -602,13 +630,13 @@ def open_library(args, doc):
     return pynvml, "nvml"
 
 
-def run(args, doc):
+def run(args: argparse.Namespace, doc: Document) -> None:
     lib, source = open_library(args, doc)
     if lib is not None:
         run_library(lib, source, doc)
 
 
-def run_library(lib, source, doc):
+def run_library(lib: Any, source: str | None, doc: Document) -> None:
     """Initialise the pynvml-like ``lib``, collect every GPU into ``doc``, shut it down."""
     err_type = getattr(lib, "NVMLError", NVMLError)
     try:
@@ -631,26 +659,12 @@ def run_library(lib, source, doc):
             pass
 
 
-def parse_args(argv):
-    p = argparse.ArgumentParser(prog="nvml.py", description="robustctl NVML probe (one JSON document).")
-    p.add_argument("--root", default=os.environ.get("ROBUSTCTL_PROBE_ROOT", "/"))
-    p.add_argument(
-        "--nvml-injection",
-        default=os.environ.get("ROBUSTCTL_NVML_INJECTION") or None,
-        help="read GPU state from this injection file instead of NVML",
-    )
-    p.add_argument("--timeout", type=float, default=60.0, help="time budget, seconds (default 60)")
-    return p.parse_args(argv)
+def add_args(p: argparse.ArgumentParser) -> None:
+    """No arguments beyond the common ones (``--nvml-injection`` chooses the injection file)."""
 
 
-def main(argv=None):
-    args = parse_args(sys.argv[1:] if argv is None else argv)
-    doc = Document(PROBE)
-    timer = start_watchdog(doc, args.timeout)
-    run(args, doc)
-    timer.cancel()
-    doc.emit()
-    return 0
+def main(argv: Sequence[str] | None = None) -> int:
+    return probe_main(PROBE, add_args, run, argv, timeout_s=60.0)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """robustctl node-side probe ``stacks``: py-spy dumps of a training job's rank processes on this host.
 
-Standalone (Python >= 3.8, stdlib only, plus the ``py-spy`` binary); never imports robustctl. Prints
+Standalone with the shared prelude ``_prelude.py``
+(Python >= 3.8, stdlib only, plus the ``py-spy`` binary); never imports robustctl. Prints
 exactly one JSON document (see ``diagnostics/README.md``).
 
 What it does:
@@ -65,75 +66,33 @@ import json
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import threading
 import time
+from typing import Any, Sequence
+
+from _prelude import Document, probe_main
 
 PROBE = "stacks"
-VERSION = 1
 CMDLINE_MAX = 1000
 ERROR_MAX = 300
 
 
-# --------------------------------------------------------------------------- document plumbing
-class Document:
-    """The probe's one JSON document; :meth:`emit` prints it at most once (thread-safe)."""
-
-    def __init__(self, probe):
-        self.probe = probe
-        self.started = time.monotonic()
-        self.data = {}
-        self.errors = []
-        self._lock = threading.Lock()
-        self._emitted = False
-
-    def set(self, key, value):
-        with self._lock:
-            self.data[key] = value
-
-    def error(self, message):
-        with self._lock:
-            self.errors.append(str(message))
-
-    def emit(self, extra_error=None, finalize=None):
-        with self._lock:
-            if self._emitted:
-                return
-            self._emitted = True
-            if finalize is not None:
-                finalize(self.data)
-            errors = list(self.errors)
-            if extra_error:
-                errors.append(extra_error)
-            doc = {
-                "probe": self.probe,
-                "version": VERSION,
-                "hostname": socket.gethostname(),
-                "time": time.time(),
-                "elapsed_s": round(time.monotonic() - self.started, 6),
-                "data": self.data,
-                "errors": errors,
-            }
-            sys.stdout.write(json.dumps(doc, separators=(",", ":"), default=str) + "\n")
-            sys.stdout.flush()
-
-
 # --------------------------------------------------------------------------- /proc
-def read_bytes(path):
+def read_bytes(path: str) -> bytes:
     with open(path, "rb") as f:
         return f.read()
 
 
-def read_stat(proc, pid):
+def read_stat(proc: str, pid: int) -> tuple[str, int]:
     """``(state, ppid)`` from ``/proc/PID/stat`` (the command name may hold spaces and parens)."""
     raw = read_bytes(os.path.join(proc, str(pid), "stat")).decode("utf-8", "replace")
     rest = raw[raw.rindex(")") + 2 :].split()
     return rest[0], int(rest[1])
 
 
-def read_cmdline(proc, pid):
+def read_cmdline(proc: str, pid: int) -> list[str] | None:
     """The argument list, or None for a kernel thread / a process gone."""
     try:
         raw = read_bytes(os.path.join(proc, str(pid), "cmdline"))
@@ -144,7 +103,7 @@ def read_cmdline(proc, pid):
     return [a.decode("utf-8", "replace") for a in raw.rstrip(b"\0").split(b"\0")]
 
 
-def read_comm(proc, pid, default="?"):
+def read_comm(proc: str, pid: int, default: str | None = "?") -> str | None:
     """``/proc/PID/comm`` (the main thread's name, 15 bytes at most), or ``default`` when unreadable."""
     try:
         return read_bytes(os.path.join(proc, str(pid), "comm")).decode("utf-8", "replace").strip() or default
@@ -152,7 +111,7 @@ def read_comm(proc, pid, default="?"):
         return default
 
 
-def read_environ(proc, pid, keys):
+def read_environ(proc: str, pid: int, keys: Sequence[str]) -> tuple[dict[str, str], str | None]:
     """``({key: value}, error)``: only ``keys`` are kept; error is one line when unreadable."""
     try:
         raw = read_bytes(os.path.join(proc, str(pid), "environ"))
@@ -171,16 +130,16 @@ def read_environ(proc, pid, keys):
     return out, None
 
 
-def to_int(s):
+def to_int(s: object) -> int | None:
     try:
         return int(str(s).strip())
     except (TypeError, ValueError):
         return None
 
 
-def parse_ranks(text):
+def parse_ranks(text: str) -> list[int]:
     """``"4-7,9"`` → ``[4, 5, 6, 7, 9]``. Raises ValueError."""
-    out = set()
+    out: set[int] = set()
     for part in text.split(","):
         part = part.strip()
         if not part:
@@ -201,11 +160,13 @@ def parse_ranks(text):
     return sorted(out)
 
 
-def scan(args, match_re, rank_re):
+def scan(
+    args: argparse.Namespace, match_re: re.Pattern[str], rank_re: re.Pattern[str] | None
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]], int, list[int]]:
     """Find the rank processes. Returns ``(processes, launchers, scanned)`` (dicts without dumps)."""
     proc = "/proc"
     me = os.getpid()
-    table = {}  # pid -> (state, ppid)
+    table: dict[int, tuple[str, int]] = {}  # pid -> (state, ppid)
     scanned = 0
     for name in os.listdir(proc):
         if not name.isdigit():
@@ -221,13 +182,13 @@ def scan(args, match_re, rank_re):
     while p in table and p not in excluded and p > 1:  # self and ancestors (ssh session, shell)
         excluded.add(p)
         p = table[p][1]
-    children = {}
+    children: dict[int, list[int]] = {}
     for pid, (_, ppid) in table.items():
         children.setdefault(ppid, []).append(pid)
 
     keys = [args.rank_env, args.local_rank_env]
-    matched = {}
-    cmdlines = {}
+    matched: dict[int, dict[str, Any]] = {}
+    cmdlines: dict[int, str] = {}
     for pid in table:
         if pid in excluded:
             continue
@@ -258,7 +219,7 @@ def scan(args, match_re, rank_re):
             "environ_error": env_err,
         }
 
-    def nearest_matched_ancestor(pid):
+    def nearest_matched_ancestor(pid: int) -> int | None:
         seen = set()
         p = table[pid][1]
         while p in table and p not in seen and p > 1:
@@ -269,7 +230,7 @@ def scan(args, match_re, rank_re):
         return None
 
     # main vs child: a child's nearest matching ancestor carries the same rank
-    main_of = {}
+    main_of: dict[int, int] = {}
     for pid, info in matched.items():
         anc = nearest_matched_ancestor(pid)
         if anc is not None and info["rank"] is not None and matched[anc]["rank"] == info["rank"]:
@@ -281,8 +242,8 @@ def scan(args, match_re, rank_re):
         main_of[pid] = top
     mains = [pid for pid in matched if pid not in main_of]
 
-    launchers = []
-    kept_mains = []
+    launchers: list[dict[str, Any]] = []
+    kept_mains: list[int] = []
     ranked_mains = set(pid for pid in mains if matched[pid]["rank"] is not None)
     for pid in mains:
         if matched[pid]["rank"] is None and _has_ranked_descendant(pid, children, ranked_mains):
@@ -294,7 +255,7 @@ def scan(args, match_re, rank_re):
     if wanted is not None:
         kept_mains = [p for p in kept_mains if matched[p]["rank"] is None or matched[p]["rank"] in wanted]
 
-    out = []
+    out: list[dict[str, Any]] = []
     for pid in kept_mains:
         info = matched[pid]
         out.append(_entry(pid, table, cmdlines[pid], info, "main", None, read_comm(proc, pid, None)))
@@ -328,18 +289,18 @@ def scan(args, match_re, rank_re):
     return out, launchers, scanned, unmatched
 
 
-def is_sibling_probe(argv, match):
+def is_sibling_probe(argv: list[str], match: str) -> bool:
     """Whether ``argv`` is another stacks probe looking for the same job (same ``--match``)."""
     if "--match=" + match in argv:
         return True
     return any(argv[i] == "--match" and argv[i + 1] == match for i in range(len(argv) - 1))
 
 
-def _has_ranked_descendant(pid, children, ranked):
+def _has_ranked_descendant(pid: int, children: dict[int, list[int]], ranked: set[int]) -> bool:
     return any(d in ranked for d in _descendants(pid, children))
 
 
-def _descendants(pid, children):
+def _descendants(pid: int, children: dict[int, list[int]]) -> list[int]:
     out, todo, seen = [], list(children.get(pid, ())), set()
     while todo:
         c = todo.pop()
@@ -351,7 +312,15 @@ def _descendants(pid, children):
     return sorted(out)
 
 
-def _entry(pid, table, line, info, role, parent, comm):
+def _entry(
+    pid: int,
+    table: dict[int, tuple[str, int]],
+    line: str,
+    info: dict[str, Any],
+    role: str,
+    parent: int | None,
+    comm: str | None,
+) -> dict[str, Any]:
     state, ppid = table.get(pid, (None, None))
     return {
         "pid": pid,
@@ -374,7 +343,7 @@ def _entry(pid, table, line, info, role, parent, comm):
 
 
 # --------------------------------------------------------------------------- py-spy
-def find_pyspy(explicit):
+def find_pyspy(explicit: str | None) -> str | None:
     """Path of py-spy or None: ``explicit``, PATH, beside ``sys.executable`` (as given, then resolved)."""
     if explicit:
         return explicit if os.path.isfile(explicit) and os.access(explicit, os.X_OK) else None
@@ -389,13 +358,13 @@ def find_pyspy(explicit):
     return None
 
 
-def pyspy_env():
+def pyspy_env() -> dict[str, str]:
     env = dict(os.environ)
     env["RUST_BACKTRACE"] = "0"
     return env
 
 
-def pyspy_version(path, timeout):
+def pyspy_version(path: str, timeout: float) -> str | None:
     try:
         out = subprocess.run(
             [path, "--version"],
@@ -410,7 +379,7 @@ def pyspy_version(path, timeout):
     return text.split()[-1] if text else None
 
 
-def one_line(text):
+def one_line(text: str) -> str:
     """py-spy's error as one line: the message without ``Error:``, plus its first ``Caused by`` item."""
     lines = [ln.strip() for ln in text.splitlines()]
     first, cause = "", ""
@@ -434,7 +403,7 @@ THREAD_KEYS = ("thread_id", "thread_name", "os_thread_id", "active", "owns_gil")
 FRAME_KEYS = ("name", "filename", "module", "short_filename", "line")
 
 
-def compact(threads):
+def compact(threads: list[Any]) -> list[dict[str, Any]]:
     """py-spy's thread list keeping only the keys above (``locals`` and py-spy internals dropped)."""
     out = []
     for t in threads:
@@ -448,7 +417,7 @@ def compact(threads):
     return out
 
 
-def main_thread_complete(threads):
+def main_thread_complete(threads: list[dict[str, Any]]) -> bool:
     """Whether the ``MainThread`` of a py-spy thread list reaches a ``<module>`` frame.
 
     Every main thread of a Python program (a script, ``python -m``, ``-c``, a forked or spawned
@@ -463,7 +432,14 @@ def main_thread_complete(threads):
     return True
 
 
-def dump_one(pyspy, entry, nonblocking, native, timeout, retries=4):
+def dump_one(
+    pyspy: str,
+    entry: dict[str, Any],
+    nonblocking: bool,
+    native: bool,
+    timeout: float,
+    retries: int = 4,
+) -> None:
     """Run py-spy on one process; fill ``dump``/``error``/``elapsed_s``/``attempts``/``complete``.
 
     ``--nonblocking`` reads a running interpreter's memory without pausing it, and sometimes catches
@@ -537,28 +513,28 @@ def dump_one(pyspy, entry, nonblocking, native, timeout, retries=4):
         time.sleep(_pause(entry))
 
 
-def _pause(entry):
+def _pause(entry: dict[str, Any]) -> float:
     """Seconds to wait before the next attempt: 0.05, 0.1, 0.2, 0.4, then 0.5."""
     return min(0.5, 0.05 * 2 ** (entry["attempts"] - 1))
 
 
-def _may_retry(entry, retries, deadline):
+def _may_retry(entry: dict[str, Any], retries: int, deadline: float) -> bool:
     return entry["attempts"] <= retries and deadline - time.monotonic() >= _pause(entry) + 0.2
 
 
-def current_state(pid):
+def current_state(pid: int) -> str | None:
     try:
         return read_stat("/proc", pid)[0]
     except (OSError, ValueError, IndexError):
         return None
 
 
-def dump_all(pyspy, entries, args, deadline):
+def dump_all(pyspy: str, entries: list[dict[str, Any]], args: argparse.Namespace, deadline: float) -> None:
     """Dump ``entries`` with up to ``args.parallel`` py-spy processes at once, all before ``deadline``."""
     lock = threading.Lock()
     todo = list(entries)
 
-    def worker():
+    def worker() -> None:
         while True:
             with lock:
                 if not todo:
@@ -582,10 +558,7 @@ def dump_all(pyspy, entries, args, deadline):
 
 
 # --------------------------------------------------------------------------- main
-def parse_args(argv):
-    p = argparse.ArgumentParser(prog="stacks.py", description="robustctl stacks probe (one JSON document).")
-    p.add_argument("--root", default=None, help="accepted for the common interface; ignored")
-    p.add_argument("--nvml-injection", default=None, help="accepted for the common interface; ignored")
+def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--match", required=True, help="regex searched in each process command line")
     p.add_argument("--rank-env", default="RANK", help="environment variable holding the global rank")
     p.add_argument("--local-rank-env", default="LOCAL_RANK", help="variable holding the local rank")
@@ -595,13 +568,14 @@ def parse_args(argv):
     p.add_argument("--native", action="store_true", help="py-spy --native (implies blocking)")
     p.add_argument("--nonblocking", dest="nonblocking", action="store_true", default=True)
     p.add_argument("--blocking", dest="nonblocking", action="store_false", help="pause each process")
-    p.add_argument("--timeout", type=float, default=30.0, help="total time budget, seconds")
     p.add_argument("--per-process-timeout", type=float, default=10.0, help="per py-spy call, seconds")
     p.add_argument("--parallel", type=int, default=16, help="py-spy processes at once")
     p.add_argument(
         "--retries", type=int, default=4, help="extra py-spy calls after a failure on a live process"
     )
-    args = p.parse_args(argv)
+
+
+def check_args(args: argparse.Namespace, p: argparse.ArgumentParser) -> None:
     if args.ranks is not None:
         try:
             args.ranks = parse_ranks(args.ranks)
@@ -609,12 +583,17 @@ def parse_args(argv):
             p.error(f"--ranks: {exc}")
     if args.timeout <= 0 or args.per_process_timeout <= 0 or args.parallel < 1 or args.retries < 0:
         p.error("--timeout, --per-process-timeout and --parallel must be positive, --retries >= 0")
-    return args
 
 
-def main(argv=None):
-    args = parse_args(sys.argv[1:] if argv is None else argv)
-    doc = Document(PROBE)
+def finalize(data: dict[str, Any]) -> None:
+    """Anything still undumped when the document goes out ran out of time."""
+    for e in data.get("processes") or ():
+        if e["dump"] is None and e["error"] is None:
+            e["error"] = "not dumped: the probe's --timeout ran out"
+
+
+def collect(args: argparse.Namespace, doc: Document) -> None:
+    """Scan, then dump (see the module docstring)."""
     deadline = time.monotonic() + args.timeout
     doc.set("match", args.match)
     doc.set("requested_ranks", args.ranks)
@@ -634,28 +613,13 @@ def main(argv=None):
     doc.set("py_spy", None)
     doc.set("error", None)
 
-    def finalize(data):  # anything still undumped when the document goes out
-        for e in data.get("processes") or ():
-            if e["dump"] is None and e["error"] is None:
-                e["error"] = "not dumped: the probe's --timeout ran out"
-
-    def fire():
-        doc.emit(f"timeout: probe ran past its {args.timeout:.1f} s budget; partial data", finalize)
-        os._exit(0)
-
-    timer = threading.Timer(args.timeout + 2.0, fire)
-    timer.daemon = True
-    timer.start()
-
     try:
         match_re = re.compile(args.match)
         rank_re = re.compile(args.rank_cmdline) if args.rank_cmdline else None
     except re.error as exc:
         doc.set("error", f"bad regular expression: {exc}")
         doc.error(f"bad regular expression: {exc}")
-        timer.cancel()
-        doc.emit()
-        return 0
+        return
 
     pyspy = find_pyspy(args.py_spy)
     processes, launchers, scanned, unmatched = scan(args, match_re, rank_re)
@@ -673,9 +637,13 @@ def main(argv=None):
     else:
         doc.set("py_spy", {"path": pyspy, "version": pyspy_version(pyspy, min(5.0, args.timeout))})
         dump_all(pyspy, processes, args, deadline)
-    timer.cancel()
-    doc.emit(finalize=finalize)
-    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    # The dumps keep their own deadline (--timeout); the watchdog is for a py-spy that hangs past it.
+    return probe_main(
+        PROBE, add_args, collect, argv, timeout_s=30.0, check_args=check_args, grace_s=2.0, finalize=finalize
+    )
 
 
 if __name__ == "__main__":

@@ -1,14 +1,21 @@
 """Run a node-side probe (``diagnostics/<name>.py``) on a host and return its JSON document.
 
-The probe's source is streamed to ``python3 -`` (with the host's optional wrapper, e.g.
-``docker exec -i trainer``), so hosts need no robustctl install. See ``diagnostics/README.md``.
+What a host's ``python3 -`` reads (with the host's optional wrapper, e.g. ``docker exec -i
+trainer``) is one script: the shared prelude (``diagnostics/_prelude.py``), then one line calling
+its ``run_streamed`` with the probe's name and source (:func:`probe_script`; the bundle of several
+probes: :func:`bundle_script`). Hosts need no robustctl install. See ``diagnostics/README.md``.
 """
 
 from __future__ import annotations
 
 import functools
+import importlib.util
 import json
+import os
+import shutil
+import sys
 import time
+import types
 from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import resources
@@ -22,6 +29,9 @@ if TYPE_CHECKING:
 
 PROBES = ("host", "nvml", "burn", "allreduce", "stacks", "bundle")
 """Probes shipped in ``diagnostics/``."""
+
+PRELUDE = "_prelude"
+"""The module every probe imports its scaffolding from (``diagnostics/_prelude.py``)."""
 
 
 @dataclass(frozen=True)
@@ -42,14 +52,85 @@ class ProbeDocument:
     sent_at: float
     received_at: float
     elapsed_s: float
+    timed_out: bool = False
+    """The probe ran out of its own ``--timeout`` (its data is partial; ``data["error"]`` says so)."""
 
 
 @functools.cache
 def probe_source(name: str) -> bytes:
-    """The source of probe ``name``. Raises ValueError for an unknown probe."""
-    if name not in PROBES:
+    """The source of probe ``name`` (or of the prelude, ``"_prelude"``). Raises ValueError for an unknown probe."""
+    if name not in PROBES and name != PRELUDE:
         raise ValueError(f"unknown probe {name!r}")
     return resources.files("robustctl").joinpath("_probes", f"{name}.py").read_bytes()
+
+
+def _streamed(name: str, *extra: Any) -> bytes:
+    """The prelude, then ``run_streamed(name, <source of name>, *extra)`` (Python literals)."""
+    call = ", ".join(repr(x) for x in (name, probe_source(name).decode("utf-8"), *extra))
+    return probe_source(PRELUDE) + f"\nrun_streamed({call})\n".encode()
+
+
+@functools.cache
+def probe_script(name: str) -> bytes:
+    """What a host's ``python3 -`` reads to run probe ``name``: the prelude, then the probe.
+
+    Raises ValueError for an unknown probe.
+    """
+    return _streamed(name)
+
+
+def bundle_script(probes: Sequence[tuple[str, Sequence[str]]]) -> bytes:
+    """What a host's ``python3 -`` reads to run ``probes`` (name, own arguments) in one process.
+
+    The bundle passes its own arguments (the host's common ones, :func:`probe_argv`) to every probe
+    ahead of the probe's own.
+    """
+    payload = [{"name": n, "args": list(a), "source": probe_source(n).decode("utf-8")} for n, a in probes]
+    return _streamed("bundle", payload)
+
+
+@functools.cache
+def load_probe(name: str) -> types.ModuleType:
+    """Probe ``name`` as a module of this process (tests, and ``FakeNvml``, which runs the nvml
+    probe's injection reader). The prelude is registered first as module ``_prelude``, the name the
+    probe imports it by; the probe's ``main`` is not run.
+
+    Raises ValueError for an unknown probe.
+    """
+    if PRELUDE not in sys.modules:
+        _exec_module(PRELUDE, PRELUDE)
+    return _exec_module(name, f"_robustctl_probe_{name}")
+
+
+def _exec_module(name: str, module_name: str) -> types.ModuleType:
+    if name not in PROBES and name != PRELUDE:
+        raise ValueError(f"unknown probe {name!r}")
+    path = resources.files("robustctl").joinpath("_probes", f"{name}.py")
+    spec = importlib.util.spec_from_file_location(module_name, str(path))
+    if spec is None or spec.loader is None:  # pragma: no cover - a .py file always has a loader
+        raise ValueError(f"cannot load probe {name!r} from {path}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def beside_interpreter(program: str) -> str | None:
+    """``program`` installed beside the Python running robustctl (its virtual environment's ``bin``),
+    when it is not on ``PATH``; None otherwise.
+
+    For probes run by the local transport without a wrapper: they run on this machine with this
+    process's ``PATH``, but under the host's ``python3``, so they cannot look beside this
+    interpreter themselves (e.g. ``py-spy`` installed in ``.venv`` with robustctl).
+    """
+    if shutil.which(program):
+        return None
+    for exe in (sys.executable, os.path.realpath(sys.executable or "")):
+        if exe:
+            cand = os.path.join(os.path.dirname(exe), program)
+            if os.path.isfile(cand) and os.access(cand, os.X_OK):
+                return cand
+    return None
 
 
 def probe_argv(host: Host, args: Sequence[str] = ()) -> list[str]:
@@ -75,7 +156,7 @@ def run_probe(
     """
     timeout = max(0.5, deadline - time.monotonic())
     sent = time.time()
-    res = transport.run(host, probe_argv(host, args), stdin=probe_source(name), timeout_s=timeout)
+    res = transport.run(host, probe_argv(host, args), stdin=probe_script(name), timeout_s=timeout)
     received = time.time()
     doc = parse_document(res.stdout, name)
     if doc is None:
@@ -89,15 +170,15 @@ def run_probes(
     """Run several probes in ONE remote Python process (``diagnostics/bundle.py``), in order.
 
     Halves the remote interpreter starts of a level that needs several probes per host (L0: host
-    and nvml). Returns one entry per probe: its document, or the :class:`ProbeError` that says why
-    it has none; the other probes' documents are kept.
+    and nvml). Every probe gets the host's common arguments (``--root``) as when run alone.
+    Returns one entry per probe: its document, or the :class:`ProbeError` that says why it has
+    none; the other probes' documents are kept.
 
     Raises:
         HostUnreachable, HostKeyError, CommandTimeout: from the transport.
         ProbeError: the bundle itself crashed or printed no bundle document.
     """
-    payload = [{"name": n, "args": list(a), "source": probe_source(n).decode("utf-8")} for n, a in probes]
-    script = probe_source("bundle") + f"\nrun_bundle({json.dumps(payload)})\n".encode()
+    script = bundle_script(probes)
     timeout = max(0.5, deadline - time.monotonic())
     sent = time.time()
     res = transport.run(host, probe_argv(host), stdin=script, timeout_s=timeout)
@@ -115,6 +196,8 @@ def run_probes(
         if doc is None:
             tail = [ln.strip() for ln in str(entry.get("stderr", "")).splitlines() if ln.strip()]
             why = tail[-1][:200] if tail else f"exit status {entry.get('exit_code')}, no output"
+            if i >= len(results):  # the bundle ended early: a watchdog fired in an earlier probe
+                why = "not run: an earlier probe of the bundle ran out of time"
             out.append(ProbeError(host.name, f"probe {name} failed: {why}"))
             continue
         out.append(_document(name, doc, sent, received, res.elapsed_s))
@@ -143,6 +226,7 @@ def _document(name: str, doc: dict[str, Any], sent: float, received: float, elap
         sent_at=sent,
         received_at=received,
         elapsed_s=elapsed,
+        timed_out=doc.get("timed_out") is True,
     )
 
 

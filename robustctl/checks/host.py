@@ -35,22 +35,23 @@ def never_told(data: Mapping[str, Any]) -> str | None:
     """Why a probe's document does not say whether the probe could run, or None when it does.
 
     A probe sets ``available`` (True, or False with a ``reason``) once it knows; a document without
-    it comes from a probe that ran out of time or failed first (e.g. importing torch past its
-    budget). That is UNKNOWN, never NOT_APPLICABLE: the returned line is the probe's own error.
+    it comes from a probe that ran out of time first (e.g. importing torch past its budget), and
+    every probe then says so in ``data["error"]`` (``diagnostics/_prelude.py``). That is UNKNOWN,
+    never NOT_APPLICABLE: the returned line is the probe's own error.
     """
     if data.get("available") is not None:
         return None
-    errors = [str(e) for e in context(data).get("probe_errors") or ()]
-    return str(data.get("error") or "; ".join(errors) or "the probe did not say whether it could run")
+    return str(data.get("error") or "the probe did not say whether it could run")
 
 
 def probe_error(data: Mapping[str, Any], prefix: str) -> str:
-    """The probe's error line for sub-collection ``prefix`` (e.g. ``"disks"``), or a generic reason."""
+    """The probe's error line for sub-collection ``prefix`` (e.g. ``"disks"``), else the probe's
+    own ``data["error"]`` (a timeout before it got there), else a generic reason."""
     for err in context(data).get("probe_errors") or ():
         text = str(err)
         if text.startswith(prefix + ":"):
             return text[len(prefix) + 1 :].strip()
-    return "the probe reported no data"
+    return str(data.get("error") or "the probe reported no data")
 
 
 def _r(

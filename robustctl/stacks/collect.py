@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from robustctl.errors import ConfigError, InventoryError
 from robustctl.models import Outcome, Status
-from robustctl.probes import ProbeDocument, run_probe
+from robustctl.probes import ProbeDocument, beside_interpreter, run_probe
 from robustctl.stacks.model import DumpParseError, ProcessDump, ProcessRole, ThreadStack
 from robustctl.stacks.parse import infer_role, parse_pyspy_json
 from robustctl.transport.fanout import HostOutcome, fan_out
@@ -52,7 +52,9 @@ class CollectSettings:
         per_process_timeout_s: budget of one ``py-spy dump``.
         probe_timeout_s: the probe's own budget on a host (it reports what it has by then).
         parallel: py-spy processes at once on a host.
-        py_spy: py-spy path on the hosts (default: PATH, then beside the hosts' Python).
+        py_spy: py-spy path on the hosts (default: PATH, then beside the hosts' Python; for a
+            host on the local transport without a wrapper, also beside the Python running
+            robustctl, e.g. its ``.venv/bin``).
         concurrency: hosts contacted at once.
         host_timeout_s: per-host deadline (connection, retries and probe); default
             ``probe_timeout_s + 30``.
@@ -324,6 +326,10 @@ def collect_stacks(
         expected = expected_of[host.name]
         budget = max(1.0, min(s.probe_timeout_s, host_deadline - time.monotonic() - 3.0))
         args = [*common, "--ranks", _rank_ranges(expected), "--timeout", f"{budget:.1f}"]
+        if not s.py_spy and host.transport == "local" and not host.python.wrapper:
+            local = beside_interpreter("py-spy")  # e.g. installed in robustctl's own .venv
+            if local:
+                args.append(f"--py-spy={local}")
         doc = run_probe(pool.for_host(host), host, "stacks", args, deadline=host_deadline)
         dumps, observer = dumps_from_document(host.name, doc.data)
         return _HostValue(tuple(dumps), _host_result(host.name, expected, doc, dumps, observer))

@@ -8,42 +8,17 @@ Tests (and plugin authors) describe each simulated host's GPUs with :class:`Fake
 - or use :class:`FakeNvml`, an object with the pynvml functions the probe calls, raising
   ``pynvml.NVMLError`` subclasses exactly where the real library does.
 
-The probe carries its own reader of the same file (it cannot import robustctl); the unit tests
-check that both give the same answers.
+This module only **writes** the injection document. Its one reader is the probe's
+(``InjectedNvml`` and ``load_injection`` in ``diagnostics/nvml.py``, schema in its
+``INJECTION_SCHEMA``): :class:`FakeNvml` runs that reader over the document it builds, with the real
+``pynvml`` error classes, so the fake and the probe cannot drift apart.
 
-Injection file schema (JSON, ``"format": "robustctl-nvml-injection"``, ``"version": 1``)::
-
-    {
-      "format": "robustctl-nvml-injection", "version": 1,
-      "init_error": null,                  # NVML error code nvmlInit raises (12 LibraryNotFound,
-                                           # 9 DriverNotLoaded, ...) or null
-      "driver_version": "550.54.15", "nvml_version": "12.550.54.15", "cuda_driver_version": 12040,
-      "gpus": [
-        {
-          "name": "NVIDIA H100 80GB HBM3", "uuid": "GPU-...", "serial": "1650923011234" | null,
-          "pci_bus_id": "00000000:18:00.0",
-          "lost": false,                   # every call on this GPU raises GPU_IS_LOST (15)
-          "temperature_c": 35 | null,      # null: NOT_SUPPORTED
-          "temperature_slowdown_c": 87 | null, "temperature_shutdown_c": 92 | null,
-          "ecc": {"volatile": {"corrected": 0, "uncorrected": 0},
-                  "aggregate": {"corrected": 0, "uncorrected": 0}} | null,
-          "retired_pages": {"single_bit": [addr, ...], "double_bit": [addr, ...],
-                            "pending": false} | null,
-          "remapped_rows": {"correctable": 0, "uncorrectable": 0, "pending": false,
-                            "failure": false} | null,
-          "clocks_event_reasons": 0 | null,  # bit mask, nvmlClocksEventReason*
-          "pcie": {"current_gen": 5, "max_gen": 5, "current_width": 16, "max_width": 16} | null,
-          "nvlink": [{"active": true, "replay": 0, "recovery": 0, "crc_flit": 0,
-                      "crc_data": 0}, ...] | null,   # null: no NVLink (NOT_SUPPORTED)
-          "errors": {"nvmlDeviceGetTemperature": 4}  # force an NVML error code per function
-        }
-      ]
-    }
-
-Every ``null`` means "this GPU does not support the query" (NVML_ERROR_NOT_SUPPORTED), so the
+Every ``None`` field means "this GPU does not support the query" (NVML_ERROR_NOT_SUPPORTED), so the
 probe reports ``null`` for that field, never 0. Semantics of the fake, all as in real NVML: calls
 before ``nvmlInit`` (or after the last ``nvmlShutdown``) raise ``NVMLError_Uninitialized``; a bad
-GPU index, sensor, counter type or NVLink index raises ``NVMLError_InvalidArgument``.
+handle, GPU index, sensor, counter type or NVLink index raises ``NVMLError_InvalidArgument``;
+``nvmlInit`` with ``init_error=NVML_ERROR_LIBRARY_NOT_FOUND`` raises ``NVMLError_LibraryNotFound``
+(value 12, "NVML Shared Library Not Found"), as pynvml does on a machine without a driver.
 """
 
 from __future__ import annotations
@@ -53,7 +28,9 @@ import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
+
+from robustctl.probes import load_probe
 
 __all__ = [
     "FORMAT",
@@ -93,56 +70,26 @@ NVML_ERROR_LIBRARY_NOT_FOUND = 12
 NVML_ERROR_FUNCTION_NOT_FOUND = 13
 NVML_ERROR_GPU_IS_LOST = 15
 
-_ERROR_NAMES: dict[int, tuple[str, str]] = {
-    1: ("Uninitialized", "Uninitialized"),
-    2: ("InvalidArgument", "Invalid Argument"),
-    3: ("NotSupported", "Not Supported"),
-    4: ("NoPermission", "Insufficient Permissions"),
-    5: ("AlreadyInitialized", "Already Initialized"),
-    6: ("NotFound", "Not Found"),
-    7: ("InsufficientSize", "Insufficient Size"),
-    8: ("InsufficientPower", "Insufficient External Power"),
-    9: ("DriverNotLoaded", "Driver Not Loaded"),
-    10: ("Timeout", "Timeout"),
-    11: ("IrqIssue", "Interrupt Request Issue"),
-    12: ("LibraryNotFound", "NVML Shared Library Not Found"),
-    13: ("FunctionNotFound", "Function Not Found"),
-    14: ("CorruptedInforom", "Corrupted infoROM"),
-    15: ("GpuIsLost", "GPU is lost"),
-    16: ("ResetRequired", "GPU requires restart"),
-    17: ("OperatingSystem", "The operating system has blocked the request."),
-    18: ("LibRmVersionMismatch", "RM has detected an NVML/RM version mismatch."),
-    20: ("Memory", "Insufficient Memory"),
-    999: ("Unknown", "Unknown Error"),
-}
-"""NVML error codes → (pynvml class suffix, pynvml message), from pynvml's ``NVMLError``."""
+
+def _probe() -> Any:
+    """The nvml probe's module (``diagnostics/nvml.py``): the injection reader and its errors."""
+    return load_probe("nvml")
 
 
 def _error_classes() -> tuple[type[Exception], dict[int, type[Exception]]]:
-    """pynvml's ``NVMLError`` and its per-code subclasses; a compatible hierarchy without pynvml."""
+    """pynvml's ``NVMLError`` and its per-code subclasses; the probe's look-alikes without pynvml."""
+    names: dict[int, tuple[str, str]] = _probe().ERROR_NAMES
     try:
         import pynvml
 
         base: type[Exception] = pynvml.NVMLError
-        return base, {code: getattr(pynvml, f"NVMLError_{n}", base) for code, (n, _) in _ERROR_NAMES.items()}
+        return base, {code: getattr(pynvml, f"NVMLError_{n}", base) for code, (n, _) in names.items()}
     except ImportError:  # pragma: no cover - nvidia-ml-py is a dev dependency
-
-        class _NVMLError(Exception):
-            value = 999
-
-            def __str__(self) -> str:
-                return _ERROR_NAMES.get(self.value, ("", f"NVML Error with code {self.value}"))[1]
-
-        subclasses: dict[int, type[Exception]] = {}
-        for code, (suffix, _) in _ERROR_NAMES.items():
-            cls = type(f"NVMLError_{suffix}", (_NVMLError,), {"value": code})
-            cls.__module__ = __name__
-            subclasses[code] = cls
-        return _NVMLError, subclasses
+        return _probe().NVMLError, dict(_probe().ERROR_CLASSES)
 
 
 NVMLError, _BY_CODE = _error_classes()
-"""``pynvml.NVMLError`` (or a look-alike when pynvml is not installed)."""
+"""``pynvml.NVMLError`` (or the probe's look-alike when pynvml is not installed)."""
 
 
 def nvml_error(code: int) -> Exception:
@@ -381,84 +328,62 @@ def write_injection(
 
 
 def load_injection(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """Read and validate an injection file. Raises ValueError on a wrong format/version or bad JSON."""
-    try:
-        doc = json.loads(Path(path).read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"{path}: not JSON: {exc}") from exc
-    if not isinstance(doc, dict) or doc.get("format") != FORMAT or doc.get("version") != VERSION:
-        raise ValueError(f"{path}: not a {FORMAT} version {VERSION} file")
-    if not isinstance(doc.get("gpus"), list):
-        raise ValueError(f"{path}: 'gpus' must be a list")
+    """Read and validate an injection file with the probe's reader (``diagnostics/nvml.py``).
+
+    Raises:
+        ValueError: not JSON, another format or version, ``gpus`` not a list. OSError: unreadable.
+    """
+    doc: dict[str, Any] = _probe().load_injection(os.fspath(path))
     return doc
 
 
-def _gpu_from_doc(d: Mapping[str, Any]) -> FakeGpu:
-    ecc = d.get("ecc")
-    rp = d.get("retired_pages")
-    rr = d.get("remapped_rows")
-    pcie = d.get("pcie")
-    nvl = d.get("nvlink")
-    return FakeGpu(
-        name=d.get("name", "NVIDIA GPU"),
-        pci_bus_id=d.get("pci_bus_id"),
-        uuid=d.get("uuid"),
-        serial=d.get("serial"),
-        lost=bool(d.get("lost", False)),
-        temperature_c=d.get("temperature_c"),
-        temperature_slowdown_c=d.get("temperature_slowdown_c"),
-        temperature_shutdown_c=d.get("temperature_shutdown_c"),
-        ecc=(
-            Ecc(EccCounts(**ecc.get("volatile", {})), EccCounts(**ecc.get("aggregate", {})))
-            if isinstance(ecc, Mapping)
-            else None
-        ),
-        retired_pages=(
-            RetiredPages(
-                tuple(rp.get("single_bit", ())), tuple(rp.get("double_bit", ())), bool(rp.get("pending"))
-            )
-            if isinstance(rp, Mapping)
-            else None
-        ),
-        remapped_rows=RemappedRows(**rr) if isinstance(rr, Mapping) else None,
-        clocks_event_reasons=d.get("clocks_event_reasons"),
-        pcie=Pcie(**pcie) if isinstance(pcie, Mapping) else None,
-        nvlink=tuple(NvLink(**link) for link in nvl) if isinstance(nvl, list) else None,
-        errors=dict(d.get("errors") or {}),
-    )
-
-
 # ----------------------------------------------------------------------------------- FakeNvml
-@dataclass(frozen=True)
-class _Handle:
-    index: int
-
-
-class _PciInfo:
-    """What ``nvmlDeviceGetPciInfo`` returns: ``busId`` (str, as pynvml decodes it) and its parts."""
-
-    def __init__(self, bus_id: str) -> None:
-        self.busId = bus_id
-        self.busIdLegacy = bus_id[-12:] if len(bus_id) > 12 else bus_id
-        dom, bus, devfn = [*bus_id.split(":"), "0", "0", "0.0"][:3]
-        self.domain = int(dom, 16)
-        self.bus = int(bus, 16)
-        self.device = int(devfn.split(".")[0], 16)
-        self.pciDeviceId = 0x233010DE
-        self.pciSubSystemId = 0x16C110DE
+NVML_FUNCTIONS = (
+    "nvmlInit",
+    "nvmlShutdown",
+    "nvmlSystemGetDriverVersion",
+    "nvmlSystemGetNVMLVersion",
+    "nvmlSystemGetCudaDriverVersion",
+    "nvmlDeviceGetCount",
+    "nvmlDeviceGetHandleByIndex",
+    "nvmlDeviceGetName",
+    "nvmlDeviceGetUUID",
+    "nvmlDeviceGetSerial",
+    "nvmlDeviceGetPciInfo",
+    "nvmlDeviceGetTemperature",
+    "nvmlDeviceGetTemperatureThreshold",
+    "nvmlDeviceGetTotalEccErrors",
+    "nvmlDeviceGetRetiredPages",
+    "nvmlDeviceGetRetiredPagesPendingStatus",
+    "nvmlDeviceGetRemappedRows",
+    "nvmlDeviceGetCurrentClocksEventReasons",
+    "nvmlDeviceGetCurrentClocksThrottleReasons",
+    "nvmlDeviceGetCurrPcieLinkGeneration",
+    "nvmlDeviceGetMaxPcieLinkGeneration",
+    "nvmlDeviceGetCurrPcieLinkWidth",
+    "nvmlDeviceGetMaxPcieLinkWidth",
+    "nvmlDeviceGetNvLinkState",
+    "nvmlDeviceGetNvLinkErrorCounter",
+)
+"""The pynvml functions FakeNvml provides (names, arguments and return types as in nvidia-ml-py)."""
 
 
 class FakeNvml:
     """An in-memory stand-in for the ``pynvml`` module, over :class:`FakeGpu` states.
 
-    Exposes the pynvml functions robustctl's probe uses (names and return types as in nvidia-ml-py)
-    and the constants they need. Errors are ``pynvml.NVMLError`` subclasses
-    (``NVMLError_Uninitialized``, ``NVMLError_NotSupported``, ``NVMLError_InvalidArgument``, ...).
+    Exposes the pynvml functions robustctl's probe uses (:data:`NVML_FUNCTIONS`) and the constants
+    they need. The calls run the nvml probe's injection reader over :func:`injection_document` of
+    the GPUs, raising ``pynvml.NVMLError`` subclasses (``NVMLError_Uninitialized``,
+    ``NVMLError_NotSupported``, ``NVMLError_InvalidArgument``, ...) where real NVML fails.
 
     Args:
         gpus: the simulated GPUs, in index order.
         driver_version, nvml_version, cuda_driver_version: returned by the nvmlSystemGet* calls.
         init_error: NVML error code ``nvmlInit`` raises, or None.
+
+    Attributes:
+        document: the injection document the calls read. calls: every pynvml function called, in
+            order (for tests).
     """
 
     NVMLError = NVMLError
@@ -489,194 +414,114 @@ class FakeNvml:
         init_error: int | None = None,
     ) -> None:
         self.gpus = tuple(gpus)
-        self.driver_version = driver_version
-        self.nvml_version = nvml_version
-        self.cuda_driver_version = cuda_driver_version
-        self.init_error = init_error
-        self._refcount = 0
+        self._use(
+            injection_document(
+                self.gpus,
+                driver_version=driver_version,
+                nvml_version=nvml_version,
+                cuda_driver_version=cuda_driver_version,
+                init_error=init_error,
+            )
+        )
+
+    def _use(self, document: dict[str, Any]) -> None:
+        self.document = document
+        self._reader = _probe().InjectedNvml(document, error=nvml_error, error_type=NVMLError)
         self.calls: list[str] = []
-        """Every pynvml function called, in order (for tests)."""
 
     @classmethod
     def from_injection(cls, path: str | os.PathLike[str]) -> FakeNvml:
-        """A FakeNvml with the state of an injection file (see :func:`write_injection`)."""
-        doc = load_injection(path)
-        return cls(
-            [_gpu_from_doc(g) for g in doc["gpus"]],
-            driver_version=doc.get("driver_version", ""),
-            nvml_version=doc.get("nvml_version", ""),
-            cuda_driver_version=int(doc.get("cuda_driver_version") or 0),
-            init_error=doc.get("init_error"),
-        )
+        """A FakeNvml with the state of an injection file (read by the probe's reader).
 
-    # -- plumbing ---------------------------------------------------------------------------------
-    def _enter(self, fn: str) -> None:
+        Its ``gpus`` is empty: the state is the file's ``document``.
+        """
+        fake = cls()
+        fake._use(load_injection(path))
+        return fake
+
+    def _call(self, fn: str, *args: Any) -> Any:
         self.calls.append(fn)
-        if self._refcount <= 0:
-            raise nvml_error(NVML_ERROR_UNINITIALIZED)
+        return getattr(self._reader, fn)(*args)
 
-    def _gpu(self, fn: str, handle: object) -> FakeGpu:
-        self._enter(fn)
-        if not isinstance(handle, _Handle) or not 0 <= handle.index < len(self.gpus):
-            raise nvml_error(NVML_ERROR_INVALID_ARGUMENT)
-        g = self.gpus[handle.index]
-        if g.lost:
-            raise nvml_error(NVML_ERROR_GPU_IS_LOST)
-        if fn in g.errors:
-            raise nvml_error(int(g.errors[fn]))
-        return g
-
-    @staticmethod
-    def _supported(value: Any) -> Any:
-        if value is None:
-            raise nvml_error(NVML_ERROR_NOT_SUPPORTED)
-        return value
-
-    # -- library ----------------------------------------------------------------------------------
     def nvmlInit(self) -> None:
         """Initialise; raises the configured ``init_error`` (e.g. NVMLError_LibraryNotFound)."""
-        self.calls.append("nvmlInit")
-        if self.init_error is not None:
-            raise nvml_error(int(self.init_error))
-        self._refcount += 1
+        self._call("nvmlInit")
 
     def nvmlShutdown(self) -> None:
         """Drop one reference; raises NVMLError_Uninitialized when not initialised."""
-        self._enter("nvmlShutdown")
-        self._refcount -= 1
+        self._call("nvmlShutdown")
 
     def nvmlSystemGetDriverVersion(self) -> str:
-        self._enter("nvmlSystemGetDriverVersion")
-        return self.driver_version
+        return str(self._call("nvmlSystemGetDriverVersion"))
 
     def nvmlSystemGetNVMLVersion(self) -> str:
-        self._enter("nvmlSystemGetNVMLVersion")
-        return self.nvml_version
+        return str(self._call("nvmlSystemGetNVMLVersion"))
 
     def nvmlSystemGetCudaDriverVersion(self) -> int:
-        self._enter("nvmlSystemGetCudaDriverVersion")
-        return self.cuda_driver_version
+        return int(self._call("nvmlSystemGetCudaDriverVersion"))
 
     def nvmlDeviceGetCount(self) -> int:
-        self._enter("nvmlDeviceGetCount")
-        return len(self.gpus)
+        return int(self._call("nvmlDeviceGetCount"))
 
-    def nvmlDeviceGetHandleByIndex(self, index: int) -> _Handle:
-        """A handle for GPU ``index``; InvalidArgument out of range, GpuIsLost for a lost GPU."""
-        self._enter("nvmlDeviceGetHandleByIndex")
-        if not isinstance(index, int) or not 0 <= index < len(self.gpus):
-            raise nvml_error(NVML_ERROR_INVALID_ARGUMENT)
-        g = self.gpus[index]
-        if g.lost:
-            raise nvml_error(NVML_ERROR_GPU_IS_LOST)
-        if "nvmlDeviceGetHandleByIndex" in g.errors:
-            raise nvml_error(int(g.errors["nvmlDeviceGetHandleByIndex"]))
-        return _Handle(index)
+    def nvmlDeviceGetHandleByIndex(self, index: int) -> Any:
+        """An opaque handle for GPU ``index``; InvalidArgument out of range, GpuIsLost for a lost GPU."""
+        return self._call("nvmlDeviceGetHandleByIndex", index)
 
-    # -- identity ---------------------------------------------------------------------------------
     def nvmlDeviceGetName(self, handle: object) -> str:
-        return self._gpu("nvmlDeviceGetName", handle).name
+        return str(self._call("nvmlDeviceGetName", handle))
 
     def nvmlDeviceGetUUID(self, handle: object) -> str:
-        g = self._gpu("nvmlDeviceGetUUID", handle)
-        assert isinstance(handle, _Handle)
-        return g.uuid or default_uuid(handle.index)
+        return str(self._call("nvmlDeviceGetUUID", handle))
 
     def nvmlDeviceGetSerial(self, handle: object) -> str:
-        return str(self._supported(self._gpu("nvmlDeviceGetSerial", handle).serial))
+        return str(self._call("nvmlDeviceGetSerial", handle))
 
-    def nvmlDeviceGetPciInfo(self, handle: object) -> _PciInfo:
-        g = self._gpu("nvmlDeviceGetPciInfo", handle)
-        assert isinstance(handle, _Handle)
-        return _PciInfo(g.pci_bus_id or default_pci_bus_id(handle.index))
+    def nvmlDeviceGetPciInfo(self, handle: object) -> Any:
+        """``busId`` (str, as pynvml decodes it), ``domain``, ``bus``, ``device``, ..."""
+        return self._call("nvmlDeviceGetPciInfo", handle)
 
-    # -- health -----------------------------------------------------------------------------------
     def nvmlDeviceGetTemperature(self, handle: object, sensor: int) -> int:
-        g = self._gpu("nvmlDeviceGetTemperature", handle)
-        if sensor != self.NVML_TEMPERATURE_GPU:
-            raise nvml_error(NVML_ERROR_INVALID_ARGUMENT)
-        return int(self._supported(g.temperature_c))
+        return int(self._call("nvmlDeviceGetTemperature", handle, sensor))
 
     def nvmlDeviceGetTemperatureThreshold(self, handle: object, threshold: int) -> int:
-        g = self._gpu("nvmlDeviceGetTemperatureThreshold", handle)
-        if threshold == self.NVML_TEMPERATURE_THRESHOLD_SHUTDOWN:
-            return int(self._supported(g.temperature_shutdown_c))
-        if threshold == self.NVML_TEMPERATURE_THRESHOLD_SLOWDOWN:
-            return int(self._supported(g.temperature_slowdown_c))
-        if isinstance(threshold, int) and 0 <= threshold < 8:
-            raise nvml_error(NVML_ERROR_NOT_SUPPORTED)
-        raise nvml_error(NVML_ERROR_INVALID_ARGUMENT)
+        return int(self._call("nvmlDeviceGetTemperatureThreshold", handle, threshold))
 
     def nvmlDeviceGetTotalEccErrors(self, handle: object, errorType: int, counterType: int) -> int:
-        g = self._gpu("nvmlDeviceGetTotalEccErrors", handle)
-        if errorType not in (0, 1) or counterType not in (0, 1):
-            raise nvml_error(NVML_ERROR_INVALID_ARGUMENT)
-        ecc: Ecc = self._supported(g.ecc)
-        counts = ecc.volatile if counterType == self.NVML_VOLATILE_ECC else ecc.aggregate
-        return (
-            counts.uncorrected if errorType == self.NVML_MEMORY_ERROR_TYPE_UNCORRECTED else counts.corrected
-        )
+        return int(self._call("nvmlDeviceGetTotalEccErrors", handle, errorType, counterType))
 
     def nvmlDeviceGetRetiredPages(self, handle: object, sourceFilter: int) -> list[int]:
-        g = self._gpu("nvmlDeviceGetRetiredPages", handle)
-        if sourceFilter not in (0, 1):
-            raise nvml_error(NVML_ERROR_INVALID_ARGUMENT)
-        rp: RetiredPages = self._supported(g.retired_pages)
-        return list(rp.single_bit if sourceFilter == 0 else rp.double_bit)
+        return cast("list[int]", self._call("nvmlDeviceGetRetiredPages", handle, sourceFilter))
 
     def nvmlDeviceGetRetiredPagesPendingStatus(self, handle: object) -> int:
-        g = self._gpu("nvmlDeviceGetRetiredPagesPendingStatus", handle)
-        rp: RetiredPages = self._supported(g.retired_pages)
-        return self.NVML_FEATURE_ENABLED if rp.pending else self.NVML_FEATURE_DISABLED
+        return int(self._call("nvmlDeviceGetRetiredPagesPendingStatus", handle))
 
     def nvmlDeviceGetRemappedRows(self, handle: object) -> tuple[int, int, int, int]:
         """(correctable rows, uncorrectable rows, pending 0/1, failure 0/1), as pynvml returns it."""
-        g = self._gpu("nvmlDeviceGetRemappedRows", handle)
-        rr: RemappedRows = self._supported(g.remapped_rows)
-        return (rr.correctable, rr.uncorrectable, int(rr.pending), int(rr.failure))
+        return cast("tuple[int, int, int, int]", self._call("nvmlDeviceGetRemappedRows", handle))
 
     def nvmlDeviceGetCurrentClocksEventReasons(self, handle: object) -> int:
-        g = self._gpu("nvmlDeviceGetCurrentClocksEventReasons", handle)
-        return int(self._supported(g.clocks_event_reasons))
+        return int(self._call("nvmlDeviceGetCurrentClocksEventReasons", handle))
 
     def nvmlDeviceGetCurrentClocksThrottleReasons(self, handle: object) -> int:
         """Deprecated pynvml name of :meth:`nvmlDeviceGetCurrentClocksEventReasons`."""
-        g = self._gpu("nvmlDeviceGetCurrentClocksThrottleReasons", handle)
-        return int(self._supported(g.clocks_event_reasons))
+        return int(self._call("nvmlDeviceGetCurrentClocksThrottleReasons", handle))
 
     def nvmlDeviceGetCurrPcieLinkGeneration(self, handle: object) -> int:
-        pcie: Pcie = self._supported(self._gpu("nvmlDeviceGetCurrPcieLinkGeneration", handle).pcie)
-        return pcie.current_gen
+        return int(self._call("nvmlDeviceGetCurrPcieLinkGeneration", handle))
 
     def nvmlDeviceGetMaxPcieLinkGeneration(self, handle: object) -> int:
-        pcie: Pcie = self._supported(self._gpu("nvmlDeviceGetMaxPcieLinkGeneration", handle).pcie)
-        return pcie.max_gen
+        return int(self._call("nvmlDeviceGetMaxPcieLinkGeneration", handle))
 
     def nvmlDeviceGetCurrPcieLinkWidth(self, handle: object) -> int:
-        pcie: Pcie = self._supported(self._gpu("nvmlDeviceGetCurrPcieLinkWidth", handle).pcie)
-        return pcie.current_width
+        return int(self._call("nvmlDeviceGetCurrPcieLinkWidth", handle))
 
     def nvmlDeviceGetMaxPcieLinkWidth(self, handle: object) -> int:
-        pcie: Pcie = self._supported(self._gpu("nvmlDeviceGetMaxPcieLinkWidth", handle).pcie)
-        return pcie.max_width
-
-    def _link(self, fn: str, handle: object, link: int) -> NvLink:
-        g = self._gpu(fn, handle)
-        links: tuple[NvLink, ...] = self._supported(g.nvlink)
-        if not isinstance(link, int) or not 0 <= link < len(links):
-            raise nvml_error(NVML_ERROR_INVALID_ARGUMENT)
-        return links[link]
+        return int(self._call("nvmlDeviceGetMaxPcieLinkWidth", handle))
 
     def nvmlDeviceGetNvLinkState(self, handle: object, link: int) -> int:
         """NVML_FEATURE_ENABLED (1) for an active link, else 0."""
-        return int(self._link("nvmlDeviceGetNvLinkState", handle, link).active)
+        return int(self._call("nvmlDeviceGetNvLinkState", handle, link))
 
     def nvmlDeviceGetNvLinkErrorCounter(self, handle: object, link: int, counter: int) -> int:
         """Replay (0), recovery (1), CRC flit (2) or CRC data (3) errors of one link."""
-        lk = self._link("nvmlDeviceGetNvLinkErrorCounter", handle, link)
-        values = {0: lk.replay, 1: lk.recovery, 2: lk.crc_flit, 3: lk.crc_data}
-        if counter not in values:
-            if isinstance(counter, int) and 0 <= counter < 5:
-                raise nvml_error(NVML_ERROR_NOT_SUPPORTED)
-            raise nvml_error(NVML_ERROR_INVALID_ARGUMENT)
-        return int(self._supported(values[counter]))
+        return int(self._call("nvmlDeviceGetNvLinkErrorCounter", handle, link, counter))

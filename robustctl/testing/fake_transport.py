@@ -8,6 +8,8 @@ logic is tested without SSH. Real-SSH behaviour is covered by the integration te
 
 from __future__ import annotations
 
+import ast
+import functools
 import json
 import threading
 import time
@@ -16,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from robustctl.errors import CommandTimeout
-from robustctl.probes import PROBES, probe_source
+from robustctl.probes import PRELUDE, PROBES, probe_script, probe_source
 from robustctl.transport.base import CommandResult
 
 if TYPE_CHECKING:
@@ -53,10 +55,10 @@ class FakeTransport:
             time.sleep(min(delay, timeout_s))
             if delay >= timeout_s:
                 raise CommandTimeout(host.name, f"command timed out after {timeout_s:g}s")
-        bundle = probe_source("bundle")
-        if stdin is not None and stdin.startswith(bundle):
-            return self._bundle(host, stdin[len(bundle) :])
-        return self._answer(host, _probe_of(stdin), list(argv))
+        name, extra = _streamed_call(stdin or b"")
+        if name == "bundle" and extra:
+            return self._bundle(host, extra[0], _after_dash(argv))
+        return self._answer(host, name, list(argv))
 
     def _answer(self, host: Host, probe: str, argv: list[str]) -> CommandResult:
         with self._lock:
@@ -78,13 +80,15 @@ class FakeTransport:
         }
         return CommandResult(host.name, 0, json.dumps(doc).encode(), b"", 0.001)
 
-    def _bundle(self, host: Host, call: bytes) -> CommandResult:
-        """Answer a ``diagnostics/bundle.py`` run: each probe from the script, one bundle document."""
-        text = call.decode().strip()
-        payload = json.loads(text[len("run_bundle(") : -1])
+    def _bundle(self, host: Host, payload: list[dict[str, Any]], common: list[str]) -> CommandResult:
+        """Answer a ``diagnostics/bundle.py`` run: each probe from the script, one bundle document.
+
+        Each probe's argv is ``[name, *the bundle's own arguments, *the probe's]``, as the bundle
+        passes them.
+        """
         results = []
         for p in payload:
-            res = self._answer(host, p["name"], [p["name"], *p["args"]])
+            res = self._answer(host, p["name"], [p["name"], *common, *p["args"]])
             results.append(
                 {
                     "name": p["name"],
@@ -100,8 +104,27 @@ class FakeTransport:
         """Nothing to release."""
 
 
-def _probe_of(stdin: bytes | None) -> str:
+def _after_dash(argv: Sequence[str]) -> list[str]:
+    """The arguments after ``python -`` (the script's own)."""
+    args = list(argv)
+    return args[args.index("-") + 1 :] if "-" in args else []
+
+
+@functools.lru_cache(maxsize=64)
+def _streamed_call(stdin: bytes) -> tuple[str, list[Any]]:
+    """``(probe name, extra arguments)`` of a streamed script (``robustctl.probes.probe_script``
+    or ``bundle_script``), or ``("?", [])`` for anything else."""
     for name in PROBES:
-        if stdin == probe_source(name):
-            return name
-    return "?"
+        if stdin == probe_script(name):
+            return name, []
+    prelude = probe_source(PRELUDE)
+    if not stdin.startswith(prelude):
+        return "?", []
+    try:
+        last = ast.parse(stdin[len(prelude) :].decode()).body[-1]
+        if not (isinstance(last, ast.Expr) and isinstance(last.value, ast.Call)):
+            return "?", []
+        args = [ast.literal_eval(a) for a in last.value.args]
+    except (SyntaxError, ValueError, IndexError):
+        return "?", []
+    return (str(args[0]), args[2:]) if args else ("?", [])

@@ -240,13 +240,14 @@ def test_close_leaves_no_sshd_even_when_frozen(tmp_path: Path) -> None:
 
 
 def test_probes_see_each_hosts_own_hardware(testbed: Testbed) -> None:
+    from robustctl.probes import probe_script
     from robustctl.testing.fake_nvml import healthy_gpus
 
     testbed.inject_xid(1, 79)
     testbed.degrade_nic(1)
     testbed.set_nvml(1, healthy_gpus(2))
-    host_src = (REPO / "diagnostics/host.py").read_bytes()
-    nvml_src = (REPO / "diagnostics/nvml.py").read_bytes()
+    host_src = probe_script("host")  # the prelude, then the probe, as robustctl streams it
+    nvml_src = probe_script("nvml")
 
     def probe(i: int, src: bytes) -> dict[str, object]:
         r = testbed.exec(i, ["python3", "-"], stdin=src, timeout=60)

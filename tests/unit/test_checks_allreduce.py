@@ -125,7 +125,7 @@ def test_a_probe_that_never_said_whether_it_could_run_is_unknown_not_not_applica
     from robustctl.checks.nvml import evaluate_count, evaluate_ecc
 
     timeout = "timeout: probe ran past its 5.0 s budget; partial data"
-    cut = {"_context": {"probe_errors": [timeout], "expected_gpus": 8}}
+    cut = {"error": timeout, "_context": {"probe_errors": [timeout], "expected_gpus": 8}}
     for fn in (evaluate_busbw, evaluate_verify, evaluate_tflops, evaluate_count, evaluate_ecc):
         (r,) = fn(cut, TH)
         assert r.status is Status.UNKNOWN and timeout in r.summary, (fn.__name__, r)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -23,6 +22,7 @@ from robustctl.checks.nvml import (
 from robustctl.checks.registry import checks_for_probe
 from robustctl.checks.thresholds import Thresholds
 from robustctl.models import CheckResult, Status
+from robustctl.probes import load_probe
 from robustctl.testing.fake_nvml import (
     NVML_ERROR_LIBRARY_NOT_FOUND,
     NVML_ERROR_NO_PERMISSION,
@@ -38,10 +38,7 @@ from robustctl.testing.fake_nvml import (
 )
 
 REPO = Path(__file__).resolve().parents[2]
-_spec = importlib.util.spec_from_file_location("_probe_nvml_checks", REPO / "diagnostics" / "nvml.py")
-assert _spec is not None and _spec.loader is not None
-nvml_probe = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(nvml_probe)
+nvml_probe = load_probe("nvml")
 
 TH = Thresholds()
 ALL = (

@@ -1,19 +1,17 @@
-"""robustctl.testing.fake_nvml: pynvml-like semantics, the injection file, and agreement with the
-probe's own reader of that file (diagnostics/nvml.py: InjectedNvml)."""
+"""robustctl.testing.fake_nvml: pynvml-like semantics over the probe's own injection reader
+(diagnostics/nvml.py: InjectedNvml, the only reader of the file the fake writes)."""
 
 from __future__ import annotations
 
-import dataclasses
-import importlib.util
 import itertools
 import json
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pynvml
 import pytest
 
+from robustctl.probes import load_probe
 from robustctl.testing.fake_nvml import (
     NVML_ERROR_DRIVER_NOT_LOADED,
     NVML_ERROR_LIBRARY_NOT_FOUND,
@@ -27,19 +25,12 @@ from robustctl.testing.fake_nvml import (
     RemappedRows,
     RetiredPages,
     healthy_gpus,
+    injection_document,
     load_injection,
     write_injection,
 )
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-def load_probe(name: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(f"_probe_{name}", REPO / "diagnostics" / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 nvml_probe = load_probe("nvml")
@@ -175,11 +166,25 @@ def test_injection_round_trip(tmp_path: Path) -> None:
     path = write_injection(tmp_path / "h1" / "nvml.json", VARIED_GPUS, driver_version="535.1")
     doc = load_injection(path)
     assert doc["format"] == "robustctl-nvml-injection" and doc["driver_version"] == "535.1"
+    assert doc == injection_document(VARIED_GPUS, driver_version="535.1")
     again = FakeNvml.from_injection(path)
-    assert len(again.gpus) == len(VARIED_GPUS)
-    for original, loaded in zip(VARIED_GPUS, again.gpus, strict=True):
-        # ids are filled in from the index when written
-        assert dataclasses.replace(loaded, pci_bus_id=None, uuid=None) == original
+    assert again.document == doc
+    again.nvmlInit()
+    assert again.nvmlDeviceGetCount() == len(VARIED_GPUS)
+    # ids are filled in from the index when written
+    assert again.nvmlDeviceGetPciInfo(again.nvmlDeviceGetHandleByIndex(1)).busId == "00000000:28:00.0"
+
+
+def test_the_fake_reads_with_the_probe_reader_only() -> None:
+    """One reader: the fake has no parser of its own, it runs the probe's over its document."""
+    import robustctl.testing.fake_nvml as fake_nvml
+
+    source = Path(fake_nvml.__file__).read_text()
+    assert "json.load" not in source and "InjectedNvml(" in source
+    assert load_injection is not None and load_injection.__module__ == "robustctl.testing.fake_nvml"
+    fake = FakeNvml(healthy_gpus(1))
+    assert type(fake._reader).__name__ == "InjectedNvml"
+    assert type(fake._reader).__module__ == nvml_probe.__name__
 
 
 def test_load_injection_rejects_other_files(tmp_path: Path) -> None:

@@ -3,14 +3,12 @@ timeouts instead of hangs, and the nccl-tests mode."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
@@ -18,21 +16,14 @@ import pytest
 from robustctl.checks.allreduce import evaluate_busbw, peak_busbw
 from robustctl.checks.thresholds import Thresholds
 from robustctl.models import Status
+from robustctl.probes import load_probe, probe_script
 
 REPO = Path(__file__).resolve().parents[2]
 PROBE = REPO / "diagnostics" / "allreduce.py"
 NCCL_SAMPLE = REPO / "tests" / "data" / "nccl-tests" / "bitdeer-h100-8gpu-1node-allreduce.txt"
 
 
-def load_probe() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("_probe_allreduce", PROBE)
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-allreduce = load_probe()
+allreduce = load_probe("allreduce")
 
 
 def free_port(addr: str) -> int:
@@ -46,7 +37,7 @@ def start(*args: str) -> subprocess.Popen[bytes]:
         [sys.executable, "-", *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE
     )
     assert proc.stdin is not None
-    proc.stdin.write(PROBE.read_bytes())
+    proc.stdin.write(probe_script("allreduce"))
     proc.stdin.close()
     return proc
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import signal
@@ -11,25 +10,18 @@ import sys
 import threading
 import time
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import numpy as np
 import pytest
 
+from robustctl.probes import load_probe, probe_script
+
 REPO = Path(__file__).resolve().parents[2]
 PROBE = REPO / "diagnostics" / "burn.py"
 
 
-def load_probe() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("_probe_burn", PROBE)
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-burn = load_probe()
+burn = load_probe("burn")
 
 
 def run_probe(*args: str, stop_duty: float | None = None) -> dict[str, Any]:
@@ -57,7 +49,7 @@ def run_probe(*args: str, stop_duty: float | None = None) -> dict[str, Any]:
     if t:
         t.start()
     try:
-        out, err = proc.communicate(PROBE.read_bytes(), timeout=120)
+        out, err = proc.communicate(probe_script("burn"), timeout=120)
     finally:
         done.set()
         if t:

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
 import sys
 from pathlib import Path
-from types import ModuleType, SimpleNamespace
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -16,6 +15,7 @@ import pytest
 from robustctl.checks.host import evaluate_disk, evaluate_ib, evaluate_nic, evaluate_xid
 from robustctl.checks.thresholds import Thresholds
 from robustctl.models import Status
+from robustctl.probes import load_probe, probe_script
 
 REPO = Path(__file__).resolve().parents[2]
 PROBE = REPO / "diagnostics" / "host.py"
@@ -25,15 +25,7 @@ XID79 = (
 )
 
 
-def load_probe() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("_probe_host", PROBE)
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-host_probe = load_probe()
+host_probe = load_probe("host")
 
 
 def write(root: Path, rel: str, text: str) -> None:
@@ -91,7 +83,7 @@ def make_root(root: Path, *, kern_log: str = "", eth0: str = "up", ib: bool = Fa
 
 def run_probe(*args: str) -> dict[str, Any]:
     proc = subprocess.run(
-        [sys.executable, "-", *args], input=PROBE.read_bytes(), capture_output=True, timeout=60
+        [sys.executable, "-", *args], input=probe_script("host"), capture_output=True, timeout=60
     )
     assert proc.returncode == 0, proc.stderr.decode()
     lines = proc.stdout.decode().strip().splitlines()

@@ -16,6 +16,7 @@ import pytest
 from robustctl.checks.nvml import evaluate_count, evaluate_row_remap
 from robustctl.checks.thresholds import Thresholds
 from robustctl.models import Status
+from robustctl.probes import probe_script
 from robustctl.testing.fake_nvml import (
     NVML_ERROR_DRIVER_NOT_LOADED,
     FakeGpu,
@@ -26,15 +27,17 @@ from robustctl.testing.fake_nvml import (
 
 REPO = Path(__file__).resolve().parents[2]
 PROBE = REPO / "diagnostics" / "nvml.py"
-PROBES = [REPO / "diagnostics" / f"{n}.py" for n in ("host", "nvml", "burn", "allreduce")]
+PROBES = [
+    REPO / "diagnostics" / f"{n}.py" for n in ("_prelude", "host", "nvml", "burn", "allreduce", "bundle")
+]
 
 
 def run_probe(*args: str, stdin: bool = False, env: dict[str, str] | None = None) -> dict[str, Any]:
-    """Run the probe (``python - ARGS < nvml.py`` when ``stdin``) and return its one document."""
+    """Run the probe (streamed as robustctl does, ``python - ARGS``, when ``stdin``); return its document."""
     argv = [sys.executable, "-", *args] if stdin else [sys.executable, str(PROBE), *args]
     proc = subprocess.run(
         argv,
-        input=PROBE.read_bytes() if stdin else None,
+        input=probe_script("nvml") if stdin else None,
         capture_output=True,
         timeout=60,
         env={**os.environ, **(env or {})},
@@ -44,7 +47,8 @@ def run_probe(*args: str, stdin: bool = False, env: dict[str, str] | None = None
     assert len(lines) == 1, lines
     doc = json.loads(lines[0])
     assert doc["probe"] == "nvml" and doc["version"] == 1
-    assert set(doc) == {"probe", "version", "hostname", "time", "elapsed_s", "data", "errors"}
+    assert set(doc) == {"probe", "version", "hostname", "time", "elapsed_s", "data", "errors", "timed_out"}
+    assert doc["timed_out"] is False
     return doc
 
 
@@ -138,7 +142,7 @@ def test_stdlib_probes_run_on_python38(tmp_path: Path) -> None:
     path = write_injection(tmp_path / "nvml.json", healthy_gpus(2))
     docs = {}
     for probe, args in (("nvml", ["--nvml-injection", str(path)]), ("host", ["--root", str(tmp_path)])):
-        source = (REPO / "diagnostics" / f"{probe}.py").read_bytes()
+        source = probe_script(probe)
         proc = subprocess.run([py38, "-", *args], input=source, capture_output=True, timeout=60)
         assert proc.returncode == 0, proc.stderr.decode()
         docs[probe] = json.loads(proc.stdout)

@@ -8,6 +8,7 @@ one JSON document. Every process started here is killed by its session at the en
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -22,6 +23,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from robustctl.probes import load_probe, probe_script
 
 REPO = Path(__file__).resolve().parents[2]
 PROBE = REPO / "diagnostics" / "stacks.py"
@@ -154,7 +157,11 @@ def procs(tmp_path: Path) -> Iterator[Procs]:
 def run_probe(args: Sequence[str], python: str = sys.executable) -> dict[str, Any]:
     """Run the probe like robustctl (source on stdin of ``python -``); return its document."""
     proc = subprocess.run(
-        [python, "-", *args], input=PROBE.read_bytes(), capture_output=True, timeout=60, env=dict(os.environ)
+        [python, "-", *args],
+        input=probe_script("stacks"),
+        capture_output=True,
+        timeout=60,
+        env=dict(os.environ),
     )
     assert proc.returncode == 0, proc.stderr.decode()
     lines = proc.stdout.decode().strip().splitlines()
@@ -383,12 +390,7 @@ def test_cut_short_main_thread_is_dumped_again(procs: Procs, tmp_path: Path) -> 
 
 
 def test_main_thread_complete() -> None:
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("stacks_probe", PROBE)
-    assert spec is not None and spec.loader is not None
-    probe = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(probe)
+    probe = load_probe("stacks")
 
     def thread(name: str, *fns: str) -> dict[str, Any]:
         return {"thread_name": name, "frames": [{"name": f} for f in fns]}
@@ -714,3 +716,45 @@ def test_settings_from_diagnose_and_host_json() -> None:
     assert (s.concurrency, s.retries, s.native, s.nonblocking) == (7, 0, True, True)
     h = HostStacks("n1", Outcome.UNREACHABLE, Status.UNKNOWN, "refused", (0, 1), ())
     assert h.as_dict()["missing_ranks"] == [0, 1] and h.as_dict()["outcome"] == "unreachable"
+
+
+@needs_pyspy
+def test_local_transport_finds_the_py_spy_beside_robustctl(
+    procs: Procs, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 8 item 7: ``.venv/bin/robustctl stacks`` on this machine, the job under the system
+    ``python3``, py-spy only in robustctl's ``.venv/bin`` (not on PATH): the local transport tells
+    the probe where it is."""
+    from robustctl.config import PythonSettings
+    from robustctl.models import Status
+    from robustctl.stacks.collect import collect_stacks
+    from robustctl.testing.fake_transport import FakeTransport
+    from robustctl.transport.pool import TransportPool
+
+    system_python = "/usr/bin/python3"
+    beside = Path(sys.executable).parent / "py-spy"
+    if not Path(system_python).is_file() or not beside.is_file():
+        pytest.skip("needs a system python3 and py-spy beside the test's interpreter")
+    path = [d for d in os.environ.get("PATH", "").split(os.pathsep) if not (Path(d) / "py-spy").exists()]
+    monkeypatch.setenv("PATH", os.pathsep.join(path))
+    host = dataclasses.replace(_host("localhost", "local"), python=PythonSettings(path=system_python))
+    pid = procs.rank(0)
+    pool = TransportPool()
+    try:
+        c = collect_stacks(_job([host], 1, procs.marker), pool)
+    finally:
+        pool.close()
+    (h,) = c.hosts
+    assert h.status is Status.OK and h.py_spy_version, h.error
+    (d,) = c.mains
+    assert d.pid == pid and d.threads[0].frames[0].function == "rank_main_sleeps_here"
+
+    # not for a wrapped host (e.g. docker exec: another filesystem) nor when the inventory names one
+    fake = FakeTransport()
+    wrapped = dataclasses.replace(
+        host, python=PythonSettings(path="python3", wrapper=["docker", "exec", "-i", "t"])
+    )
+    collect_stacks(_job([wrapped], 1, procs.marker), TransportPool(override=fake))
+    collect_stacks(_job([host], 1, procs.marker), TransportPool(override=fake))
+    assert not any(a.startswith("--py-spy") for a in fake.calls[0][2])
+    assert f"--py-spy={beside}" in fake.calls[1][2]

@@ -1,0 +1,252 @@
+"""robustctl node-side probe prelude: what every probe shares, so that each probe holds only its collection.
+
+Standalone (Python >= 3.8, stdlib only); never imports robustctl. It gives every probe the same
+
+- :class:`Document`: the one JSON document a probe prints (``diagnostics/README.md``), at most once;
+- :class:`Watchdog`: after the probe's ``--timeout`` it prints what was collected and exits 0. A probe
+  that ran out of time says so the same way whichever probe it is: ``timed_out: true`` in the
+  document, a ``timeout: ...`` line in ``errors``, and that line as ``data.error`` (unless the data
+  already names an error, or says ``available: false``);
+- common arguments (:func:`add_common_args`): ``--root``, ``--nvml-injection``, ``--timeout``;
+- :func:`probe_main`: parse the arguments, start the watchdog, collect, print.
+
+How a probe finds it (each probe starts with ``from _prelude import ...``):
+
+- **streamed** (how robustctl runs probes): the control side sends ``python3 -`` this file, then one
+  line ``run_streamed("host", "<the probe's source>")`` (``robustctl/probes.py``). :func:`run_streamed`
+  registers this module as ``_prelude`` and runs the probe's ``main`` with the process's arguments.
+- **by hand** (``python3 diagnostics/host.py --help``): Python puts the script's directory first on
+  ``sys.path``, so the probe imports this file from beside it.
+- **imported** by robustctl's tests and fakes: ``robustctl.probes.load_probe`` registers this file as
+  ``_prelude`` before it loads the probe.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import sys
+import threading
+import time
+import types
+from typing import Any, Callable, Sequence
+
+VERSION = 1
+"""Version of the probe document envelope (``probe``, ``version``, ..., ``errors``, ``timed_out``)."""
+
+EXIT_HOOKS: list[Callable[[], None]] = []
+"""Called (in order) by a watchdog that fired, after the document went out and before the process
+exits: the bundle prints its own document there."""
+
+
+class Document:
+    """The probe's one JSON document; :meth:`emit` prints it at most once (thread-safe).
+
+    Args:
+        probe: the probe's name (``"host"``). finalize: called with ``data`` (under the lock) just
+            before the document is printed, e.g. to mark what a timeout left undone.
+
+    The printed document: ``{probe, version, hostname, time, elapsed_s, data, errors, timed_out}``.
+    """
+
+    def __init__(self, probe: str, finalize: Callable[[dict[str, Any]], None] | None = None) -> None:
+        self.probe = probe
+        self.started = time.monotonic()
+        self.data: dict[str, Any] = {}
+        self.errors: list[str] = []
+        self.timed_out = False
+        self.finalize = finalize
+        self._lock = threading.Lock()
+        self._emitted = False
+
+    def set(self, key: str, value: Any) -> None:
+        """Set ``data[key]``."""
+        with self._lock:
+            self.data[key] = value
+
+    def error(self, message: object) -> None:
+        """Add one line to ``errors`` (a failed sub-collection)."""
+        with self._lock:
+            self.errors.append(str(message))
+
+    def emit(self, timeout_s: float | None = None) -> None:
+        """Print the document (once; later calls do nothing).
+
+        Args:
+            timeout_s: the budget that ran out, when the watchdog prints it: the document then says
+                ``timed_out: true`` and carries the ``timeout: ...`` line (see the module docstring).
+        """
+        with self._lock:
+            if self._emitted:
+                return
+            self._emitted = True
+            if timeout_s is not None:
+                message = f"timeout: probe ran past its {timeout_s:.1f} s budget; partial data"
+                self.timed_out = True
+                self.errors.append(message)
+                if not self.data.get("error") and self.data.get("available") is not False:
+                    self.data["error"] = message
+            if self.finalize is not None:
+                self.finalize(self.data)
+            doc = {
+                "probe": self.probe,
+                "version": VERSION,
+                "hostname": socket.gethostname(),
+                "time": time.time(),
+                "elapsed_s": round(time.monotonic() - self.started, 6),
+                "data": self.data,
+                "errors": list(self.errors),
+                "timed_out": self.timed_out,
+            }
+            sys.stdout.write(json.dumps(doc, default=str) + "\n")
+            sys.stdout.flush()
+
+
+class Watchdog:
+    """After ``timeout_s`` (+ ``grace_s``): ``on_fire()``, print ``doc`` as timed out, exit 0.
+
+    Args:
+        doc: the document to print. timeout_s: the probe's budget (named in the timeout line).
+        on_fire: called first, e.g. to kill forked children; its exceptions are ignored.
+        grace_s: extra seconds before firing, for a probe that watches its own deadline and only
+            needs the watchdog when something hangs past it.
+    """
+
+    def __init__(
+        self,
+        doc: Document,
+        timeout_s: float,
+        on_fire: Callable[[], None] | None = None,
+        grace_s: float = 0.0,
+    ) -> None:
+        self.doc = doc
+        self.timeout_s = timeout_s
+        self.on_fire = on_fire
+        self._timer = threading.Timer(max(0.0, timeout_s + grace_s), self.fire)
+        self._timer.daemon = True
+
+    def start(self) -> Watchdog:
+        """Start counting; returns self."""
+        self._timer.start()
+        return self
+
+    def cancel(self) -> None:
+        """Stop counting (the probe finished in time)."""
+        self._timer.cancel()
+
+    def fire(self) -> None:
+        """Print the timed-out document and end the process (``os._exit(0)``)."""
+        if self.on_fire is not None:
+            try:
+                self.on_fire()
+            except Exception:  # the document must go out whatever the clean-up does
+                pass
+        self.doc.emit(timeout_s=self.timeout_s)
+        for hook in EXIT_HOOKS:
+            try:
+                hook()
+            except Exception:
+                pass
+        os._exit(0)
+
+
+def add_common_args(p: argparse.ArgumentParser, timeout_s: float | None, timeout_help: str = "") -> None:
+    """The arguments every probe accepts (``diagnostics/README.md``, "Common arguments")."""
+    p.add_argument(
+        "--root",
+        default=os.environ.get("ROBUSTCTL_PROBE_ROOT", "/"),
+        help="prefix for every system file read (default: env ROBUSTCTL_PROBE_ROOT, else /)",
+    )
+    p.add_argument(
+        "--nvml-injection",
+        default=os.environ.get("ROBUSTCTL_NVML_INJECTION") or None,
+        help="read GPU state from this NVML injection file instead of NVML",
+    )
+    default = f"default {timeout_s:g}" if timeout_s is not None else ""
+    p.add_argument(
+        "--timeout",
+        type=float,
+        default=timeout_s,
+        help=f"time budget, seconds ({timeout_help or default})",
+    )
+
+
+def probe_main(
+    name: str,
+    add_args: Callable[[argparse.ArgumentParser], None],
+    collect: Callable[[argparse.Namespace, Document], None],
+    argv: Sequence[str] | None = None,
+    *,
+    description: str = "",
+    timeout_s: float | None = 30.0,
+    timeout_help: str = "",
+    check_args: Callable[[argparse.Namespace, argparse.ArgumentParser], None] | None = None,
+    on_timeout: Callable[[], None] | None = None,
+    grace_s: float = 0.0,
+    finalize: Callable[[dict[str, Any]], None] | None = None,
+) -> int:
+    """A probe's whole ``main``: arguments, document, watchdog, ``collect(args, doc)``, print.
+
+    Args:
+        name: the probe (``"host"``). add_args: adds the probe's own arguments to the parser.
+        collect: fills the document; may raise (the traceback goes to stderr, exit status 1).
+        argv: the arguments (default ``sys.argv[1:]``). timeout_s: ``--timeout`` default.
+        check_args: validates/completes the parsed arguments (``parser.error`` exits 2); it must
+            leave ``args.timeout`` a number.
+        on_timeout, grace_s: see :class:`Watchdog`. finalize: see :class:`Document`.
+
+    Returns:
+        0 once the document was printed.
+    """
+    p = argparse.ArgumentParser(
+        prog=f"{name}.py", description=description or f"robustctl {name} probe (one JSON document)."
+    )
+    add_common_args(p, timeout_s, timeout_help)
+    add_args(p)
+    args = p.parse_args(list(sys.argv[1:] if argv is None else argv))
+    if check_args is not None:
+        check_args(args, p)
+    doc = Document(name, finalize)
+    dog = Watchdog(doc, float(args.timeout), on_timeout, grace_s).start()
+    try:
+        collect(args, doc)
+    finally:
+        dog.cancel()
+    doc.emit()
+    return 0
+
+
+def describe(exc: BaseException) -> str:
+    """One line for an exception: ``PATH: strerror`` for OSErrors, else ``str(exc)``."""
+    if isinstance(exc, OSError) and exc.strerror:
+        return f"{exc.filename}: {exc.strerror}" if exc.filename else exc.strerror
+    return str(exc) or type(exc).__name__
+
+
+def one_line(exc: BaseException) -> str:
+    """``"TypeName: first line of the message"`` (or the type name alone)."""
+    text = str(exc).strip()
+    first = text.splitlines()[0] if text else ""
+    return f"{type(exc).__name__}: {first}" if first else type(exc).__name__
+
+
+# --------------------------------------------------------------------------- streamed scripts
+def load_source(name: str, source: str) -> types.ModuleType:
+    """Run ``source`` as a new module ``name`` (registered in ``sys.modules``) and return it."""
+    module = types.ModuleType(name)
+    sys.modules[name] = module
+    exec(compile(source, f"{name}.py", "exec", dont_inherit=True), module.__dict__)
+    return module
+
+
+def run_streamed(name: str, source: str, *extra: Any) -> None:
+    """Entry point of a streamed script: ``sys.exit(probe.main(sys.argv[1:], *extra))``.
+
+    The control side appends one call of this to the prelude it streams (``robustctl/probes.py``);
+    ``extra`` carries what a probe takes besides its arguments (the bundle's probe list).
+    """
+    sys.modules.setdefault("_prelude", sys.modules[__name__])
+    module = load_source(name, source)
+    sys.exit(module.main(sys.argv[1:], *extra))
