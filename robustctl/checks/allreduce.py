@@ -20,7 +20,7 @@ from typing import Any
 from robustctl.analysis.nccl_tests import evaluate as evaluate_nccl_tests
 from robustctl.analysis.nccl_tests import parse_nccl_tests
 from robustctl.checks.host import never_told
-from robustctl.checks.registry import check
+from robustctl.checks.registry import NO_CONTEXT, CheckContext, ResultMaker, check
 from robustctl.checks.thresholds import Thresholds
 from robustctl.models import CheckResult, Status
 
@@ -30,8 +30,7 @@ LEVEL = 2
 NAME = "allreduce.busbw"
 
 
-def _r(name: str, status: Status, summary: str, evidence: Mapping[str, Any] | None = None) -> CheckResult:
-    return CheckResult(name, LEVEL, status, summary, dict(evidence or {}))
+_r = ResultMaker(LEVEL)
 
 
 def peak_busbw(data: Mapping[str, Any]) -> float | None:
@@ -81,7 +80,9 @@ def _nccl_tests(data: Mapping[str, Any], th: Thresholds) -> list[CheckResult]:
     destructive=True,
     timeout_s=180.0,
 )
-def evaluate_busbw(data: Mapping[str, Any], th: Thresholds) -> list[CheckResult]:
+def evaluate_busbw(
+    data: Mapping[str, Any], th: Thresholds, ctx: CheckContext = NO_CONTEXT
+) -> list[CheckResult]:
     """Correctness and bandwidth of the intra-host all-reduce.
 
     Probe not runnable (no torch, nccl-tests asked for but not installed) → NOT_APPLICABLE; the run
@@ -90,7 +91,7 @@ def evaluate_busbw(data: Mapping[str, Any], th: Thresholds) -> list[CheckResult]
     CRITICAL; one rank → NOT_APPLICABLE (busbw is 0 by definition); peak busbw below
     ``allreduce_min_busbw_gbps`` → CRITICAL; otherwise OK with the peak busbw.
     """
-    if (lost := never_told(data)) is not None:
+    if (lost := never_told(data, ctx)) is not None:
         return [_r(NAME, Status.UNKNOWN, f"not run: {lost}")]
     if data.get("available") is not True:
         return [_r(NAME, Status.NOT_APPLICABLE, f"not run: {data.get('reason') or 'all-reduce unavailable'}")]

@@ -209,7 +209,9 @@ def fan_out_units(
     out: list[UnitOutcome[U, T]] = []
     for i, r in enumerate(results):
         if r is None:
-            r = UnitOutcome(units[i], Outcome.TIMED_OUT, error="global deadline passed before this host answered")
+            r = UnitOutcome(
+                units[i], Outcome.TIMED_OUT, error="global deadline passed before this host answered"
+            )
             if on_done is not None:
                 on_done(r)
         out.append(r)
