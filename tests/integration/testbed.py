@@ -1078,7 +1078,9 @@ class Testbed:
         for i in list(self._blocked):
             self.unblock_host(i)
         if self._lo_refused and self._nft_table is not None:
-            self._nft(f"flush chain inet {self._nft_table} lo_refuse\ndelete chain inet {self._nft_table} lo_refuse\n")
+            self._nft(
+                f"flush chain inet {self._nft_table} lo_refuse\ndelete chain inet {self._nft_table} lo_refuse\n"
+            )
             self._lo_refused = False
         for h in self.hosts:
             if h.cgroup is not None:
