@@ -20,7 +20,7 @@ from robustctl.diagnose.levels import (
     intra_args,
     l1_timeout_s,
 )
-from robustctl.diagnose.pairs import pair_args, pair_ports, ring_pairs, static_address
+from robustctl.diagnose.pairs import address_argv, pair_args, pair_ports, ring_pairs, static_address
 from robustctl.models import SCHEMA_VERSION
 from robustctl.probes import probe_argv
 from robustctl.transport.base import remote_command
@@ -47,7 +47,7 @@ def plan_levels(request: DiagnoseSpec) -> dict[str, Any]:
     for lv in range(min(request.max_level, MAX_LEVEL) + 1):
         entry: dict[str, Any] = {"level": lv, "name": LEVEL_NAMES[lv]}
         if lv == 3 and len(hosts) < 2:
-            entry["skipped"] = f"needs at least two hosts ({len(hosts)} targeted)"
+            entry["skipped"] = f"needs at least two hosts, {len(hosts)} targeted"
         levels.append(entry)
     runs = {lv["level"] for lv in levels if "skipped" not in lv}
     interface = s.allreduce.interface
@@ -58,13 +58,13 @@ def plan_levels(request: DiagnoseSpec) -> dict[str, Any]:
     for h in hosts:
         commands: list[dict[str, Any]] = []
         if 0 in runs:
-            bundle = "; ".join(f"{p}.py --timeout {budget_of(s.host_timeout_s)}" for p in L0_PROBES)
+            bundle = ", ".join(f"{p}.py --timeout {budget_of(s.host_timeout_s)}" for p in L0_PROBES)
             commands.append(
                 {
                     "level": 0,
                     "probe": "bundle",
                     "command": remote_command(probe_argv(h)),
-                    "stdin": f"diagnostics/bundle.py running {bundle}",
+                    "stdin": f"diagnostics/bundle.py ({bundle})",
                 }
             )
         if 1 in runs:
@@ -73,6 +73,15 @@ def plan_levels(request: DiagnoseSpec) -> dict[str, Any]:
         if 2 in runs:
             args = [*intra_args(s), "--timeout", budget_of(s.host_timeout_s)]
             commands.append(_probe(2, "allreduce", h, args))
+        if pairs and interface is not None and static_address(h, interface) is None:
+            commands.append(
+                {
+                    "level": 3,
+                    "probe": "address",
+                    "command": remote_command(address_argv(h, interface)),
+                    "stdin": "",
+                }
+            )
         for pair in pairs:
             if h.name not in pair:
                 continue
