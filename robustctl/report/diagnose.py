@@ -56,12 +56,21 @@ def render_run(report: RunReport, console: Console, *, verbose: bool = False) ->
 
 
 def levels_line(report: RunReport) -> str:
-    """``levels run: L0 quick (0.3s), ...; not run: L3 (needs at least two hosts ...)`` (plain text)."""
+    """``levels run: L0 quick (0.3s); not run: L1, L2 (stopped after L0 named suspects)`` (plain text).
+
+    Skipped levels that share a reason are listed together, then the reason once.
+    """
     ran = [f"L{lv.level} {lv.name} ({lv.elapsed_s:.1f}s)" for lv in report.levels if lv.ran]
-    skipped = [
-        f"L{lv.level}" + (f" ({lv.reason})" if lv.reason else "") for lv in report.levels if not lv.ran
-    ]
-    return f"levels run: {', '.join(ran) or 'none'}" + (f"; not run: {', '.join(skipped)}" if skipped else "")
+    groups: list[tuple[list[str], str | None]] = []
+    for lv in report.levels:
+        if lv.ran:
+            continue
+        if groups and groups[-1][1] == lv.reason:
+            groups[-1][0].append(f"L{lv.level}")
+        else:
+            groups.append(([f"L{lv.level}"], lv.reason))
+    skipped = [", ".join(names) + (f" ({why})" if why else "") for names, why in groups]
+    return f"levels run: {', '.join(ran) or 'none'}" + (f"; not run: {'; '.join(skipped)}" if skipped else "")
 
 
 def print_plan(plan: dict[str, Any], console: Console) -> None:
