@@ -139,7 +139,7 @@ class AllreduceSettings(StrictModel):
         None,
         min_length=1,
         max_length=15,
-        pattern=r"^[A-Za-z0-9_.:@-]+$",
+        pattern=r"^[A-Za-z0-9_.:-]+$",
         description="L3: rendezvous on the IPv4 address each host reports for this interface (e.g. ib0); "
         "default: the inventory address (or name) as is.",
     )

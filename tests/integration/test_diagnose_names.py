@@ -162,3 +162,49 @@ def test_l3_on_named_hosts_passes_the_healthy_and_names_the_slow_one(
             assert all(p["ok"] for p in check["evidence"]["pairs"] if p["peer"] != slow), check
     assert os.path.exists(hosts_file)  # the machine's own /etc/hosts was never touched
     assert not any(n in Path("/etc/hosts").read_text().split() for n in names)
+
+
+def interface_inventory(tb: Testbed, path: Path, interface: str) -> Path:
+    return tb.write_inventory(
+        path,
+        hosts=[0, 1],
+        thresholds={"peer_min_peers": 100},
+        diagnose={
+            "host_timeout_s": 40,
+            "burn": {"seconds": 0.5, "size": 128, "threads": 1},
+            "allreduce": {"sizes": [1 << 20], "iters": 2, "interface": interface},
+        },
+    )
+
+
+def robustctl_plain(*args: str, timeout: float = 600) -> tuple[int, dict[str, Any], str]:
+    proc = subprocess.run(
+        [sys.executable, "-m", "robustctl", *args, "--no-record", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=REPO,
+        env={"PATH": "/usr/bin:/bin", "NO_COLOR": "1", "HOME": "/nonexistent", "PYTHONPATH": str(REPO)},
+    )
+    assert "Traceback" not in proc.stderr, proc.stderr
+    return proc.returncode, json.loads(proc.stdout) if proc.stdout.strip() else {}, proc.stderr
+
+
+def test_l3_on_an_interface_asks_each_host_for_its_address(testbed: Testbed, tmp_path: Path) -> None:
+    """Over real SSH: ``lo`` exists on every simulated host (all share this machine's), so L3 meets
+    on the 127.0.0.1 each host reports; a missing interface is UNKNOWN with the reason, not loopback."""
+    inv = interface_inventory(testbed, tmp_path / "lo.yaml", "lo")
+    code, doc, err = robustctl_plain("diagnose", "-i", str(inv), "--level", "3")
+    assert code == 0, json.dumps(problems(doc), indent=1) if doc else err
+    assert doc["levels"][3]["ran"] is True
+    for name in testbed.names[:2]:
+        assert pair_check(doc, name)["status"] == "ok"
+
+    inv = interface_inventory(testbed, tmp_path / "none.yaml", "nosuch0")
+    code, doc, err = robustctl_plain("diagnose", "-i", str(inv), "--level", "3")
+    assert code == 3, json.dumps(problems(doc), indent=1) if doc else err
+    for name in testbed.names[:2]:
+        check = pair_check(doc, name)
+        assert check["status"] == "unknown"
+        assert check["summary"].startswith("not run: no address for interface nosuch0:"), check
+        assert "No such device" in check["summary"]
