@@ -148,6 +148,7 @@ class Engine:
 
     # -- driver ------------------------------------------------------------------------------
     def run(self, clock: Callable[[], float]) -> RunReport:
+        """Run the levels in order (see :func:`run_levels`); ``clock`` stamps the report (UNIX s)."""
         started = clock()
         self.pool.preflight(self.req.hosts)
         levels: list[LevelSummary] = []
