@@ -135,6 +135,14 @@ class AllreduceSettings(StrictModel):
     warmup: int = Field(1, ge=0, le=1_000)
     nproc: int | None = Field(None, ge=2, description="Ranks per host for L2; default: GPUs, or 2 on CPU.")
     master_port: int = Field(29500, ge=1024, le=65000, description="First TCP port for rendezvous.")
+    interface: str | None = Field(
+        None,
+        min_length=1,
+        max_length=15,
+        pattern=r"^[A-Za-z0-9_.:-]+$",
+        description="L3: rendezvous on the IPv4 address each host reports for this interface (e.g. ib0); "
+        "default: the inventory address (or name) as is.",
+    )
     use_nccl_tests: bool = Field(False, description="Run nccl-tests' all_reduce_perf for L2 where installed.")
     concurrency: int | None = Field(None, ge=1, description="Hosts/pairs at once; default: concurrency.")
 

@@ -143,6 +143,7 @@ class LevelSummary:
     Attributes:
         level: 0-3. name: ``"quick"``, ``"burn"``, ``"intra-allreduce"``, ``"inter-allreduce"``.
         ran: whether it ran. suspects: hosts it named CRITICAL. elapsed_s: wall seconds.
+        reason: why it did not run (e.g. ``"needs at least two hosts, 1 left to check"``), else None.
     """
 
     level: int
@@ -150,6 +151,7 @@ class LevelSummary:
     ran: bool
     suspects: tuple[str, ...] = ()
     elapsed_s: float = 0.0
+    reason: str | None = None
 
 
 @dataclass(frozen=True)

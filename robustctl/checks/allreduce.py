@@ -20,7 +20,7 @@ from typing import Any
 from robustctl.analysis.nccl_tests import evaluate as evaluate_nccl_tests
 from robustctl.analysis.nccl_tests import parse_nccl_tests
 from robustctl.checks.host import never_told
-from robustctl.checks.registry import check
+from robustctl.checks.registry import NO_CONTEXT, CheckContext, ResultMaker, check
 from robustctl.checks.thresholds import Thresholds
 from robustctl.models import CheckResult, Status
 
@@ -30,8 +30,7 @@ LEVEL = 2
 NAME = "allreduce.busbw"
 
 
-def _r(name: str, status: Status, summary: str, evidence: Mapping[str, Any] | None = None) -> CheckResult:
-    return CheckResult(name, LEVEL, status, summary, dict(evidence or {}))
+_r = ResultMaker(LEVEL)
 
 
 def peak_busbw(data: Mapping[str, Any]) -> float | None:
@@ -81,7 +80,9 @@ def _nccl_tests(data: Mapping[str, Any], th: Thresholds) -> list[CheckResult]:
     destructive=True,
     timeout_s=180.0,
 )
-def evaluate_busbw(data: Mapping[str, Any], th: Thresholds) -> list[CheckResult]:
+def evaluate_busbw(
+    data: Mapping[str, Any], th: Thresholds, ctx: CheckContext = NO_CONTEXT
+) -> list[CheckResult]:
     """Correctness and bandwidth of the intra-host all-reduce.
 
     Probe not runnable (no torch, nccl-tests asked for but not installed) → NOT_APPLICABLE; the run

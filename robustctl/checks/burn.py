@@ -17,23 +17,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from robustctl.checks.host import context, never_told
+from robustctl.checks.host import never_told
 from robustctl.checks.peer import peer_outliers
-from robustctl.checks.registry import check
+from robustctl.checks.registry import NO_CONTEXT, CheckContext, ResultMaker, check
 from robustctl.checks.thresholds import Thresholds
 from robustctl.models import CheckResult, Status
 
 LEVEL = 1
 
 
-def _r(
-    name: str,
-    status: Status,
-    summary: str,
-    evidence: Mapping[str, Any] | None = None,
-    device: str | None = None,
-) -> CheckResult:
-    return CheckResult(name, LEVEL, status, summary, dict(evidence or {}), device)
+_r = ResultMaker(LEVEL)
 
 
 def _label(dev: Mapping[str, Any]) -> str:
@@ -41,7 +34,9 @@ def _label(dev: Mapping[str, Any]) -> str:
     return f"{kind}:{dev.get('index', 0)}" if kind == "cuda" else str(kind)
 
 
-def _devices(name: str, data: Mapping[str, Any]) -> tuple[list[Mapping[str, Any]], CheckResult | None]:
+def _devices(
+    name: str, data: Mapping[str, Any], ctx: CheckContext
+) -> tuple[list[Mapping[str, Any]], CheckResult | None]:
     """(the device list, None), or ([], the one result explaining why there is none)."""
     if (lost := never_told(data)) is not None:
         return [], _r(name, Status.UNKNOWN, f"not run: {lost}")
@@ -54,8 +49,10 @@ def _devices(name: str, data: Mapping[str, Any]) -> tuple[list[Mapping[str, Any]
     return devices, None
 
 
-def _cpu_instead_of_gpus(name: str, data: Mapping[str, Any], th: Thresholds) -> CheckResult | None:
-    expected = context(data).get("expected_gpus")
+def _cpu_instead_of_gpus(
+    name: str, data: Mapping[str, Any], th: Thresholds, ctx: CheckContext
+) -> CheckResult | None:
+    expected = ctx.expected_gpus
     if not th.burn_require_gpu:
         return None
     if isinstance(expected, int) and expected > 0 and not data.get("cuda_available"):
@@ -77,7 +74,9 @@ def _cpu_instead_of_gpus(name: str, data: Mapping[str, Any], th: Thresholds) -> 
     destructive=True,
     timeout_s=120.0,
 )
-def evaluate_verify(data: Mapping[str, Any], th: Thresholds) -> list[CheckResult]:
+def evaluate_verify(
+    data: Mapping[str, Any], th: Thresholds, ctx: CheckContext = NO_CONTEXT
+) -> list[CheckResult]:
     """Correctness of every product of the burn, per device.
 
     Wrong products above ``burn_max_mismatches`` → CRITICAL; a CUDA device whose load failed →
@@ -86,11 +85,11 @@ def evaluate_verify(data: Mapping[str, Any], th: Thresholds) -> list[CheckResult
     false. No torch/numpy → NOT_APPLICABLE.
     """
     name = "burn.verify"
-    devices, early = _devices(name, data)
+    devices, early = _devices(name, data, ctx)
     if early is not None:
         return [early]
     out: list[CheckResult] = []
-    cpu = _cpu_instead_of_gpus(name, data, th)
+    cpu = _cpu_instead_of_gpus(name, data, th, ctx)
     if cpu is not None:
         out.append(cpu)
     checked = 0
@@ -174,12 +173,14 @@ def host_tflops(data: Mapping[str, Any]) -> float | None:
     destructive=True,
     timeout_s=120.0,
 )
-def evaluate_tflops(data: Mapping[str, Any], th: Thresholds) -> list[CheckResult]:
+def evaluate_tflops(
+    data: Mapping[str, Any], th: Thresholds, ctx: CheckContext = NO_CONTEXT
+) -> list[CheckResult]:
     """Throughput per device: below ``burn_min_tflops`` → CRITICAL; within the host, a device below
     ``burn_peer_ratio`` × the median of its same-name siblings (at least ``peer_min_peers`` of them)
     → CRITICAL. Devices without a measurement are left to ``burn.verify``."""
     name = "burn.tflops"
-    devices, early = _devices(name, data)
+    devices, early = _devices(name, data, ctx)
     if early is not None:
         return [early]
     measured: dict[str, tuple[Mapping[str, Any], float]] = {}

@@ -4,8 +4,9 @@ Every evaluator returns one OK result when all is well, or one result per faulty
 interface, IB port, GPU PCI address). A sub-collection the probe could not make (its key is
 ``null``) gives UNKNOWN with the probe's reason, never OK.
 
-The engine adds ``data["_context"]``: ``control_time`` (control-side UNIX time, midpoint of the
-probe's round trip), ``round_trip_s``, ``host_time`` and ``probe_errors`` (the probe's ``errors``).
+Every evaluator also gets the control side's :class:`~robustctl.checks.registry.CheckContext`:
+``host.clock`` reads ``control_time`` and ``round_trip_s``; every evaluator quotes ``probe_errors``
+(the probe's ``errors``) when a sub-collection is missing.
 """
 
 from __future__ import annotations
@@ -15,20 +16,15 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from robustctl.analysis.xid import parse_kernel_log
-from robustctl.checks.registry import check
+from robustctl.checks.registry import NO_CONTEXT, CheckContext, ResultMaker, check
 from robustctl.checks.thresholds import Thresholds
 from robustctl.models import CheckResult, Status
 
-__all__ = ["context", "probe_error"]
+__all__ = ["never_told", "probe_error"]
 
 LEVEL = 0
 GIB = 1 << 30
-
-
-def context(data: Mapping[str, Any]) -> Mapping[str, Any]:
-    """The engine-supplied ``data["_context"]`` mapping, or an empty one."""
-    ctx = data.get("_context")
-    return ctx if isinstance(ctx, Mapping) else {}
+_r = ResultMaker(LEVEL)
 
 
 def never_told(data: Mapping[str, Any]) -> str | None:
@@ -44,24 +40,14 @@ def never_told(data: Mapping[str, Any]) -> str | None:
     return str(data.get("error") or "the probe did not say whether it could run")
 
 
-def probe_error(data: Mapping[str, Any], prefix: str) -> str:
+def probe_error(data: Mapping[str, Any], ctx: CheckContext, prefix: str) -> str:
     """The probe's error line for sub-collection ``prefix`` (e.g. ``"disks"``), else the probe's
     own ``data["error"]`` (a timeout before it got there), else a generic reason."""
-    for err in context(data).get("probe_errors") or ():
+    for err in ctx.probe_errors:
         text = str(err)
         if text.startswith(prefix + ":"):
             return text[len(prefix) + 1 :].strip()
     return str(data.get("error") or "the probe reported no data")
-
-
-def _r(
-    name: str,
-    status: Status,
-    summary: str,
-    evidence: Mapping[str, Any] | None = None,
-    device: str | None = None,
-) -> CheckResult:
-    return CheckResult(name, LEVEL, status, summary, dict(evidence or {}), device)
 
 
 def _matches(name: str, patterns: Sequence[str]) -> bool:
@@ -80,7 +66,9 @@ def _gib(n: float) -> str:
     probe="host",
     timeout_s=30.0,
 )
-def evaluate_disk(data: Mapping[str, Any], th: Thresholds) -> list[CheckResult]:
+def evaluate_disk(
+    data: Mapping[str, Any], th: Thresholds, ctx: CheckContext = NO_CONTEXT
+) -> list[CheckResult]:
     """Free space, free inodes and read-only state of local filesystems.
 
     Per mount (``Thresholds.disk_ignore_mounts`` skipped): read-only and not matching
@@ -91,7 +79,7 @@ def evaluate_disk(data: Mapping[str, Any], th: Thresholds) -> list[CheckResult]:
     name = "host.disk"
     disks = data.get("disks")
     if not isinstance(disks, list):
-        return [_r(name, Status.UNKNOWN, f"filesystems not checked: {probe_error(data, 'disks')}")]
+        return [_r(name, Status.UNKNOWN, f"filesystems not checked: {probe_error(data, ctx, 'disks')}")]
     out: list[CheckResult] = []
     judged = 0
     for d in disks:
@@ -139,7 +127,9 @@ def evaluate_disk(data: Mapping[str, Any], th: Thresholds) -> list[CheckResult]:
 
 # -------------------------------------------------------------------------------------- memory
 @check("host.memory", description="Available and total memory", level=LEVEL, probe="host", timeout_s=30.0)
-def evaluate_memory(data: Mapping[str, Any], th: Thresholds) -> list[CheckResult]:
+def evaluate_memory(
+    data: Mapping[str, Any], th: Thresholds, ctx: CheckContext = NO_CONTEXT
+) -> list[CheckResult]:
     """Available memory (``MemAvailable``) and total memory.
 
     ``available_pct`` below ``memory_crit_available_pct`` → CRITICAL, below
@@ -148,7 +138,7 @@ def evaluate_memory(data: Mapping[str, Any], th: Thresholds) -> list[CheckResult
     name = "host.memory"
     mem = data.get("memory")
     if not isinstance(mem, Mapping):
-        return [_r(name, Status.UNKNOWN, f"memory not checked: {probe_error(data, 'memory')}")]
+        return [_r(name, Status.UNKNOWN, f"memory not checked: {probe_error(data, ctx, 'memory')}")]
     total, avail, pct = mem.get("total_bytes"), mem.get("available_bytes"), mem.get("available_pct")
     if not isinstance(total, int) or not isinstance(avail, int) or not isinstance(pct, (int, float)):
         return [_r(name, Status.UNKNOWN, "memory figures missing from the probe", dict(mem))]
@@ -179,13 +169,15 @@ def evaluate_memory(data: Mapping[str, Any], th: Thresholds) -> list[CheckResult
     probe="host",
     timeout_s=30.0,
 )
-def evaluate_load(data: Mapping[str, Any], th: Thresholds) -> list[CheckResult]:
+def evaluate_load(
+    data: Mapping[str, Any], th: Thresholds, ctx: CheckContext = NO_CONTEXT
+) -> list[CheckResult]:
     """5-minute load average per CPU against ``load_crit_per_cpu`` / ``load_warn_per_cpu``, and tasks
     in uninterruptible sleep (``procs_blocked``) against ``procs_blocked_warn``."""
     name = "host.load"
     load = data.get("load")
     if not isinstance(load, Mapping) or not isinstance(load.get("load5_per_cpu"), (int, float)):
-        return [_r(name, Status.UNKNOWN, f"load not checked: {probe_error(data, 'load')}")]
+        return [_r(name, Status.UNKNOWN, f"load not checked: {probe_error(data, ctx, 'load')}")]
     per_cpu = float(load["load5_per_cpu"])
     blocked = load.get("procs_blocked")
     ev = dict(load)
@@ -208,7 +200,9 @@ def evaluate_load(data: Mapping[str, Any], th: Thresholds) -> list[CheckResult]:
     probe="host",
     timeout_s=30.0,
 )
-def evaluate_clock(data: Mapping[str, Any], th: Thresholds) -> list[CheckResult]:
+def evaluate_clock(
+    data: Mapping[str, Any], th: Thresholds, ctx: CheckContext = NO_CONTEXT
+) -> list[CheckResult]:
     """Host clock against the control side's clock.
 
     skew = max(0, |host time - control midpoint| - round trip / 2): zero whenever the host's time
@@ -221,12 +215,11 @@ def evaluate_clock(data: Mapping[str, Any], th: Thresholds) -> list[CheckResult]
     host_time = clock.get("time") if isinstance(clock, Mapping) else None
     if not isinstance(host_time, (int, float)):
         return [_r(name, Status.UNKNOWN, "host clock not reported by the probe")]
-    ctx = context(data)
-    control = ctx.get("control_time")
-    if not isinstance(control, (int, float)):
+    control = ctx.control_time
+    if control is None:
         return [_r(name, Status.NOT_APPLICABLE, "no control-side time to compare with")]
-    rtt = ctx.get("round_trip_s")
-    half = float(rtt) / 2 if isinstance(rtt, (int, float)) and rtt > 0 else 0.0
+    rtt = ctx.round_trip_s
+    half = float(rtt) / 2 if rtt is not None and rtt > 0 else 0.0
     offset = float(host_time) - float(control)
     skew = max(0.0, abs(offset) - half)
     ev = {"host_time": host_time, "control_time": control, "offset_s": offset, "skew_s": skew}
@@ -242,7 +235,9 @@ def evaluate_clock(data: Mapping[str, Any], th: Thresholds) -> list[CheckResult]
 @check(
     "host.xid", description="NVIDIA XID errors in the kernel log", level=LEVEL, probe="host", timeout_s=30.0
 )
-def evaluate_xid(data: Mapping[str, Any], th: Thresholds) -> list[CheckResult]:
+def evaluate_xid(
+    data: Mapping[str, Any], th: Thresholds, ctx: CheckContext = NO_CONTEXT
+) -> list[CheckResult]:
     """NVIDIA XID events in the kernel log, judged by ``robustctl.analysis.xid``'s catalog.
 
     One result per (GPU PCI address, XID) with the event count and the newest line; status is the
@@ -252,7 +247,7 @@ def evaluate_xid(data: Mapping[str, Any], th: Thresholds) -> list[CheckResult]:
     name = "host.xid"
     xid = data.get("xid")
     if not isinstance(xid, Mapping) or not isinstance(xid.get("lines"), list):
-        return [_r(name, Status.UNKNOWN, f"kernel log not scanned: {probe_error(data, 'kernel log')}")]
+        return [_r(name, Status.UNKNOWN, f"kernel log not scanned: {probe_error(data, ctx, 'kernel log')}")]
     source = xid.get("path") or xid.get("source") or "kernel log"
     events = [
         e for e in parse_kernel_log("\n".join(str(x) for x in xid["lines"])) if e.xid not in th.xid_ignore
@@ -305,7 +300,9 @@ _DOWN_STATES = frozenset({"down", "lowerlayerdown", "notpresent"})
     probe="host",
     timeout_s=30.0,
 )
-def evaluate_nic(data: Mapping[str, Any], th: Thresholds) -> list[CheckResult]:
+def evaluate_nic(
+    data: Mapping[str, Any], th: Thresholds, ctx: CheckContext = NO_CONTEXT
+) -> list[CheckResult]:
     """Link state of physical network interfaces (the probe already left out lo and virtual ones).
 
     Rule, per interface not matching ``nic_ignore``: an administratively-down interface (IFF_UP
@@ -317,7 +314,7 @@ def evaluate_nic(data: Mapping[str, Any], th: Thresholds) -> list[CheckResult]:
     name = "host.nic"
     nics = data.get("nics")
     if not isinstance(nics, list):
-        return [_r(name, Status.UNKNOWN, f"network interfaces not checked: {probe_error(data, 'nics')}")]
+        return [_r(name, Status.UNKNOWN, f"network interfaces not checked: {probe_error(data, ctx, 'nics')}")]
     out: list[CheckResult] = []
     judged: list[str] = []
     admin_down: list[str] = []
@@ -373,7 +370,7 @@ def evaluate_nic(data: Mapping[str, Any], th: Thresholds) -> list[CheckResult]:
 @check(
     "host.ib", description="InfiniBand/RoCE port state and rate", level=LEVEL, probe="host", timeout_s=30.0
 )
-def evaluate_ib(data: Mapping[str, Any], th: Thresholds) -> list[CheckResult]:
+def evaluate_ib(data: Mapping[str, Any], th: Thresholds, ctx: CheckContext = NO_CONTEXT) -> list[CheckResult]:
     """InfiniBand/RoCE port state from sysfs.
 
     Per port not matching ``ib_ignore`` (``device`` or ``device/port``): ``state`` not ACTIVE or
@@ -383,7 +380,7 @@ def evaluate_ib(data: Mapping[str, Any], th: Thresholds) -> list[CheckResult]:
     name = "host.ib"
     ports = data.get("infiniband")
     if not isinstance(ports, list):
-        return [_r(name, Status.UNKNOWN, f"InfiniBand not checked: {probe_error(data, 'infiniband')}")]
+        return [_r(name, Status.UNKNOWN, f"InfiniBand not checked: {probe_error(data, ctx, 'infiniband')}")]
     out: list[CheckResult] = []
     judged: list[str] = []
     for p in ports:

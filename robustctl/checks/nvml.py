@@ -5,7 +5,7 @@ Common rules:
 - NVML unavailable (``data.available`` false: no GPU driver/library, no pynvml) → every check but
   ``nvml.count`` is NOT_APPLICABLE ("not checked"); ``nvml.count`` decides whether that is a fault
   from the inventory's expected GPU count, which the engine passes as
-  ``data["_context"]["expected_gpus"]`` (0 or absent: no GPUs expected / unknown).
+  ``CheckContext.expected_gpus`` (0: no GPUs expected / unknown).
 - A field that is ``null`` because the GPU does not support the query (e.g. retired pages on
   Ampere+, row remapping before Ampere, NVLink on PCIe cards) makes that GPU not applicable for the
   check; a field that is ``null`` because the query *failed* (named in the GPU's
@@ -19,8 +19,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from robustctl.checks.host import context, never_told
-from robustctl.checks.registry import check
+from robustctl.checks.host import never_told
+from robustctl.checks.registry import NO_CONTEXT, CheckContext, ResultMaker, check
 from robustctl.checks.thresholds import Thresholds, severity_status
 from robustctl.models import CheckResult, Status
 
@@ -36,17 +36,10 @@ def gpu_label(gpu: Mapping[str, Any]) -> str:
     return f"GPU {gpu.get('index')}" + (f" ({pci})" if pci else "")
 
 
-def _r(
-    name: str,
-    status: Status,
-    summary: str,
-    evidence: Mapping[str, Any] | None = None,
-    device: str | None = None,
-) -> CheckResult:
-    return CheckResult(name, LEVEL, status, summary, dict(evidence or {}), device)
+_r = ResultMaker(LEVEL)
 
 
-def _unavailable(name: str, data: Mapping[str, Any]) -> list[CheckResult] | None:
+def _unavailable(name: str, data: Mapping[str, Any], ctx: CheckContext) -> list[CheckResult] | None:
     """The result when NVML gave no per-GPU data, else None."""
     if (lost := never_told(data)) is not None:
         return [_r(name, Status.UNKNOWN, f"not checked: {lost}")]
@@ -67,6 +60,7 @@ def _per_gpu(
     name: str,
     data: Mapping[str, Any],
     th: Thresholds,
+    ctx: CheckContext,
     *,
     fields: Sequence[str],
     group: str,
@@ -75,7 +69,7 @@ def _per_gpu(
     what: str,
 ) -> list[CheckResult]:
     """Apply ``judge`` to every accessible GPU that reports ``fields`` (see module docstring)."""
-    early = _unavailable(name, data)
+    early = _unavailable(name, data, ctx)
     if early is not None:
         return early
     out: list[CheckResult] = []
@@ -121,19 +115,19 @@ def _num(gpu: Mapping[str, Any], key: str) -> int | None:
     needs_gpu=True,
     timeout_s=60.0,
 )
-def evaluate_count(data: Mapping[str, Any], th: Thresholds) -> list[CheckResult]:
+def evaluate_count(
+    data: Mapping[str, Any], th: Thresholds, ctx: CheckContext = NO_CONTEXT
+) -> list[CheckResult]:
     """GPU count against the inventory's ``gpus_per_host``, and GPUs NVML cannot reach.
 
-    Expected count ``E`` = ``data["_context"]["expected_gpus"]`` (0/None: none expected or
-    unknown). NVML unavailable: CRITICAL when ``E`` > 0 and the driver/library is missing or
+    Expected count ``E`` = ``ctx.expected_gpus`` (0: none expected or unknown). NVML unavailable: CRITICAL when ``E`` > 0 and the driver/library is missing or
     failed to initialise (the host cannot run its GPUs), UNKNOWN when ``E`` > 0 but only the probe's
     environment is at fault (pynvml not installed, bad injection file), NOT_APPLICABLE when ``E``
     is 0. Otherwise: fewer GPUs than ``E`` → CRITICAL ("missing GPU", AzNHC check_gpu_count); more →
     WARNING (inventory out of date); each inaccessible GPU (e.g. "GPU is lost") → CRITICAL.
     """
     name = "nvml.count"
-    expected_raw = context(data).get("expected_gpus")
-    expected = int(expected_raw) if isinstance(expected_raw, int) and expected_raw > 0 else 0
+    expected = max(0, ctx.expected_gpus)
     if (lost := never_told(data)) is not None:
         return [_r(name, Status.UNKNOWN, f"not counted: {lost}", {"expected": expected})]
     if data.get("available") is not True:
@@ -207,7 +201,9 @@ def _judge_ecc(g: Mapping[str, Any], th: Thresholds) -> list[tuple[Status, str]]
     needs_gpu=True,
     timeout_s=60.0,
 )
-def evaluate_ecc(data: Mapping[str, Any], th: Thresholds) -> list[CheckResult]:
+def evaluate_ecc(
+    data: Mapping[str, Any], th: Thresholds, ctx: CheckContext = NO_CONTEXT
+) -> list[CheckResult]:
     """ECC error counters: volatile uncorrectable above ``ecc_uncorrected_volatile_max`` → CRITICAL;
     aggregate uncorrectable above ``ecc_uncorrected_aggregate_max`` and volatile correctable above
     ``ecc_corrected_volatile_max`` → WARNING. ECC disabled/unsupported → NOT_APPLICABLE."""
@@ -215,6 +211,7 @@ def evaluate_ecc(data: Mapping[str, Any], th: Thresholds) -> list[CheckResult]:
         "nvml.ecc",
         data,
         th,
+        ctx,
         fields=(
             "ecc_volatile_uncorrected",
             "ecc_aggregate_uncorrected",
@@ -256,7 +253,9 @@ def _judge_row_remap(g: Mapping[str, Any], th: Thresholds) -> list[tuple[Status,
     needs_gpu=True,
     timeout_s=60.0,
 )
-def evaluate_row_remap(data: Mapping[str, Any], th: Thresholds) -> list[CheckResult]:
+def evaluate_row_remap(
+    data: Mapping[str, Any], th: Thresholds, ctx: CheckContext = NO_CONTEXT
+) -> list[CheckResult]:
     """Row remapping (Ampere+): pending → ``row_remap_pending`` (CRITICAL), failure →
     ``row_remap_failure`` (CRITICAL), uncorrectable rows above ``row_remap_uncorrectable_max`` →
     CRITICAL. Source: AzNHC azure_gpu_ecc.nhc; NVIDIA GPU Memory Error Management."""
@@ -264,6 +263,7 @@ def evaluate_row_remap(data: Mapping[str, Any], th: Thresholds) -> list[CheckRes
         "nvml.row_remap",
         data,
         th,
+        ctx,
         fields=(
             "remapped_rows_pending",
             "remapped_rows_failure",
@@ -301,7 +301,9 @@ def _judge_retired(g: Mapping[str, Any], th: Thresholds) -> list[tuple[Status, s
     needs_gpu=True,
     timeout_s=60.0,
 )
-def evaluate_retired_pages(data: Mapping[str, Any], th: Thresholds) -> list[CheckResult]:
+def evaluate_retired_pages(
+    data: Mapping[str, Any], th: Thresholds, ctx: CheckContext = NO_CONTEXT
+) -> list[CheckResult]:
     """Dynamic page retirement (pre-Ampere): pending → ``retired_pages_pending`` (CRITICAL);
     SBE+DBE pages at or above ``retired_pages_total_crit`` (DCGM: 63) → CRITICAL; DBE pages at or
     above ``retired_pages_dbe_warn`` (DCGM soft limit 15) → WARNING."""
@@ -309,6 +311,7 @@ def evaluate_retired_pages(data: Mapping[str, Any], th: Thresholds) -> list[Chec
         "nvml.retired_pages",
         data,
         th,
+        ctx,
         fields=("retired_pages_sbe", "retired_pages_dbe", "retired_pages_pending"),
         group="retired_pages",
         judge=_judge_retired,
@@ -339,7 +342,9 @@ def _judge_temp(g: Mapping[str, Any], th: Thresholds) -> list[tuple[Status, str]
     needs_gpu=True,
     timeout_s=60.0,
 )
-def evaluate_temperature(data: Mapping[str, Any], th: Thresholds) -> list[CheckResult]:
+def evaluate_temperature(
+    data: Mapping[str, Any], th: Thresholds, ctx: CheckContext = NO_CONTEXT
+) -> list[CheckResult]:
     """GPU temperature: at or above ``gpu_temp_crit_c`` or the GPU's own NVML slowdown threshold →
     CRITICAL; at or above ``gpu_temp_warn_c`` → WARNING."""
 
@@ -351,6 +356,7 @@ def evaluate_temperature(data: Mapping[str, Any], th: Thresholds) -> list[CheckR
         "nvml.temperature",
         data,
         th,
+        ctx,
         fields=("temperature_c",),
         group="temperature",
         judge=_judge_temp,
@@ -379,7 +385,9 @@ def _judge_throttle(g: Mapping[str, Any], th: Thresholds) -> list[tuple[Status, 
     needs_gpu=True,
     timeout_s=60.0,
 )
-def evaluate_throttle(data: Mapping[str, Any], th: Thresholds) -> list[CheckResult]:
+def evaluate_throttle(
+    data: Mapping[str, Any], th: Thresholds, ctx: CheckContext = NO_CONTEXT
+) -> list[CheckResult]:
     """Clock event (throttle) reasons: any of ``throttle_critical_reasons`` (HW slowdown, HW thermal,
     HW power brake) → CRITICAL; any of ``throttle_warning_reasons`` (SW thermal) → WARNING; idle,
     application clocks, SW power cap, sync boost and display clocks are normal."""
@@ -387,6 +395,7 @@ def evaluate_throttle(data: Mapping[str, Any], th: Thresholds) -> list[CheckResu
         "nvml.throttle",
         data,
         th,
+        ctx,
         fields=("clocks_event_reasons",),
         group="clocks",
         judge=_judge_throttle,
@@ -419,7 +428,9 @@ def _judge_pcie(g: Mapping[str, Any], th: Thresholds) -> list[tuple[Status, str]
     needs_gpu=True,
     timeout_s=60.0,
 )
-def evaluate_pcie(data: Mapping[str, Any], th: Thresholds) -> list[CheckResult]:
+def evaluate_pcie(
+    data: Mapping[str, Any], th: Thresholds, ctx: CheckContext = NO_CONTEXT
+) -> list[CheckResult]:
     """PCIe link vs its maximum: width below max → ``pcie_width_degraded`` (CRITICAL); generation
     below max while the GPU is not idle → ``pcie_gen_degraded`` (WARNING). An idle GPU (or one whose
     idle state is unknown) is not judged on generation: GPUs lower the link speed to save power."""
@@ -427,6 +438,7 @@ def evaluate_pcie(data: Mapping[str, Any], th: Thresholds) -> list[CheckResult]:
         "nvml.pcie",
         data,
         th,
+        ctx,
         fields=("pcie_current_width", "pcie_max_width", "pcie_current_gen", "pcie_max_gen"),
         group="pcie",
         judge=_judge_pcie,
@@ -488,7 +500,9 @@ def _ranges(nums: Sequence[int]) -> str:
     needs_gpu=True,
     timeout_s=60.0,
 )
-def evaluate_nvlink(data: Mapping[str, Any], th: Thresholds) -> list[CheckResult]:
+def evaluate_nvlink(
+    data: Mapping[str, Any], th: Thresholds, ctx: CheckContext = NO_CONTEXT
+) -> list[CheckResult]:
     """NVLink: any inactive link on a GPU with NVLinks → ``nvlink_inactive`` (CRITICAL; AzNHC
     azure_gpu_nvlink.nhc; set "ignore" for PCIe cards without bridges); replay/recovery counters
     above ``nvlink_error_max`` and CRC counters above ``nvlink_crc_error_max`` → WARNING. GPUs
@@ -502,6 +516,7 @@ def evaluate_nvlink(data: Mapping[str, Any], th: Thresholds) -> list[CheckResult
         "nvml.nvlink",
         data,
         th,
+        ctx,
         fields=("nvlink",),
         group="nvlink",
         judge=_judge_nvlink,

@@ -2,9 +2,11 @@
 
 A check is declared once with a :class:`CheckSpec` (name, level, the probe whose JSON it reads,
 whether it needs a GPU, whether it is destructive, its timeout) and a pure ``evaluate`` function
-``(data, thresholds) -> list[CheckResult]``. Collection (running the probe on a host) is done by
-the diagnose engine; evaluation never touches a host, so it is unit-tested on plain dicts.
-Registering two checks with one name raises :class:`ValueError`.
+``(data, thresholds, context) -> list[CheckResult]``: ``data`` is the probe's observation,
+``context`` (:class:`CheckContext`) what the control side knows about the host and the probe run.
+Collection (running the probe on a host) is done by the diagnose engine; evaluation never touches
+a host, so it is unit-tested on plain dicts. Registering two checks with one name raises
+:class:`ValueError`.
 """
 
 from __future__ import annotations
@@ -13,12 +15,61 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from robustctl.models import CheckResult
+from robustctl.models import CheckResult, Status
 
 if TYPE_CHECKING:
     from robustctl.checks.thresholds import Thresholds
 
-Evaluator = Callable[[Mapping[str, Any], "Thresholds"], list[CheckResult]]
+
+@dataclass(frozen=True)
+class CheckContext:
+    """What the control side knows about one probe run, handed to every evaluator.
+
+    Attributes:
+        expected_gpus: GPUs the inventory expects on the host (``gpus_per_host``; 0: none expected
+            or unknown). Read by ``nvml.count`` and ``burn.verify``.
+        host_time: the host's clock (UNIX s) when the probe printed, or None.
+        control_time: control-side UNIX time at the midpoint of the probe's round trip, or None
+            (offline evaluation). ``host.clock`` compares it with the host's clock.
+        round_trip_s: control-side seconds from sending the command to its answer, or None.
+        probe_errors: the probe's own ``errors`` lines (failed sub-collections, its timeout);
+            evaluators quote them when a value is missing.
+    """
+
+    expected_gpus: int = 0
+    host_time: float | None = None
+    control_time: float | None = None
+    round_trip_s: float | None = None
+    probe_errors: tuple[str, ...] = ()
+
+
+NO_CONTEXT = CheckContext()
+"""The context of an offline evaluation: nothing known beyond the probe's data."""
+
+Evaluator = Callable[[Mapping[str, Any], "Thresholds", CheckContext], list[CheckResult]]
+"""``evaluate(data, thresholds, context) -> results``: pure, never touches a host."""
+
+
+@dataclass(frozen=True)
+class ResultMaker:
+    """Builds the :class:`CheckResult` objects of one level's checks.
+
+    ``make(name, status, summary, evidence=None, device=None)``; ``evidence`` is copied into a
+    plain dict. Each check module holds one: ``_r = ResultMaker(LEVEL)``.
+    """
+
+    level: int
+
+    def __call__(
+        self,
+        name: str,
+        status: Status,
+        summary: str,
+        evidence: Mapping[str, Any] | None = None,
+        device: str | None = None,
+    ) -> CheckResult:
+        """One result of this level."""
+        return CheckResult(name, self.level, status, summary, dict(evidence or {}), device)
 
 
 @dataclass(frozen=True)
@@ -33,7 +84,8 @@ class CheckSpec:
         destructive: the check disturbs the host (e.g. a burn that would slow a live job).
         timeout_s: default per-host time budget of the probe run for this check, seconds.
         description: one line for ``--help`` and the docs.
-        evaluate: pure function from the probe's ``data`` mapping and thresholds to verdicts.
+        evaluate: pure function from the probe's ``data`` mapping, thresholds and the
+            :class:`CheckContext` to verdicts.
     """
 
     name: str

@@ -18,12 +18,12 @@ One frozen pydantic model, :class:`Thresholds`, read from the inventory's ``thre
 - *nccl-tests* ``doc/PERFORMANCE.md``: busbw definition (see ``robustctl.checks.allreduce``).
 
 Inventory data is **not** here: the expected GPU count comes from the inventory
-(``gpus_per_host``). The diagnose engine passes it, with other control-side facts, inside the
-probe's data as ``data["_context"]`` before calling the evaluators:
-``{"expected_gpus": int (0: none expected), "control_time": float (UNIX s, midpoint of the probe's
-round trip), "round_trip_s": float, "host_time": float, "probe_errors": [str]}``. ``nvml.count`` and
-``burn.verify`` read ``expected_gpus``; ``host.clock`` reads ``control_time``/``round_trip_s``; every
-evaluator quotes ``probe_errors`` when a sub-collection is missing.
+(``gpus_per_host``). The diagnose engine passes it, with other control-side facts, to every
+evaluator as a :class:`robustctl.checks.registry.CheckContext` (``expected_gpus``,
+``control_time``: UNIX s at the midpoint of the probe's round trip, ``round_trip_s``,
+``host_time``, ``probe_errors``). ``nvml.count`` and ``burn.verify`` read ``expected_gpus``;
+``host.clock`` reads ``control_time``/``round_trip_s``; every evaluator quotes ``probe_errors``
+when a sub-collection is missing.
 """
 
 from __future__ import annotations

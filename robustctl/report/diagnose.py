@@ -6,6 +6,7 @@ from typing import Any
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from robustctl.models import RunReport, Status
 from robustctl.report.console import styled
@@ -43,11 +44,7 @@ def render_run(report: RunReport, console: Console, *, verbose: bool = False) ->
                 f"{styled(c.status)} {c.summary}" if c.status is not h.status else c.summary,
             )
     console.print(table)
-    ran = [f"L{lv.level} {lv.name} ({lv.elapsed_s:.1f}s)" for lv in report.levels if lv.ran]
-    skipped = [f"L{lv.level}" for lv in report.levels if not lv.ran]
-    console.print(
-        f"levels run: {', '.join(ran) or 'none'}" + (f"; not run: {', '.join(skipped)}" if skipped else "")
-    )
+    console.print(levels_line(report), markup=False)
     if report.suspects:
         console.print(f"[bold red]suspects ({len(report.suspects)}):[/] {', '.join(report.suspects)}")
     if report.unknown:
@@ -58,17 +55,53 @@ def render_run(report: RunReport, console: Console, *, verbose: bool = False) ->
     )
 
 
+def levels_line(report: RunReport) -> str:
+    """``levels run: L0 quick (0.3s); not run: L1, L2 (stopped after L0 named suspects)`` (plain text).
+
+    Skipped levels that share a reason are listed together, then the reason once.
+    """
+    ran = [f"L{lv.level} {lv.name} ({lv.elapsed_s:.1f}s)" for lv in report.levels if lv.ran]
+    groups: list[tuple[list[str], str | None]] = []
+    for lv in report.levels:
+        if lv.ran:
+            continue
+        if groups and groups[-1][1] == lv.reason:
+            groups[-1][0].append(f"L{lv.level}")
+        else:
+            groups.append(([f"L{lv.level}"], lv.reason))
+    skipped = [", ".join(names) + (f" ({why})" if why else "") for names, why in groups]
+    return f"levels run: {', '.join(ran) or 'none'}" + (f"; not run: {'; '.join(skipped)}" if skipped else "")
+
+
 def print_plan(plan: dict[str, Any], console: Console) -> None:
-    """Print a ``diagnose --dry-run`` plan: levels, limits and one row per host."""
-    levels = ", ".join(f"L{lv['level']} {lv['name']}" for lv in plan["levels"])
+    """Print a ``diagnose --dry-run`` plan: levels, limits, and each host's command line per level.
+
+    Host-supplied and user-supplied text (names, addresses, wrappers) is printed without markup.
+    """
+    runs = [f"L{lv['level']} {lv['name']}" for lv in plan["levels"] if "skipped" not in lv]
+    skipped = [f"L{lv['level']} {lv['name']} ({lv['skipped']})" for lv in plan["levels"] if "skipped" in lv]
     console.print(
-        f"would run {levels} on {len(plan['hosts'])} host(s)"
+        f"would run {', '.join(runs) or 'nothing'} on {len(plan['hosts'])} host(s)"
         + (" (all levels)" if plan["all_levels"] else " (stopping at the first level with suspects)")
         + f"; concurrency {plan['concurrency']}, per-host {plan['host_timeout_s']:g}s, deadline {plan['deadline_s']:g}s"
+        + (f"; skipped: {', '.join(skipped)}" if skipped else ""),
+        markup=False,
     )
-    table = Table(show_header=True)
-    for col in ("host", "transport", "address", "gpus", "command"):
-        table.add_column(col)
+    table = Table(show_header=True, show_lines=True)
+    for col in ("host", "via", "lvl", "command", "stdin"):
+        table.add_column(col, overflow="fold")
     for h in plan["hosts"]:
-        table.add_row(h["host"], h["transport"], h.get("ssh", h["address"]), str(h["gpus"]), h["command"])
+        via = f"{h['transport']} {h.get('ssh', h['address'])}"
+        rows = h.get("commands") or [{"level": "", "command": h["command"], "stdin": ""}]
+        for i, c in enumerate(rows):
+            what = f" {c['pair']} rank {c['rank']}" if "pair" in c else ""
+            table.add_row(
+                Text(h["host"] if i == 0 else ""),
+                Text(via if i == 0 else ""),
+                Text(f"{c['level']}{what}"),
+                Text(c["command"]),
+                Text(c["stdin"]),
+            )
     console.print(table)
+    for note in plan.get("notes", []):
+        console.print(f"note: {note}", markup=False)

@@ -1,5 +1,9 @@
 """Run one piece of work on many hosts at once, keeping every host's outcome.
 
+:func:`fan_out` works on hosts; :func:`fan_out_units` is the same machinery for any unit of work
+(e.g. the diagnose engine's level-3 pairs of hosts): each unit gets its own deadline and its own
+outcome, and error classification is the same.
+
 Bounded concurrency (a fixed set of daemon worker threads, so a host stuck in a kernel call can
 never keep the process alive), a per-host deadline handed to the work function, a global deadline
 after which unfinished hosts are reported ``timed_out`` and their connections closed, and
@@ -25,18 +29,19 @@ if TYPE_CHECKING:
     from robustctl.inventory import Host
 
 T = TypeVar("T")
+U = TypeVar("U")
 
 
 @dataclass(frozen=True)
-class HostOutcome(Generic[T]):
-    """The outcome of the work on one host.
+class UnitOutcome(Generic[U, T]):
+    """The outcome of the work on one unit (a host, a pair of hosts, ...).
 
     Attributes:
-        host: the host. outcome: ok / failed / unreachable / timed_out. value: the work's return
-        value when ok. error: one line when not ok. elapsed_s: wall seconds. attempts: tries made.
+        unit: what was worked on. outcome: ok / failed / unreachable / timed_out. value: the work's
+        return value when ok. error: one line when not ok. elapsed_s: wall seconds. attempts: tries made.
     """
 
-    host: Host
+    unit: U
     outcome: Outcome
     value: T | None = None
     error: str | None = None
@@ -47,6 +52,15 @@ class HostOutcome(Generic[T]):
     def ok(self) -> bool:
         """True when the work returned a value."""
         return self.outcome is Outcome.OK
+
+
+class HostOutcome(UnitOutcome["Host", T]):
+    """The outcome of the work on one host (``host`` is the unit)."""
+
+    @property
+    def host(self) -> Host:
+        """The host worked on."""
+        return self.unit
 
 
 @dataclass(frozen=True)
@@ -104,10 +118,50 @@ def fan_out(
         on_deadline: called once when the global deadline passes with hosts still running, to
             close their connections.
     """
-    n = len(hosts)
-    results: list[HostOutcome[T] | None] = [None] * n
+
+    def as_host(o: UnitOutcome[Host, T]) -> HostOutcome[T]:
+        return HostOutcome(o.unit, o.outcome, o.value, o.error, o.elapsed_s, o.attempts)
+
+    def done(o: UnitOutcome[Host, T]) -> None:
+        if on_done is not None:
+            on_done(as_host(o))
+
+    outcomes = fan_out_units(
+        hosts,
+        work,
+        concurrency=concurrency,
+        unit_timeout_s=host_timeout_s,
+        deadline=deadline,
+        retries=retries,
+        backoff_s=backoff_s,
+        on_done=done,
+        on_deadline=on_deadline,
+    )
+    return FanoutResult(tuple(as_host(o) for o in outcomes))
+
+
+def fan_out_units(
+    units: Sequence[U],
+    work: Callable[[U, float], T],
+    *,
+    concurrency: int = 64,
+    unit_timeout_s: float = 120.0,
+    deadline: float | None = None,
+    retries: int = 2,
+    backoff_s: float = 0.5,
+    on_done: Callable[[UnitOutcome[U, T]], None] | None = None,
+    on_deadline: Callable[[], None] | None = None,
+) -> tuple[UnitOutcome[U, T], ...]:
+    """Run ``work(unit, deadline)`` on every unit; every unit's outcome, in the order given.
+
+    The machinery of :func:`fan_out` for units that are not single hosts (e.g. pairs of hosts):
+    same arguments (``unit_timeout_s`` is the per-unit budget), same error classification, same
+    bounded worker threads and global deadline.
+    """
+    n = len(units)
+    results: list[UnitOutcome[U, T] | None] = [None] * n
     if n == 0:
-        return FanoutResult(())
+        return ()
     todo: queue.Queue[int] = queue.Queue()
     for i in range(n):
         todo.put(i)
@@ -115,7 +169,7 @@ def fan_out(
     remaining = [n]
     abandoned = threading.Event()
 
-    def finish(i: int, res: HostOutcome[T]) -> None:
+    def finish(i: int, res: UnitOutcome[U, T]) -> None:
         with lock:
             if results[i] is not None or abandoned.is_set():
                 return
@@ -131,10 +185,10 @@ def fan_out(
                 i = todo.get_nowait()
             except queue.Empty:
                 return
-            host_deadline = time.monotonic() + host_timeout_s
+            unit_deadline = time.monotonic() + unit_timeout_s
             if deadline is not None:
-                host_deadline = min(host_deadline, deadline)
-            finish(i, _run_one(hosts[i], work, host_deadline, retries, backoff_s))
+                unit_deadline = min(unit_deadline, deadline)
+            finish(i, _run_one(units[i], work, unit_deadline, retries, backoff_s))
 
     threads = [
         threading.Thread(target=worker, name=f"fanout-{k}", daemon=True) for k in range(min(concurrency, n))
@@ -152,53 +206,55 @@ def fan_out(
             abandoned.set()
     if unfinished and on_deadline is not None:
         on_deadline()
-    out: list[HostOutcome[T]] = []
+    out: list[UnitOutcome[U, T]] = []
     for i, r in enumerate(results):
         if r is None:
-            r = HostOutcome(
-                hosts[i], Outcome.TIMED_OUT, error="global deadline passed before this host answered"
+            r = UnitOutcome(
+                units[i], Outcome.TIMED_OUT, error="global deadline passed before this host answered"
             )
             if on_done is not None:
                 on_done(r)
         out.append(r)
-    return FanoutResult(tuple(out))
+    return tuple(out)
 
 
-def _run_one(host: Host, work: Work[T], deadline: float, retries: int, backoff_s: float) -> HostOutcome[T]:
+def _run_one(
+    unit: U, work: Callable[[U, float], T], deadline: float, retries: int, backoff_s: float
+) -> UnitOutcome[U, T]:
     start = time.monotonic()
     attempt = 0
     while True:
         attempt += 1
         try:
-            value = work(host, deadline)
+            value = work(unit, deadline)
         except HostKeyError as exc:
-            return HostOutcome(
-                host, Outcome.UNREACHABLE, error=exc.reason, elapsed_s=_since(start), attempts=attempt
+            return UnitOutcome(
+                unit, Outcome.UNREACHABLE, error=exc.reason, elapsed_s=_since(start), attempts=attempt
             )
         except HostUnreachable as exc:
             delay = backoff_delay(attempt - 1, backoff_s)
             if attempt > retries or time.monotonic() + delay >= deadline:
-                return HostOutcome(
-                    host, Outcome.UNREACHABLE, error=exc.reason, elapsed_s=_since(start), attempts=attempt
+                return UnitOutcome(
+                    unit, Outcome.UNREACHABLE, error=exc.reason, elapsed_s=_since(start), attempts=attempt
                 )
             time.sleep(delay)
             continue
         except CommandTimeout as exc:
-            return HostOutcome(
-                host, Outcome.TIMED_OUT, error=exc.reason, elapsed_s=_since(start), attempts=attempt
+            return UnitOutcome(
+                unit, Outcome.TIMED_OUT, error=exc.reason, elapsed_s=_since(start), attempts=attempt
             )
         except RobustctlError as exc:
             msg = exc.reason if isinstance(exc, HostError) else str(exc)
-            return HostOutcome(host, Outcome.FAILED, error=msg, elapsed_s=_since(start), attempts=attempt)
+            return UnitOutcome(unit, Outcome.FAILED, error=msg, elapsed_s=_since(start), attempts=attempt)
         except Exception as exc:
-            return HostOutcome(
-                host,
+            return UnitOutcome(
+                unit,
                 Outcome.FAILED,
                 error=f"internal error: {type(exc).__name__}: {exc}",
                 elapsed_s=_since(start),
                 attempts=attempt,
             )
-        return HostOutcome(host, Outcome.OK, value=value, elapsed_s=_since(start), attempts=attempt)
+        return UnitOutcome(unit, Outcome.OK, value=value, elapsed_s=_since(start), attempts=attempt)
 
 
 def _since(t0: float) -> float:

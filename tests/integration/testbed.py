@@ -611,6 +611,7 @@ class Testbed:
         self._stopped: set[int] = set()
         self._frozen: set[int] = set()
         self._blocked: set[int] = set()
+        self._lo_refused = False
         self._nft_table: str | None = None
         self._started = False
 
@@ -671,6 +672,7 @@ class Testbed:
             )
             self._nft_table = None
             self._blocked.clear()
+            self._lo_refused = False
         self._started = False
 
     # ---- identity and paths ------------------------------------------------------------------
@@ -1018,8 +1020,48 @@ class Testbed:
         self._nft(script)
         self._blocked.add(i)
 
+    def throttle_inbound(self, i: int, packets_per_s: int = 400) -> None:
+        """Slow the flows host ``i`` accepts: packets to its address beyond ``packets_per_s`` are dropped.
+
+        Its sshd port is left alone (probes start and answer at full speed). Only flows *to* the
+        host's address are shaped: on one loopback a host's outgoing connections leave from
+        127.0.0.1, so they cannot be told apart from another host's. A packet rate, not a byte rate:
+        nftables byte limits do not hold back loopback's 64 KiB segments. Lifted by
+        :meth:`unblock_host` / :meth:`reset_faults`. Raises :class:`FaultUnsupported` without nft.
+        """
+        h = self.hosts[i]
+        table = self._ensure_nft_table()
+        chain = f"h{h.index}"
+        rule = (
+            f"ip daddr {h.address} tcp dport != {self.port} "
+            f"limit rate over {int(packets_per_s)}/second burst 10 packets drop"
+        )
+        self._nft(
+            f"add chain inet {table} {chain} {{ type filter hook input priority -10; policy accept; }}\n"
+            f"flush chain inet {table} {chain}\n"
+            f"add rule inet {table} {chain} {rule}\n"
+        )
+        self._blocked.add(i)
+
+    def refuse_loopback_ports(self, first: int, last: int) -> None:
+        """Refuse TCP connections to ``127.0.0.1`` on ports ``first``-``last`` (a reset, as from a closed port).
+
+        The simulated hosts share this machine's one loopback, so a process that dials 127.0.0.1 would
+        reach a listener of *another* simulated host; on real hosts 127.0.0.1 is each host's own. With
+        this rule a listener on those ports is reachable only at its host's own 127.0.0.x address.
+        Removed by :meth:`reset_faults` and :meth:`close`.
+        """
+        table = self._ensure_nft_table()
+        self._nft(
+            f"add chain inet {table} lo_refuse {{ type filter hook input priority -10; policy accept; }}\n"
+            f"flush chain inet {table} lo_refuse\n"
+            f"add rule inet {table} lo_refuse ip daddr 127.0.0.1 tcp dport {int(first)}-{int(last)} "
+            "reject with tcp reset\n"
+        )
+        self._lo_refused = True
+
     def unblock_host(self, i: int) -> None:
-        """Remove host ``i``'s nftables drop rule."""
+        """Remove host ``i``'s nftables drop (or throttle) rule."""
         if i not in self._blocked or self._nft_table is None:
             return
         table, chain = self._nft_table, f"h{i}"
@@ -1035,6 +1077,11 @@ class Testbed:
             self.thaw_host(i)
         for i in list(self._blocked):
             self.unblock_host(i)
+        if self._lo_refused and self._nft_table is not None:
+            self._nft(
+                f"flush chain inet {self._nft_table} lo_refuse\ndelete chain inet {self._nft_table} lo_refuse\n"
+            )
+            self._lo_refused = False
         for h in self.hosts:
             if h.cgroup is not None:
                 self.unslow_host(h.index)

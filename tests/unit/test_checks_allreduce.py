@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from robustctl.checks.allreduce import evaluate_busbw, peak_busbw
-from robustctl.checks.registry import checks_for_probe
+from robustctl.checks.registry import CheckContext, checks_for_probe
 from robustctl.checks.thresholds import Thresholds
 from robustctl.models import Status
 
@@ -125,9 +125,9 @@ def test_a_probe_that_never_said_whether_it_could_run_is_unknown_not_not_applica
     from robustctl.checks.nvml import evaluate_count, evaluate_ecc
 
     timeout = "timeout: probe ran past its 5.0 s budget; partial data"
-    cut = {"error": timeout, "_context": {"probe_errors": [timeout], "expected_gpus": 8}}
+    ctx = CheckContext(probe_errors=(timeout,), expected_gpus=8)
     for fn in (evaluate_busbw, evaluate_verify, evaluate_tflops, evaluate_count, evaluate_ecc):
-        (r,) = fn(cut, TH)
+        (r,) = fn({"error": timeout}, TH, ctx)
         assert r.status is Status.UNKNOWN and timeout in r.summary, (fn.__name__, r)
     (r,) = evaluate_busbw({"error": timeout}, TH)
     assert r.status is Status.UNKNOWN and r.summary == f"not run: {timeout}"

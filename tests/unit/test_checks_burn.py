@@ -5,11 +5,12 @@ from __future__ import annotations
 from typing import Any
 
 from robustctl.checks.burn import evaluate_tflops, evaluate_verify, host_tflops
-from robustctl.checks.registry import checks_for_probe
+from robustctl.checks.registry import CheckContext, checks_for_probe
 from robustctl.checks.thresholds import Thresholds
 from robustctl.models import Status
 
 TH = Thresholds()
+EIGHT = CheckContext(expected_gpus=8)  # the inventory expects 8 GPUs per host
 
 
 def dev(index: int, tflops: float | None = 700.0, *, kind: str = "cuda", **kw: Any) -> dict[str, Any]:
@@ -34,7 +35,7 @@ def dev(index: int, tflops: float | None = 700.0, *, kind: str = "cuda", **kw: A
     return d
 
 
-def burn_data(devices: list[dict[str, Any]], *, cuda: bool = True, expected: int = 8) -> dict[str, Any]:
+def burn_data(devices: list[dict[str, Any]], *, cuda: bool = True) -> dict[str, Any]:
     return {
         "available": True,
         "backend": "torch",
@@ -43,7 +44,6 @@ def burn_data(devices: list[dict[str, Any]], *, cuda: bool = True, expected: int
         "cuda_available": cuda,
         "cuda_reason": None if cuda else "torch has no CUDA support",
         "devices": devices,
-        "_context": {"expected_gpus": expected},
     }
 
 
@@ -77,7 +77,7 @@ def test_device_errors() -> None:
     )
     out = evaluate_verify(cuda_err, TH)
     assert [(r.status, r.device) for r in out] == [(Status.CRITICAL, "cuda:1")]
-    cpu_err = burn_data([dev(0, kind="cpu", tflops=None, error="MemoryError")], cuda=False, expected=0)
+    cpu_err = burn_data([dev(0, kind="cpu", tflops=None, error="MemoryError")], cuda=False)
     assert evaluate_verify(cpu_err, TH)[0].status is Status.UNKNOWN
     nothing = burn_data([dev(0, checked=0, iterations=0, tflops=None)])
     assert evaluate_verify(nothing, TH)[0].status is Status.UNKNOWN
@@ -93,13 +93,13 @@ def test_not_available_and_cpu_instead_of_gpus() -> None:
     for fn in (evaluate_verify, evaluate_tflops):
         (r,) = fn(none, TH)
         assert r.status is Status.NOT_APPLICABLE and "no torch" in r.summary
-    cpu_on_gpu_host = burn_data([dev(0, 0.1, kind="cpu")], cuda=False, expected=8)
-    out = evaluate_verify(cpu_on_gpu_host, TH)
+    cpu_on_gpu_host = burn_data([dev(0, 0.1, kind="cpu")], cuda=False)
+    out = evaluate_verify(cpu_on_gpu_host, TH, EIGHT)
     assert [r.status for r in out] == [Status.UNKNOWN] and "8 GPUs expected" in out[0].summary
-    relaxed = evaluate_verify(cpu_on_gpu_host, Thresholds(burn_require_gpu=False))
+    relaxed = evaluate_verify(cpu_on_gpu_host, Thresholds(burn_require_gpu=False), EIGHT)
     assert [r.status for r in relaxed] == [Status.OK]
-    cpu_host = burn_data([dev(0, 0.1, kind="cpu")], cuda=False, expected=0)
-    assert [r.status for r in evaluate_verify(cpu_host, TH)] == [Status.OK]
+    cpu_host = burn_data([dev(0, 0.1, kind="cpu")], cuda=False)
+    assert [r.status for r in evaluate_verify(cpu_host, TH, CheckContext(expected_gpus=0))] == [Status.OK]
 
 
 def test_absolute_floor() -> None:

@@ -15,7 +15,7 @@ from robustctl.checks.host import (
     evaluate_nic,
     evaluate_xid,
 )
-from robustctl.checks.registry import checks_for_probe
+from robustctl.checks.registry import CheckContext, checks_for_probe
 from robustctl.checks.thresholds import Thresholds
 from robustctl.models import Status
 
@@ -103,10 +103,10 @@ def test_null_sub_collections_are_unknown_with_the_probe_reason() -> None:
         "nics": None,
         "infiniband": None,
         "clock": None,
-        "_context": {
-            "probe_errors": ["kernel log: dmesg: Operation not permitted", "memory: /proc/meminfo: gone"]
-        },
     }
+    ctx = CheckContext(
+        probe_errors=("kernel log: dmesg: Operation not permitted", "memory: /proc/meminfo: gone")
+    )
     for fn in (
         evaluate_disk,
         evaluate_memory,
@@ -116,10 +116,10 @@ def test_null_sub_collections_are_unknown_with_the_probe_reason() -> None:
         evaluate_ib,
         evaluate_clock,
     ):
-        out = fn(data, TH)
+        out = fn(data, TH, ctx)
         assert [r.status for r in out] == [Status.UNKNOWN], fn.__name__
-    assert "Operation not permitted" in evaluate_xid(data, TH)[0].summary
-    assert "/proc/meminfo: gone" in evaluate_memory(data, TH)[0].summary
+    assert "Operation not permitted" in evaluate_xid(data, TH, ctx)[0].summary
+    assert "/proc/meminfo: gone" in evaluate_memory(data, TH, ctx)[0].summary
 
 
 def test_memory_levels_and_total() -> None:
@@ -159,14 +159,15 @@ def test_load_per_cpu_and_blocked_tasks() -> None:
 
 
 def test_clock_skew_outside_the_round_trip_window() -> None:
-    def clock(host: float, control: float = 1000.0, rtt: float = 0.2) -> dict[str, Any]:
-        return {"clock": {"time": host}, "_context": {"control_time": control, "round_trip_s": rtt}}
+    def clock(host: float) -> dict[str, Any]:
+        return {"clock": {"time": host}}
 
-    assert evaluate_clock(clock(1000.09), TH)[0].status is Status.OK
-    assert evaluate_clock(clock(1001.5), TH)[0].status is Status.OK  # 1.5 - 0.1 = 1.4 s < 2 s
-    warn = evaluate_clock(clock(995.0), TH)[0]
+    ctx = CheckContext(control_time=1000.0, round_trip_s=0.2)
+    assert evaluate_clock(clock(1000.09), TH, ctx)[0].status is Status.OK
+    assert evaluate_clock(clock(1001.5), TH, ctx)[0].status is Status.OK  # 1.5 - 0.1 = 1.4 s < 2 s
+    warn = evaluate_clock(clock(995.0), TH, ctx)[0]
     assert warn.status is Status.WARNING and warn.evidence["skew_s"] == pytest.approx(4.9)
-    assert evaluate_clock(clock(1400.0), Thresholds(clock_crit_skew_s=300))[0].status is Status.CRITICAL
+    assert evaluate_clock(clock(1400.0), Thresholds(clock_crit_skew_s=300), ctx)[0].status is Status.CRITICAL
     assert evaluate_clock({"clock": {"time": 5.0}}, TH)[0].status is Status.NOT_APPLICABLE
 
 

@@ -19,7 +19,7 @@ from robustctl.checks.nvml import (
     evaluate_temperature,
     evaluate_throttle,
 )
-from robustctl.checks.registry import checks_for_probe
+from robustctl.checks.registry import CheckContext, checks_for_probe
 from robustctl.checks.thresholds import Thresholds
 from robustctl.models import CheckResult, Status
 from robustctl.probes import load_probe
@@ -53,14 +53,15 @@ ALL = (
 )
 
 
-def observe(
-    gpus: Sequence[FakeGpu], *, expected: int | None = 8, init_error: int | None = None
-) -> dict[str, Any]:
-    """What the probe reports for these GPUs, plus the engine's context."""
+EIGHT = CheckContext(expected_gpus=8)  # the inventory expects 8 GPUs per host
+
+
+def observe(gpus: Sequence[FakeGpu], *, init_error: int | None = None) -> dict[str, Any]:
+    """What the probe reports for these GPUs."""
     doc = nvml_probe.Document("nvml")
     # the probe's own control flow, with FakeNvml standing in for the pynvml module
     nvml_probe.run_library(FakeNvml(gpus, init_error=init_error), "nvml", doc)
-    return {**doc.data, "_context": {"expected_gpus": expected, "probe_errors": list(doc.errors)}}
+    return dict(doc.data)
 
 
 def with_gpu(index: int, **changes: Any) -> list[FakeGpu]:
@@ -91,30 +92,30 @@ def test_every_nvml_check_is_registered_at_level_0() -> None:
 
 def test_healthy_host_is_ok_or_not_applicable() -> None:
     data = observe(healthy_gpus(8))
-    got = {fn.__name__: only(fn(data, TH))[0] for fn in ALL}
+    got = {fn.__name__: only(fn(data, TH, EIGHT))[0] for fn in ALL}
     assert got.pop("evaluate_retired_pages") is Status.NOT_APPLICABLE  # H100: row remapping instead
     assert set(got.values()) == {Status.OK}
 
 
 def test_no_gpu_and_no_driver_is_not_checked_never_ok() -> None:
-    data = observe([], expected=0, init_error=NVML_ERROR_LIBRARY_NOT_FOUND)
+    data = observe([], init_error=NVML_ERROR_LIBRARY_NOT_FOUND)
     assert data["available"] is False and data["reason_code"] == "library_not_found"
     for fn in ALL:
-        status, _ = only(fn(data, TH))
+        status, _ = only(fn(data, TH, CheckContext(expected_gpus=0)))
         assert status is Status.NOT_APPLICABLE, fn.__name__
 
 
 def test_missing_driver_on_a_gpu_host_is_critical() -> None:
-    data = observe([], expected=8, init_error=NVML_ERROR_LIBRARY_NOT_FOUND)
-    out = evaluate_count(data, TH)
+    data = observe([], init_error=NVML_ERROR_LIBRARY_NOT_FOUND)
+    out = evaluate_count(data, TH, EIGHT)
     assert only(out) == (Status.CRITICAL, None) and "8 GPUs expected" in out[0].summary
 
 
 def test_count_missing_extra_and_lost_gpus() -> None:
-    assert only(evaluate_count(observe(healthy_gpus(7)), TH))[0] is Status.CRITICAL
-    assert only(evaluate_count(observe(healthy_gpus(9)), TH))[0] is Status.WARNING
-    assert only(evaluate_count(observe(healthy_gpus(2), expected=None), TH))[0] is Status.OK
-    lost = evaluate_count(observe(with_gpu(3, lost=True)), TH)
+    assert only(evaluate_count(observe(healthy_gpus(7)), TH, EIGHT))[0] is Status.CRITICAL
+    assert only(evaluate_count(observe(healthy_gpus(9)), TH, EIGHT))[0] is Status.WARNING
+    assert only(evaluate_count(observe(healthy_gpus(2)), TH))[0] is Status.OK  # nothing expected
+    lost = evaluate_count(observe(with_gpu(3, lost=True)), TH, EIGHT)
     assert only(lost) == (Status.CRITICAL, "gpu3") and "GPU is lost" in lost[0].summary
 
 

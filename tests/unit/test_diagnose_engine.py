@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -262,3 +263,141 @@ def test_l3_names_the_host_failing_with_both_neighbours(healthy_host_data: dict[
     assert len(pair_calls) == 12  # 6 ring pairs x 2 ranks
     masters = {argv[argv.index("--master-addr") + 1] for argv in pair_calls}
     assert masters <= {h.address for h in hs}
+
+
+def l3_answers(hs: list[Host], healthy_host_data: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Every host healthy at every level (L3: every pair measures 1 GB/s)."""
+    ok_pair = allreduce_pair(fail_host="")
+    intra = ok_pair("any host")(["--rank"]) | {"mode": "intra"}
+    return {
+        h.name: {
+            "host": with_clock(healthy_host_data),
+            "nvml": NO_GPU,
+            "burn": burn(1.0),
+            "allreduce": (lambda argv, name=h.name: ok_pair(name)(argv) if "--rank" in argv else intra),
+        }
+        for h in hs
+    }
+
+
+def pair_calls(fake: FakeTransport) -> dict[tuple[str, str], list[str]]:
+    """``{(host, rank): argv}`` of the L3 rank runs."""
+    return {
+        (h, argv[argv.index("--rank") + 1]): argv
+        for h, p, argv in fake.calls
+        if p == "allreduce" and "--rank" in argv
+    }
+
+
+def flag(argv: list[str], name: str) -> str:
+    return argv[argv.index(name) + 1]
+
+
+def named_hosts(n: int, transport: str = "ssh") -> list[Host]:
+    """Hosts as real inventories give them: the address is the name."""
+    return [Host(f"node{i}", f"node{i}", transport, SshSettings(), PythonSettings()) for i in range(n)]
+
+
+def test_l3_rendezvous_on_the_first_hosts_name_never_loopback(healthy_host_data: dict[str, Any]) -> None:
+    hs = named_hosts(3)
+    fake = FakeTransport(l3_answers(hs, healthy_host_data))
+    rep = run(fake, hs, max_level=3)
+    assert rep.status is Status.OK and [lv.ran for lv in rep.levels] == [True] * 4
+    calls = pair_calls(fake)
+    assert len(calls) == 6  # 3 ring pairs x 2 ranks
+    for (host, rank), argv in calls.items():
+        assert flag(argv, "--bind-addr") == host  # each rank binds to its own host's address
+        assert "127.0.0.1" not in argv
+    # pair (node0, node1): rank 1 on node1 dials node0 by name
+    assert flag(calls[("node1", "1")], "--master-addr") == "node0"
+    assert flag(calls[("node0", "1")], "--master-addr") == "node2"  # pair (node2, node0)
+    # L2 is intra-host: its ranks rendezvous on the host's own loopback
+    intra = [argv for _, p, argv in fake.calls if p == "allreduce" and "--rank" not in argv]
+    assert intra and all(flag(argv, "--master-addr") == "127.0.0.1" for argv in intra)
+
+
+def test_l3_local_transport_uses_loopback(healthy_host_data: dict[str, Any]) -> None:
+    hs = named_hosts(2, transport="local")
+    fake = FakeTransport(l3_answers(hs, healthy_host_data))
+    rep = run(fake, hs, max_level=3)
+    assert rep.status is Status.OK
+    assert {flag(a, "--master-addr") for a in pair_calls(fake).values()} == {"127.0.0.1"}
+
+
+class InterfaceTransport:
+    """FakeTransport plus answers to the interface-address command (``{host: address or error}``)."""
+
+    def __init__(self, fake: FakeTransport, addresses: dict[str, str]) -> None:
+        self.fake = fake
+        self.addresses = addresses
+        self.asked: list[tuple[str, str]] = []
+
+    def run(self, host: Host, argv: Sequence[str], *, stdin: bytes | None = None, timeout_s: float) -> Any:
+        from robustctl.diagnose.pairs import ADDRESS_SCRIPT
+        from robustctl.transport.base import CommandResult
+
+        if "-c" in argv and argv[list(argv).index("-c") + 1] == ADDRESS_SCRIPT:
+            self.asked.append((host.name, argv[-1]))
+            answer = self.addresses[host.name]
+            if answer.startswith("OSError"):
+                return CommandResult(host.name, 1, b"", f"Traceback...\n{answer}\n".encode(), 0.01)
+            return CommandResult(host.name, 0, f"{answer}\n".encode(), b"", 0.01)
+        return self.fake.run(host, argv, stdin=stdin, timeout_s=timeout_s)
+
+    def close(self) -> None:
+        pass
+
+
+def test_l3_on_a_configured_interface_uses_the_address_each_host_reports(
+    healthy_host_data: dict[str, Any],
+) -> None:
+    hs = named_hosts(4)
+    fake = FakeTransport(l3_answers(hs, healthy_host_data))
+    reported = {
+        "node0": "127.0.0.10",
+        "node1": "127.0.0.11",
+        "node2": "OSError: [Errno 19] No such device",
+        "node3": "127.0.0.13",
+    }
+    transport = InterfaceTransport(fake, reported)
+    settings = DiagnoseSettings(retries=0, allreduce={"interface": "ib0"})
+    req = DiagnoseSpec(hosts=tuple(hs), settings=settings, thresholds=Thresholds(), max_level=3)
+    rep = run_levels(req, TransportPool(override=transport))
+    assert sorted(transport.asked) == [(h.name, "ib0") for h in hs]
+    node2 = {c.name: c for c in rep.hosts[2].checks}["allreduce.pair"]
+    assert node2.status is Status.UNKNOWN
+    assert node2.summary == "not run: no address for interface ib0: OSError: [Errno 19] No such device"
+    assert rep.unknown == ("node2",) and rep.suspects == ()
+    calls = pair_calls(fake)
+    assert not any(host == "node2" for host, _ in calls)  # left out of the ring
+    for (host, _), argv in calls.items():
+        assert flag(argv, "--bind-addr") == reported[host]
+    assert flag(calls[("node1", "1")], "--master-addr") == "127.0.0.10"
+    assert flag(calls[("node0", "1")], "--master-addr") == "127.0.0.13"  # ring node0, node1, node3
+
+
+def test_one_host_skips_l3_with_its_reason(healthy_host_data: dict[str, Any]) -> None:
+    from robustctl.report.diagnose import levels_line
+
+    hs = hosts(1)
+    fake = FakeTransport(l3_answers(hs, healthy_host_data))
+    rep = run(fake, hs, max_level=3)
+    l3 = rep.levels[3]
+    assert (l3.ran, l3.reason) == (False, "needs at least two hosts, 1 left to check")
+    pair = {c.name: c for c in rep.hosts[0].checks}["allreduce.pair"]
+    assert pair.status is Status.NOT_APPLICABLE  # said so on the host too: not checked, not ok
+    line = levels_line(rep)
+    assert "L3 (needs at least two hosts, 1 left to check)" in line and "L3 inter" not in line
+
+
+def test_skipped_levels_say_why(healthy_host_data: dict[str, Any]) -> None:
+    hs = hosts(4)
+    answers = {h.name: {"host": with_clock(healthy_host_data), "nvml": NO_GPU, "burn": burn(1.0)} for h in hs}
+    answers["n0"]["burn"] = burn(1.0, mismatches=3)
+    rep = run(FakeTransport(answers), hs, max_level=2)
+    assert [(lv.ran, lv.reason) for lv in rep.levels] == [
+        (True, None),
+        (True, None),
+        (False, "stopped after L1 named suspects"),
+        (False, "above the highest level asked (L2)"),
+    ]

@@ -79,3 +79,35 @@ def test_two_hosts_cannot_be_split_so_both_are_suspects() -> None:
 def test_unmeasured_host_is_unknown_not_ok() -> None:
     v = blame_pairs(dict([ok("a", "b", 1.0)]), ["a", "b", "z"], 0.9)
     assert v["z"].status is Status.UNKNOWN
+
+
+def test_rendezvous_address_is_the_inventory_address_as_written() -> None:
+    from robustctl.config import PythonSettings, SshSettings
+    from robustctl.diagnose.pairs import static_address
+    from robustctl.inventory import Host
+
+    named = Host("node001", "node001", "ssh", SshSettings(), PythonSettings())
+    literal = Host("node002", "127.0.0.3", "ssh", SshSettings(), PythonSettings())
+    local = Host("localhost", "localhost", "local", SshSettings(), PythonSettings())
+    assert static_address(named, None) == "node001"  # a name stays a name: the hosts resolve it
+    assert static_address(literal, None) == "127.0.0.3"
+    assert static_address(local, None) == static_address(local, "ib0") == "127.0.0.1"
+    assert static_address(named, "ib0") is None  # asked from the host at run time
+
+
+@pytest.mark.parametrize(
+    ("stdout", "expected"),
+    [(b"127.0.0.7\n", "127.0.0.7"), (b"noise\n127.0.0.8\n", "127.0.0.8")],
+)
+def test_parse_address(stdout: bytes, expected: str) -> None:
+    from robustctl.diagnose.pairs import parse_address
+
+    assert parse_address(stdout) == expected
+
+
+@pytest.mark.parametrize("stdout", [b"", b"eth0\n", b"0.0.0.0\n"])
+def test_parse_address_refuses_what_a_peer_cannot_dial(stdout: bytes) -> None:
+    from robustctl.diagnose.pairs import parse_address
+
+    with pytest.raises(ValueError):
+        parse_address(stdout)

@@ -11,7 +11,7 @@ from robustctl.config import PythonSettings, SshSettings
 from robustctl.errors import CommandTimeout, HostKeyError, HostUnreachable, ProbeError
 from robustctl.inventory import Host
 from robustctl.models import Outcome
-from robustctl.transport.fanout import backoff_delay, fan_out
+from robustctl.transport.fanout import backoff_delay, fan_out, fan_out_units
 
 
 def hosts(n: int) -> list[Host]:
@@ -127,3 +127,18 @@ def test_backoff_is_bounded_full_jitter(attempt: int) -> None:
     for _ in range(50):
         d = backoff_delay(attempt, 0.5)
         assert 0.0 <= d <= min(30.0, 0.5 * 2**attempt)
+
+
+def test_units_that_are_pairs_keep_every_outcome() -> None:
+    pairs = [("a", "b"), ("b", "c"), ("c", "a")]
+
+    def work(pair: tuple[str, str], deadline: float) -> str:
+        if pair == ("b", "c"):
+            raise CommandTimeout("b", "command timed out after 1s")
+        return "<->".join(pair)
+
+    seen: list[tuple[str, str]] = []
+    res = fan_out_units(pairs, work, concurrency=2, retries=0, on_done=lambda o: seen.append(o.unit))
+    assert [o.unit for o in res] == pairs and sorted(seen) == sorted(pairs)
+    assert [o.outcome for o in res] == [Outcome.OK, Outcome.TIMED_OUT, Outcome.OK]
+    assert res[0].value == "a<->b" and res[1].error == "command timed out after 1s"

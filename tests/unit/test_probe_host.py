@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from robustctl.checks.host import evaluate_disk, evaluate_ib, evaluate_nic, evaluate_xid
+from robustctl.checks.registry import CheckContext
 from robustctl.checks.thresholds import Thresholds
 from robustctl.models import Status
 from robustctl.probes import load_probe, probe_script
@@ -117,7 +118,7 @@ def test_simulated_host_document(tmp_path: Path) -> None:
 def test_faults_are_found_and_judged(tmp_path: Path) -> None:
     root = make_root(tmp_path / "h2", kern_log=XID79 + "\n", eth0="down", ib=True)
     doc = run_probe("--root", str(root))
-    data = {**doc["data"], "_context": {"probe_errors": doc["errors"]}}
+    data = doc["data"]
     th = Thresholds()
 
     disk = evaluate_disk(data, th)
@@ -149,7 +150,7 @@ def test_missing_files_are_errors_with_null_keys(tmp_path: Path) -> None:
     assert data["infiniband"] == []  # no IB hardware: not an error
     prefixes = sorted(e.split(":")[0] for e in doc["errors"])
     assert prefixes == ["disks", "kernel log", "load", "memory", "nics"]
-    judged = evaluate_disk({**data, "_context": {"probe_errors": doc["errors"]}}, Thresholds())
+    judged = evaluate_disk(data, Thresholds(), CheckContext(probe_errors=tuple(doc["errors"])))
     assert judged[0].status is Status.UNKNOWN and "proc/mounts" in judged[0].summary
 
 

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from robustctl.checks.nvml import evaluate_count, evaluate_row_remap
+from robustctl.checks.registry import CheckContext
 from robustctl.checks.thresholds import Thresholds
 from robustctl.models import Status
 from robustctl.probes import probe_script
@@ -64,7 +65,7 @@ def test_injected_state_reaches_the_document(tmp_path: Path) -> None:
     assert data["gpus"][0]["retired_pages_sbe"] is None  # not supported on H100: null, never 0
     assert doc["errors"] == []
     # and the control side judges it
-    judged = evaluate_row_remap({**data, "_context": {"expected_gpus": 8}}, Thresholds())
+    judged = evaluate_row_remap(data, Thresholds(), CheckContext(expected_gpus=8))
     assert [(r.status, r.device) for r in judged] == [(Status.CRITICAL, "gpu5")]
 
 
@@ -77,7 +78,7 @@ def test_injection_file_from_the_environment(tmp_path: Path) -> None:
         "reason_code": "driver_not_loaded",
         "nvml_error": NVML_ERROR_DRIVER_NOT_LOADED,
     }
-    judged = evaluate_count({**doc["data"], "_context": {"expected_gpus": 8}}, Thresholds())
+    judged = evaluate_count(doc["data"], Thresholds(), CheckContext(expected_gpus=8))
     assert judged[0].status is Status.CRITICAL
 
 
@@ -87,7 +88,7 @@ def test_bad_injection_file_is_reported_not_healthy(tmp_path: Path) -> None:
     doc = run_probe("--nvml-injection", str(bad))
     assert doc["data"]["available"] is False and doc["data"]["reason_code"] == "injection_error"
     assert doc["errors"] and "injection" in doc["errors"][0]
-    judged = evaluate_count({**doc["data"], "_context": {"expected_gpus": 4}}, Thresholds())
+    judged = evaluate_count(doc["data"], Thresholds(), CheckContext(expected_gpus=4))
     assert judged[0].status is Status.UNKNOWN
 
 
@@ -96,7 +97,7 @@ def test_without_injection_and_without_a_driver_gpu_checks_are_not_applicable() 
     if doc["data"].get("available"):
         pytest.skip("this machine has a working NVML")
     assert doc["data"]["reason_code"] in ("library_not_found", "driver_not_loaded", "pynvml_missing")
-    judged = evaluate_count({**doc["data"], "_context": {"expected_gpus": 0}}, Thresholds())
+    judged = evaluate_count(doc["data"], Thresholds(), CheckContext(expected_gpus=0))
     assert judged[0].status is Status.NOT_APPLICABLE
     assert "not" in judged[0].summary
 

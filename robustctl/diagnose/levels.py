@@ -1,0 +1,269 @@
+"""The four diagnose levels and the probe arguments each one sends.
+
+- **L0 quick**: the ``host`` and ``nvml`` probes in one remote Python process (``bundle``).
+- **L1 burn**: the ``burn`` probe, then the fleet-wide peer rule on TFLOP/s per device kind.
+- **L2 intra-host all-reduce**: the ``allreduce`` probe in intra-host mode (the host's own ranks
+  rendezvous on its loopback, ``127.0.0.1``: every peer is a process of the same host), then the
+  peer rule on peak busbw.
+- **L3 inter-host all-reduce**: neighbour pairs of hosts (:mod:`robustctl.diagnose.pairs`).
+
+The argument builders (:func:`burn_args`, :func:`intra_args`, ...) are shared with the dry-run plan
+(:mod:`robustctl.diagnose.plan`), so ``--dry-run`` prints the very command lines a run sends.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from robustctl.checks.allreduce import peak_busbw
+from robustctl.checks.peer import peer_outliers
+from robustctl.errors import ProbeError
+from robustctl.models import CheckResult, Status
+from robustctl.probes import ProbeDocument, run_probe, run_probes
+from robustctl.transport.fanout import fan_out
+
+if TYPE_CHECKING:
+    from robustctl.config import DiagnoseSettings
+    from robustctl.diagnose.engine import Engine
+    from robustctl.inventory import Host
+
+LEVEL_NAMES: dict[int, str] = {0: "quick", 1: "burn", 2: "intra-allreduce", 3: "inter-allreduce"}
+MAX_LEVEL = 3
+L0_PROBES = ("host", "nvml")
+INTRA_MASTER = "127.0.0.1"
+"""L2's rendezvous address: the ranks of an intra-host all-reduce are all on the host itself."""
+ANSWER_MARGIN_S = 2.0
+"""A probe's ``--timeout`` is its host deadline minus this margin, for the answer to travel back."""
+
+
+def budget_s(deadline: float) -> str:
+    """A probe's ``--timeout``: seconds left until ``deadline`` minus :data:`ANSWER_MARGIN_S` (≥ 1)."""
+    return f"{max(1.0, deadline - time.monotonic() - ANSWER_MARGIN_S):.0f}"
+
+
+def budget_of(host_timeout_s: float) -> str:
+    """The ``--timeout`` a probe gets when its whole per-host budget is left (dry-run plan)."""
+    return f"{max(1.0, host_timeout_s - ANSWER_MARGIN_S):.0f}"
+
+
+def l1_timeout_s(s: DiagnoseSettings) -> float:
+    """L1's per-host budget: the burn itself three times over plus a minute, at least ``host_timeout_s``."""
+    return max(s.host_timeout_s, s.burn.seconds * 3 + 60)
+
+
+def burn_args(s: DiagnoseSettings) -> list[str]:
+    """The ``burn`` probe's arguments (without ``--timeout``)."""
+    b = s.burn
+    out = ["--seconds", f"{b.seconds:g}"]
+    if b.size:
+        out += ["--size", str(b.size)]
+    if b.threads:
+        out += ["--threads", str(b.threads)]
+    return out
+
+
+def allreduce_args(s: DiagnoseSettings) -> list[str]:
+    """The ``allreduce`` arguments common to L2 and L3: iterations, warm-up, message sizes."""
+    a = s.allreduce
+    args = ["--iters", str(a.iters), "--warmup", str(a.warmup)]
+    if a.sizes:
+        args += ["--sizes", ",".join(str(x) for x in a.sizes)]
+    return args
+
+
+def intra_args(s: DiagnoseSettings) -> list[str]:
+    """L2's ``allreduce`` arguments (without ``--timeout``): intra-host ranks on the host's loopback."""
+    a = s.allreduce
+    out = allreduce_args(s)
+    if a.nproc:
+        out += ["--nproc", str(a.nproc)]
+    out += ["--master-addr", INTRA_MASTER]
+    if a.use_nccl_tests:
+        out += ["--nccl-tests"]
+    return out
+
+
+# -- the levels ------------------------------------------------------------------------------------
+# Each takes the engine and the hosts still targeted and returns None when it ran, or why it did
+# not; L3 is :func:`robustctl.diagnose.pairs.run_pairs`.
+
+
+def level0(engine: Engine, hosts: list[Host]) -> str | None:
+    """L0: the host and nvml probes in one remote process, evaluated."""
+
+    def work(host: Host, deadline: float) -> list[CheckResult]:
+        out: list[CheckResult] = []
+        try:
+            docs = run_probes(
+                engine.pool.for_host(host),
+                host,
+                [(p, ["--timeout", budget_s(deadline)]) for p in L0_PROBES],
+                deadline=deadline,
+            )
+        except ProbeError as exc:
+            return [CheckResult(f"{p}.probe", 0, Status.UNKNOWN, exc.reason) for p in L0_PROBES]
+        for probe, doc in zip(L0_PROBES, docs, strict=True):
+            if isinstance(doc, ProbeError):
+                out.append(CheckResult(f"{probe}.probe", 0, Status.UNKNOWN, doc.reason))
+            else:
+                out.extend(engine.evaluate(host, probe, doc, 0))
+        return out
+
+    engine.fan("L0 quick checks", hosts, work, level=0)
+    return None
+
+
+def level1(engine: Engine, hosts: list[Host]) -> str | None:
+    """L1: the burn, then the peer rule on TFLOP/s per device kind."""
+    s = engine.settings
+    measured_level(
+        engine,
+        hosts,
+        level=1,
+        probe="burn",
+        args=lambda host: burn_args(s),
+        metric=burn_device_tflops,
+        ratio=engine.thresholds.burn_peer_ratio,
+        unit="TFLOP/s",
+        concurrency=s.burn.concurrency,
+        host_timeout_s=l1_timeout_s(s),
+    )
+    return None
+
+
+def level2(engine: Engine, hosts: list[Host]) -> str | None:
+    """L2: the intra-host all-reduce, then the peer rule on peak busbw."""
+    s = engine.settings
+    measured_level(
+        engine,
+        hosts,
+        level=2,
+        probe="allreduce",
+        args=lambda host: intra_args(s),
+        metric=allreduce_peak_busbw,
+        ratio=engine.thresholds.allreduce_peer_ratio,
+        unit="GB/s busbw",
+        concurrency=s.allreduce.concurrency,
+        host_timeout_s=s.host_timeout_s,
+    )
+    return None
+
+
+def measured_level(
+    engine: Engine,
+    hosts: list[Host],
+    *,
+    level: int,
+    probe: str,
+    args: Callable[[Host], list[str]],
+    metric: Callable[[Mapping[str, Any]], dict[str, float]],
+    ratio: float,
+    unit: str,
+    concurrency: int | None,
+    host_timeout_s: float,
+) -> None:
+    """Run a measuring probe, evaluate its checks, then apply the peer-relative rule.
+
+    With ``diagnose.peer_confirm``, hosts below ``ratio`` × the fleet median are measured once
+    more, one at a time, and named only if the better of their two measurements is still low:
+    a transient neighbour (another job's burst, a co-scheduled probe) is not a slow machine.
+    """
+    docs: dict[str, ProbeDocument] = {}
+    lock = threading.Lock()
+    by_name = {h.name: h for h in hosts}
+
+    def work(host: Host, deadline: float) -> list[CheckResult]:
+        doc, checks = engine.probe_checks(
+            host, probe, [*args(host), "--timeout", budget_s(deadline)], deadline, level
+        )
+        if doc is not None:
+            with lock:
+                docs[host.name] = doc
+        return checks
+
+    engine.fan(
+        f"L{level} {LEVEL_NAMES[level]}",
+        hosts,
+        work,
+        level=level,
+        concurrency=concurrency,
+        host_timeout_s=host_timeout_s,
+    )
+    groups: dict[str, dict[str, float]] = {}
+    for host, doc in docs.items():
+        for key, value in metric(doc.data).items():
+            groups.setdefault(key, {})[host] = value
+    flagged = {
+        key: peer_outliers(values, ratio, engine.thresholds.peer_min_peers) for key, values in groups.items()
+    }
+    retried: dict[str, dict[str, float]] = {}
+    suspects = sorted({h for slow in flagged.values() for h in slow})
+    if suspects and engine.settings.peer_confirm and time.monotonic() < engine.deadline:
+        again: dict[str, dict[str, float]] = {}
+
+        def remeasure(host: Host, deadline: float) -> None:
+            doc = run_probe(
+                engine.pool.for_host(host),
+                host,
+                probe,
+                [*args(host), "--timeout", budget_s(deadline)],
+                deadline=deadline,
+            )
+            with lock:
+                again[host.name] = metric(doc.data)
+
+        fan_out(
+            [by_name[h] for h in suspects],
+            remeasure,
+            concurrency=1,
+            host_timeout_s=host_timeout_s,
+            deadline=engine.deadline,
+            retries=0,
+        )
+        retried = again
+    for key, slow in flagged.items():
+        for host, (first, median) in slow.items():
+            second = retried.get(host, {}).get(key)
+            best = max(first, second) if second is not None else first
+            evidence: dict[str, Any] = {
+                "value": best,
+                "measurements": [first] + ([second] if second is not None else []),
+                "fleet_median": median,
+                "ratio": ratio,
+                "group": key,
+            }
+            if best >= ratio * median:
+                status = Status.OK
+                summary = (
+                    f"first {first:.3g} {unit} was below {ratio:g}x the fleet median "
+                    f"{median:.3g}; re-measured {best:.3g} alone ({key})"
+                )
+            else:
+                status = Status.CRITICAL
+                summary = f"{best:.3g} {unit} is below {ratio:g}x the fleet median {median:.3g} ({key})"
+            engine.add_check(host, CheckResult(f"{probe}.peer", level, status, summary, evidence, key))
+
+
+# -- metrics used by the peer-relative rules ----------------------------------------------------
+
+
+def burn_device_tflops(data: Mapping[str, Any]) -> dict[str, float]:
+    """``{"<kind>:<device name>": TFLOP/s}`` per device of a burn document (mismatching devices skipped)."""
+    out: dict[str, float] = {}
+    for dev in data.get("devices") or []:
+        tf = dev.get("tflops")
+        if isinstance(tf, (int, float)) and not dev.get("mismatches"):
+            key = f"{dev.get('kind', '?')}:{dev.get('name', '?')}"
+            out[key] = min(out.get(key, float("inf")), float(tf))
+    return out
+
+
+def allreduce_peak_busbw(data: Mapping[str, Any]) -> dict[str, float]:
+    """``{"<backend>/<ranks> ranks": peak busbw GB/s}`` of an all-reduce document (correct sizes only)."""
+    peak = peak_busbw(data)
+    if peak is None:
+        return {}
+    return {f"{data.get('backend', '?')}/{data.get('world_size', '?')} ranks": peak}
