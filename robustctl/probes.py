@@ -49,7 +49,7 @@ def probe_source(name: str) -> bytes:
     """The source of probe ``name``. Raises ValueError for an unknown probe."""
     if name not in PROBES:
         raise ValueError(f"unknown probe {name!r}")
-    return resources.files("robustctl").joinpath("_probes", f"{name}.py").read_bytes()
+    return resources.files("robustctl").joinpath("_probes").joinpath(f"{name}.py").read_bytes()
 
 
 def probe_argv(host: Host, args: Sequence[str] = ()) -> list[str]:
