@@ -18,6 +18,9 @@ Unlike Megatron, which builds expert groups with a second generator (``ep`` repl
 robustctl treats the five dimensions as orthogonal: ``world = tp·cp·ep·dp·pp`` (as
 :class:`~robustctl.config.ParallelLayout` does). Machine ``k`` holds ranks ``k·G … k·G+G-1``
 (``G`` = ranks per host), so rank ``r`` runs on machine ``r // G``.
+
+:func:`smallest_group` picks the group with the fewest machines that holds some ranks: what stacks
+blame and ``evict --over-evict auto`` take out.
 """
 
 from __future__ import annotations
@@ -332,7 +335,7 @@ class GroupChoice:
     machines: tuple[str, ...]
 
 
-# --- the smallest group ----------------------------------------------------------------------------------------
+# --- the smallest group holding some ranks ----------------------------------------------------------
 
 
 def smallest_group(topology: Topology, ranks: Iterable[int]) -> GroupChoice | None:

@@ -759,7 +759,7 @@ def prefix_tree(classes: Sequence[StackClass]) -> TreeNode:
     return root
 
 
-# --- helpers ---------------------------------------------------------------------------------------
+# --- comparing two samples -----------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
