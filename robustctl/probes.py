@@ -61,7 +61,7 @@ def probe_source(name: str) -> bytes:
     """The source of probe ``name`` (or of the prelude, ``"_prelude"``). Raises ValueError for an unknown probe."""
     if name not in PROBES and name != PRELUDE:
         raise ValueError(f"unknown probe {name!r}")
-    return resources.files("robustctl").joinpath("_probes", f"{name}.py").read_bytes()
+    return resources.files("robustctl").joinpath("_probes").joinpath(f"{name}.py").read_bytes()
 
 
 def _streamed(name: str, *extra: Any) -> bytes:
@@ -105,7 +105,7 @@ def load_probe(name: str) -> types.ModuleType:
 def _exec_module(name: str, module_name: str) -> types.ModuleType:
     if name not in PROBES and name != PRELUDE:
         raise ValueError(f"unknown probe {name!r}")
-    path = resources.files("robustctl").joinpath("_probes", f"{name}.py")
+    path = resources.files("robustctl").joinpath("_probes").joinpath(f"{name}.py")
     spec = importlib.util.spec_from_file_location(module_name, str(path))
     if spec is None or spec.loader is None:  # pragma: no cover - a .py file always has a loader
         raise ValueError(f"cannot load probe {name!r} from {path}")

@@ -301,7 +301,7 @@ def stacks_findings(report: StacksReport) -> dict[str, str]:
 
 
 def _ranks(ranks: set[int]) -> str:
-    from robustctl.stacks.cluster import compact_ranges
+    from robustctl.inventory.hostrange import compact_ranges
 
     if not ranks:
         return "a process"

@@ -93,8 +93,9 @@ def _walk(node: yaml.Node, path: PathKey, smap: SourceMap) -> None:
             if key in seen and key != "<<":
                 raise ConfigError(f"{smap.file}:{line}: duplicate key {key!r} (first at line {seen[key]})")
             seen[key] = line
-            smap.lines[(*path, key)] = line
-            _walk(value_node, (*path, key), smap)
+            sub = (*path, key)  # not inside [...]: mypy reads that as 3.11's star in a subscript
+            smap.lines[sub] = line
+            _walk(value_node, sub, smap)
     elif isinstance(node, yaml.SequenceNode):
         for i, item in enumerate(node.value):
             _walk(item, (*path, i), smap)

@@ -32,9 +32,9 @@ from robustctl.actions.plan import Plan, RailCheck, Step, StepKind
 from robustctl.actions.rails import evaluate_rails, non_empty
 from robustctl.config import HostState
 from robustctl.errors import UsageError
-from robustctl.inventory.topology import Topology
+from robustctl.inventory.hostrange import compact_ranges
+from robustctl.inventory.topology import Topology, smallest_group
 from robustctl.schedulers.base import NodeState
-from robustctl.stacks.blame import smallest_group
 from robustctl.store import MachineState
 
 __all__ = [
@@ -169,7 +169,7 @@ def expand_over_eviction(
     groups = sorted({topo.group_index(r, mode) for r in ranks})
     members = {r for gi in groups for r in topo.group_ranks(mode, gi)}
     machines = tuple(topo.machine_name(m) for m in topo.machines_of(members))
-    which = ", ".join(str(gi) for gi in groups)
+    which = compact_ranges(groups)
     return machines, f"{mode} group{'s' if len(groups) > 1 else ''} {which} of job {job}"
 
 

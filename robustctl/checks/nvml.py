@@ -22,6 +22,7 @@ from typing import Any
 from robustctl.checks.host import never_told
 from robustctl.checks.registry import NO_CONTEXT, CheckContext, ResultMaker, check
 from robustctl.checks.thresholds import Thresholds, severity_status
+from robustctl.inventory.hostrange import compact_ranges
 from robustctl.models import CheckResult, Status
 
 __all__ = ["gpu_label"]
@@ -454,7 +455,9 @@ def _judge_nvlink(g: Mapping[str, Any], th: Thresholds) -> list[tuple[Status, st
     inactive = [int(lk.get("link", -1)) for lk in links if lk.get("active") is False]
     sev = severity_status(th.nvlink_inactive)
     if inactive and sev is not None:
-        out.append((sev, f"{len(inactive)} of {len(links)} NVLinks inactive (links {_ranges(inactive)})"))
+        out.append(
+            (sev, f"{len(inactive)} of {len(links)} NVLinks inactive (links {compact_ranges(inactive)})")
+        )
     if th.nvlink_error_max is not None:
         bad = [
             f"link {lk.get('link')} {k.removesuffix('_errors')}={lk.get(k)}"
@@ -476,20 +479,6 @@ def _judge_nvlink(g: Mapping[str, Any], th: Thresholds) -> list[tuple[Status, st
                 (Status.WARNING, f"NVLink CRC errors above {th.nvlink_crc_error_max}: {', '.join(bad[:6])}")
             )
     return out
-
-
-def _ranges(nums: Sequence[int]) -> str:
-    """``[0, 1, 2, 5]`` → ``"0-2,5"``."""
-    parts: list[str] = []
-    s = sorted(nums)
-    i = 0
-    while i < len(s):
-        j = i
-        while j + 1 < len(s) and s[j + 1] == s[j] + 1:
-            j += 1
-        parts.append(f"{s[i]}-{s[j]}" if j > i else str(s[i]))
-        i = j + 1
-    return ",".join(parts)
 
 
 @check(

@@ -1,4 +1,4 @@
-"""Host ranges (``node[001-128]``, ``127.0.0.[2-9]``) and host-name validation.
+"""Host ranges (``node[001-128]``, ``127.0.0.[2-9]``), integer ranges (``0-5,7``) and host-name validation.
 
 Expansion is delegated to python-hostlist (the syntax of Slurm and pdsh). Names that could be
 interpreted by a shell or by ssh (``a;rm -rf /``, ``-oProxyCommand=...``) are rejected here, before
@@ -8,6 +8,7 @@ anything can reach a transport.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 
 import hostlist
 
@@ -50,6 +51,27 @@ def collapse(names: list[str]) -> str:
     if not names:
         return ""
     return str(hostlist.collect_hostlist(names))
+
+
+def compact_ranges(values: Iterable[int]) -> str:
+    """Integers as sorted, deduplicated compact ranges: ``[0, 1, 2, 3, 4, 5, 7]`` → ``"0-5,7"``.
+
+    The syntax inside a host range's brackets (and of the stacks probe's ``--ranks``), used for ranks,
+    group indices and link numbers alike. Empty → ``""``.
+    """
+    xs = sorted(set(values))
+    if not xs:
+        return ""
+    out: list[str] = []
+    start = prev = xs[0]
+    for x in xs[1:]:
+        if x == prev + 1:
+            prev = x
+            continue
+        out.append(f"{start}-{prev}" if prev > start else str(start))
+        start = prev = x
+    out.append(f"{start}-{prev}" if prev > start else str(start))
+    return ",".join(out)
 
 
 def validate_name(name: str) -> str:

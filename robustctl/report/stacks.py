@@ -20,6 +20,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.tree import Tree
 
+from robustctl.inventory.hostrange import compact_ranges
 from robustctl.report.console import styled
 from robustctl.stacks.failslow import FailSlowResult
 from robustctl.stacks.result import ClassSummary, StacksReport
@@ -204,6 +205,19 @@ def render_stacks(report: StacksReport, console: Console, *, verbose: bool = Fal
     console.print(f"{styled(report.status)}: {escape(report.summary)} → exit {int(report.exit_code)}")
 
 
+def _votes_line(kind: str, votes: Sequence[tuple[int, int]]) -> str:
+    """``pp 16-23: 3 each, pp 4: 1``: groups with the same number of flags as compact ranges.
+
+    ``votes`` is ``(group index, flags)`` with most flags first (:attr:`FailSlowResult.votes`).
+    """
+    by_flags: dict[int, list[int]] = {}
+    for g, n in votes:
+        by_flags.setdefault(n, []).append(g)
+    return ", ".join(
+        f"{kind} {compact_ranges(gs)}: {n}{' each' if len(gs) > 1 else ''}" for n, gs in by_flags.items()
+    )
+
+
 def render_failslow(result: FailSlowResult, console: Console) -> None:
     """Print a fail-slow vote: one line per round, the votes and the degrader (or why none)."""
     table = Table(title=f"fail-slow voting ({result.kind} groups)", title_justify="left")
@@ -214,7 +228,7 @@ def render_failslow(result: FailSlowResult, console: Console) -> None:
         table.add_row(str(v.round), escape(v.outliers or "-"), flagged, str(v.count) if v.count else "-")
     console.print(table)
     if result.votes:
-        console.print("votes: " + ", ".join(f"{result.kind} {g}: {n}" for g, n in result.votes))
+        console.print("votes: " + _votes_line(result.kind, result.votes))
     if result.degrader is not None:
         console.print(
             f"[bold red]degrader[/]: {result.kind} {result.degrader} (ranks {escape(result.degrader_ranks)})"

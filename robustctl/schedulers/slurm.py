@@ -57,7 +57,6 @@ import json
 import os
 import re
 import shlex
-import signal
 import subprocess
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -68,6 +67,7 @@ from typing import TYPE_CHECKING, Any
 import hostlist
 
 from robustctl.schedulers.base import NodeState, OpResult, SchedulerError
+from robustctl.transport.process import run_argv
 
 if TYPE_CHECKING:
     from robustctl.config import SchedulerSettings
@@ -450,26 +450,15 @@ The default, :func:`run_command`, is a subprocess; unit tests pass a fake."""
 
 
 def run_command(argv: Sequence[str], env: Mapping[str, str], timeout_s: float) -> CommandOutput:
-    """Run ``argv`` (no shell, stdin closed) in its own process group; kill the group on timeout."""
-    proc = subprocess.Popen(
-        list(argv),
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        env=dict(env),
-        text=True,
-        start_new_session=True,
+    """Run ``argv`` (no shell, stdin closed) in its own process group, killed on timeout or interruption.
+
+    Output is decoded as UTF-8 (undecodable bytes replaced). See :func:`robustctl.transport.process.run_argv`
+    for what it raises.
+    """
+    done = run_argv(argv, timeout_s=timeout_s, env=env)
+    return CommandOutput(
+        done.returncode, done.stdout.decode("utf-8", "replace"), done.stderr.decode("utf-8", "replace")
     )
-    try:
-        out, err = proc.communicate(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        proc.communicate()
-        raise
-    return CommandOutput(proc.returncode, out, err)
 
 
 def _clean_reason(reason: str, prefix: str) -> str:

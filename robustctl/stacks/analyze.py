@@ -27,6 +27,7 @@ from typing import Any
 from robustctl.analysis import Finding, Verdict
 from robustctl.analysis.detect import AnalysisOptions, ArtefactKind, kinds, register_kind
 from robustctl.config import ParallelLayout
+from robustctl.inventory.hostrange import compact_ranges
 from robustctl.inventory.topology import Topology
 from robustctl.models import Status
 from robustctl.stacks.blame import BlameOptions, blame
@@ -34,7 +35,6 @@ from robustctl.stacks.cluster import (
     ClusterOptions,
     categorize,
     cluster,
-    compact_ranges,
     normalize_function,
     normalize_path,
 )

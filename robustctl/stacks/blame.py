@@ -39,18 +39,19 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from robustctl.errors import UsageError
-from robustctl.inventory.topology import Topology
-from robustctl.stacks.cluster import Category, ClusterResult, StackClass, compact_ranges
+from robustctl.inventory.hostrange import compact_ranges
+from robustctl.inventory.topology import GroupChoice, Topology, smallest_group
+from robustctl.stacks.cluster import Category, ClusterResult, StackClass
 from robustctl.stacks.model import ProcessDump, ProcessRole
 
 __all__ = [
     "WAITING",
     "BlameOptions",
     "BlameResult",
-    "GroupChoice",
+    "GroupChoice",  # defined in robustctl.inventory.topology (topology, not stacks)
     "Suspect",
     "blame",
-    "smallest_group",
+    "smallest_group",  # likewise
 ]
 
 WAITING = frozenset({Category.COLLECTIVE, Category.P2P})
@@ -110,27 +111,6 @@ class Suspect:
 
 
 @dataclass(frozen=True)
-class GroupChoice:
-    """The smallest parallel group containing every outlier rank.
-
-    Attributes:
-        kind: ``"tp"``, ``"cp"``, ``"ep"``, ``"dp"``, ``"pp"``, a combination in layout order such as
-            ``"tp-pp"``, ``"rank"`` (a single rank alone) or ``"job"``.
-        index: Megatron's index of the group among the groups of its kind (the rank for ``rank``, 0
-            for ``job``).
-        ranks: the group's ranks as compact ranges (``"0,4,8,12"`` → ``"0,4,8,12"``, ``"0-7"``).
-        n_ranks: how many ranks it holds.
-        machines: its machines' host names (the over-eviction set), machine order.
-    """
-
-    kind: str
-    index: int
-    ranks: str
-    n_ranks: int
-    machines: tuple[str, ...]
-
-
-@dataclass(frozen=True)
 class BlameResult:
     """Who to blame and what to evict.
 
@@ -164,62 +144,6 @@ class BlameResult:
     ambiguous: bool = False
     ambiguity: str | None = None
     notes: tuple[str, ...] = field(default_factory=tuple)
-
-
-# --- groups ----------------------------------------------------------------------------------------
-
-
-def smallest_group(topology: Topology, ranks: Iterable[int]) -> GroupChoice | None:
-    """The group with the fewest machines that contains every rank of ``ranks``.
-
-    Candidates: the single-dimension groups (size > 1) containing them all, the group of exactly the
-    dimensions in which they vary (when that is two or more and not the whole job), for a single rank
-    the rank alone (kind ``"rank"``), and the job. The fewest machines win; ties go to the earlier
-    candidate (TP, CP, EP, DP, PP in layout order, then the combined group, the rank, the job), so a
-    single stuck rank gets its TP group when that stays on its machine, and itself otherwise.
-    Without ranks per host every group counts as zero machines.
-
-    Returns:
-        ``None`` when ``ranks`` is empty.
-
-    Raises:
-        UsageError: a rank outside the layout.
-    """
-    rs = sorted(set(ranks))
-    if not rs:
-        return None
-    for r in rs:
-        topology.check_rank(r)
-    varying = set(topology.varying_dims(rs))
-    nontrivial = [d for d in topology.order if 1 < topology.sizes[d] < topology.world_size]
-    kinds: list[str] = [d for d in nontrivial if varying <= {d}]
-    if len(varying) >= 2 and set(nontrivial) - varying:
-        kinds.append(topology.kind_name(varying))
-    if not varying:
-        kinds.append("rank")  # one rank: the rank alone (a size-1 group)
-    kinds.append("job")
-    best: tuple[tuple[int, int, int], GroupChoice] | None = None
-    for pos, kind in enumerate(kinds):
-        if kind == "job":
-            members: Sequence[int] = range(topology.world_size)
-            index = 0
-        elif kind == "rank":
-            members, index = (rs[0],), rs[0]
-        else:
-            index = topology.group_index(rs[0], kind)
-            members = topology.group_ranks(kind, index)
-        machines = topology.machines_of(members)
-        choice = GroupChoice(
-            kind=kind,
-            index=index,
-            ranks=compact_ranges(members),
-            n_ranks=len(members),
-            machines=tuple(topology.machine_name(m) for m in machines),
-        )
-        key = (len(machines), pos, len(members))
-        if best is None or key < best[0]:
-            best = (key, choice)
-    return best[1] if best else None
 
 
 # --- blame -----------------------------------------------------------------------------------------

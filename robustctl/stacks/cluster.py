@@ -51,6 +51,7 @@ from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import Any, Literal
 
+from robustctl.inventory.hostrange import compact_ranges  # re-exported: stacks code imported it from here
 from robustctl.stacks.model import Frame, ProcessDump, ProcessRole, ThreadStack
 
 __all__ = [
@@ -758,24 +759,7 @@ def prefix_tree(classes: Sequence[StackClass]) -> TreeNode:
     return root
 
 
-# --- helpers ---------------------------------------------------------------------------------------
-
-
-def compact_ranges(values: Iterable[int]) -> str:
-    """``[0, 1, 2, 3, 4, 5, 7]`` → ``"0-5,7"``; empty → ``""``."""
-    xs = sorted(set(values))
-    if not xs:
-        return ""
-    out: list[str] = []
-    start = prev = xs[0]
-    for x in xs[1:]:
-        if x == prev + 1:
-            prev = x
-            continue
-        out.append(f"{start}-{prev}" if prev > start else str(start))
-        start = prev = x
-    out.append(f"{start}-{prev}" if prev > start else str(start))
-    return ",".join(out)
+# --- comparing two samples -----------------------------------------------------------------------
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from robustctl.errors import ConfigError, InventoryError
+from robustctl.inventory.hostrange import compact_ranges
 from robustctl.models import Outcome, Status
 from robustctl.probes import ProbeDocument, beside_interpreter, run_probe
 from robustctl.stacks.model import DumpParseError, ProcessDump, ProcessRole, ThreadStack
@@ -181,20 +182,6 @@ class StackCollection:
         return out
 
 
-def _rank_ranges(ranks: Sequence[int]) -> str:
-    """``[4, 5, 6, 9]`` → ``"4-6,9"`` (the probe's ``--ranks`` syntax)."""
-    out: list[str] = []
-    ordered = sorted(set(ranks))
-    i = 0
-    while i < len(ordered):
-        j = i
-        while j + 1 < len(ordered) and ordered[j + 1] == ordered[j] + 1:
-            j += 1
-        out.append(str(ordered[i]) if i == j else f"{ordered[i]}-{ordered[j]}")
-        i = j + 1
-    return ",".join(out)
-
-
 def _opt_int(v: Any) -> int | None:
     return v if isinstance(v, int) and not isinstance(v, bool) else None
 
@@ -325,7 +312,7 @@ def collect_stacks(
     def work(host: Host, host_deadline: float) -> _HostValue:
         expected = expected_of[host.name]
         budget = max(1.0, min(s.probe_timeout_s, host_deadline - time.monotonic() - 3.0))
-        args = [*common, "--ranks", _rank_ranges(expected), "--timeout", f"{budget:.1f}"]
+        args = [*common, "--ranks", compact_ranges(expected), "--timeout", f"{budget:.1f}"]
         if not s.py_spy and host.transport == "local" and not host.python.wrapper:
             local = beside_interpreter("py-spy")  # e.g. installed in robustctl's own .venv
             if local:
@@ -403,7 +390,7 @@ def _host_result(
     if data.get("error"):
         problems.append(str(data["error"]))
     if missing:
-        problems.append(f"rank(s) {_rank_ranges(missing)} not found (no matching process with that rank)")
+        problems.append(f"rank(s) {compact_ranges(missing)} not found (no matching process with that rank)")
     if observer and not data.get("error"):
         problems.append(f"{len(observer)} process(es) not dumped ({observer[0]})")
     problems.extend(e for e in doc.errors if e not in problems and e != data.get("error"))

@@ -34,9 +34,10 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from robustctl.inventory.hostrange import compact_ranges
 from robustctl.inventory.topology import Topology
 from robustctl.stacks.blame import WAITING
-from robustctl.stacks.cluster import ClusterResult, compact_ranges
+from robustctl.stacks.cluster import ClusterResult
 from robustctl.stacks.model import ProcessRole
 
 __all__ = ["FailSlowResult", "RoundVote", "default_kind", "round_outliers", "vote"]
@@ -51,7 +52,7 @@ class RoundVote:
         flagged: the group index flagged, ``None`` when the round abstained.
         count: outlier ranks in the flagged group (or in each tied group).
         abstained: why no group was flagged (``"no outlier"``, ``"no dominant class"``,
-            ``"tie between groups 1, 3"``), else ``None``.
+            ``"tie between groups 1,3"``, groups as compact ranges), else ``None``.
     """
 
     round: int

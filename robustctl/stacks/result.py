@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from robustctl.config import ParallelLayout
 from robustctl.exit_codes import ExitCode
+from robustctl.inventory.hostrange import compact_ranges
 from robustctl.inventory.topology import Topology
 from robustctl.models import SCHEMA_VERSION, Status
 from robustctl.stacks.blame import BlameOptions, BlameResult, GroupChoice, Suspect, blame
@@ -29,7 +30,6 @@ from robustctl.stacks.cluster import (
     SampleComparison,
     StackClass,
     cluster,
-    compact_ranges,
     compare_samples,
 )
 from robustctl.stacks.model import ProcessDump

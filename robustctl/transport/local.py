@@ -2,22 +2,23 @@
 
 from __future__ import annotations
 
-import os
-import signal
 import subprocess
-import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from robustctl.errors import CommandTimeout, HostUnreachable
 from robustctl.transport.base import CommandResult
+from robustctl.transport.process import run_argv
 
 if TYPE_CHECKING:
     from robustctl.inventory import Host
 
 
 class LocalTransport:
-    """Runs commands on this machine. Each command gets its own process group, killed on timeout."""
+    """Runs commands on this machine, each in its own process group, killed on timeout or interruption.
+
+    One runner for this and the Slurm back end: :func:`robustctl.transport.process.run_argv`.
+    """
 
     def run(
         self, host: Host, argv: Sequence[str], *, stdin: bytes | None = None, timeout_s: float
@@ -28,37 +29,13 @@ class LocalTransport:
             HostUnreachable: the program does not exist or cannot be executed.
             CommandTimeout: ``timeout_s`` passed; the whole process group was killed.
         """
-        start = time.monotonic()
         try:
-            proc = subprocess.Popen(
-                list(argv),
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                start_new_session=True,
-            )
+            done = run_argv(argv, timeout_s=timeout_s, stdin=stdin or b"")
+        except subprocess.TimeoutExpired:
+            raise CommandTimeout(host.name, f"command timed out after {timeout_s:g}s") from None
         except OSError as exc:
             raise HostUnreachable(host.name, f"cannot run {argv[0]!r}: {exc.strerror or exc}") from None
-        try:
-            out, err = proc.communicate(input=stdin or b"", timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            _kill_group(proc)
-            raise CommandTimeout(host.name, f"command timed out after {timeout_s:g}s") from None
-        except BaseException:
-            _kill_group(proc)
-            raise
-        return CommandResult(host.name, proc.returncode, out, err, time.monotonic() - start)
+        return CommandResult(host.name, done.returncode, done.stdout, done.stderr, done.elapsed_s)
 
     def close(self) -> None:
         """Nothing to release."""
-
-
-def _kill_group(proc: subprocess.Popen[bytes]) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-    try:
-        proc.communicate(timeout=5)
-    except (subprocess.TimeoutExpired, ValueError, OSError):
-        pass

@@ -190,7 +190,8 @@ def test_control_side_import_is_light() -> None:
 
     code = (
         "import sys, robustctl.cli.main; "
-        "print(','.join(m for m in ('torch', 'paramiko', 'pynvml', 'numpy') if m in sys.modules))"
+        "heavy = ('torch', 'paramiko', 'pynvml', 'kubernetes', 'numpy', 'robustctl.transport.ssh'); "
+        "print(','.join(m for m in heavy if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == ""

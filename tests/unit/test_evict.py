@@ -85,6 +85,9 @@ def test_auto_over_eviction_of_suspects_on_two_pp_stages_is_their_pp_group(ctx: 
     machines, group = expand_over_eviction(ctx, "llama", ["node01", "node03"], "auto")
     assert machines == ("node01", "node03", "node05", "node07")
     assert group.startswith("tp-pp group 0")
+    # several groups of one kind read as ranges ("pp groups 0-3"), not as a comma list
+    machines, group = expand_over_eviction(ctx, "llama", ["node01", "node02"], "pp")
+    assert group == "pp groups 0-3 of job llama"
 
 
 def test_over_eviction_follows_the_jobs_current_host_list(ctx: ActionContext) -> None:

@@ -10,7 +10,7 @@ import pytest
 from robustctl.config import HostState
 from robustctl.errors import ConfigError, InventoryError
 from robustctl.inventory import default_inventory, load_inventory
-from robustctl.inventory.hostrange import collapse, expand, validate_name
+from robustctl.inventory.hostrange import collapse, compact_ranges, expand, validate_name
 
 GOOD = """\
 ssh:
@@ -139,6 +139,15 @@ def test_hostrange_helpers() -> None:
     for bad in ["a b", "$(id)", "a|b", "", "-x", "a`b`"]:
         with pytest.raises(InventoryError):
             validate_name(bad)
+
+
+def test_compact_ranges() -> None:
+    # one function for ranks, group indices and link numbers (stacks, evict, the NVLink check, --ranks)
+    assert compact_ranges([0, 1, 2, 3, 4, 5, 7]) == "0-5,7"
+    assert compact_ranges([3, 1, 2, 9, 11, 10]) == "1-3,9-11"
+    assert compact_ranges([4, 4, 5, 9]) == "4-5,9"
+    assert compact_ranges(range(16, 24)) == "16-23"
+    assert compact_ranges([7]) == "7" and compact_ranges([]) == ""
 
 
 JOBS = """\

@@ -45,8 +45,10 @@ def start(*args: str) -> subprocess.Popen[bytes]:
 def finish(proc: subprocess.Popen[bytes], timeout: float = 120) -> dict[str, Any]:
     assert proc.stdout is not None and proc.stderr is not None
     proc.wait(timeout)
-    out = proc.stdout.read().decode()
-    assert proc.returncode == 0, proc.stderr.read().decode()[-2000:]
+    with proc.stdout, proc.stderr:  # closed after reading: no ResourceWarning
+        out = proc.stdout.read().decode()
+        err = proc.stderr.read().decode()
+    assert proc.returncode == 0, err[-2000:]
     lines = out.strip().splitlines()
     assert len(lines) == 1, lines
     doc = json.loads(lines[0])

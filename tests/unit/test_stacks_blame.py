@@ -11,8 +11,9 @@ import pytest
 
 from robustctl.config import ParallelLayout
 from robustctl.errors import UsageError
-from robustctl.inventory.topology import Topology
-from robustctl.stacks.blame import BlameOptions, blame, smallest_group
+from robustctl.inventory.topology import Topology, smallest_group
+from robustctl.stacks import blame as blame_module
+from robustctl.stacks.blame import BlameOptions, blame
 from robustctl.stacks.cluster import Category, cluster
 from robustctl.stacks.model import Frame, ProcessDump, ProcessRole, ThreadStack
 
@@ -318,3 +319,4 @@ def test_smallest_group_choices() -> None:
     assert smallest_group(t, []) is None
     with pytest.raises(UsageError):
         smallest_group(t, [16])
+    assert blame_module.smallest_group is smallest_group  # the old import path still works

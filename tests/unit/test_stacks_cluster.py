@@ -261,9 +261,7 @@ def test_prefix_tree_and_compact_ranges() -> None:
     for _ in range(2):
         (node,) = node.children.values()
     assert node.frame == "train_step (job/train.py)" and len(node.children) == 2
-    assert compact_ranges([0, 1, 2, 3, 4, 5, 7]) == "0-5,7"
-    assert compact_ranges([3, 1, 2, 9, 11, 10]) == "1-3,9-11"
-    assert compact_ranges([]) == ""
+    assert compact_ranges([0, 1, 2, 3, 4, 5, 7]) == "0-5,7"  # still importable from stacks.cluster
 
 
 def test_compare_samples() -> None:

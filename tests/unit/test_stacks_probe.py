@@ -123,6 +123,8 @@ class Procs:
             except ProcessLookupError:
                 pass
             p.wait(timeout=10)
+            if p.stdout is not None:
+                p.stdout.close()
 
 
 def _children(pid: int) -> list[int]:

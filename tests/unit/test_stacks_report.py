@@ -19,7 +19,7 @@ from robustctl.inventory.topology import parse_layout
 from robustctl.models import SCHEMA_VERSION, Status, to_jsonable
 from robustctl.report.stacks import render_failslow, render_stacks
 from robustctl.stacks.cluster import cluster
-from robustctl.stacks.failslow import vote
+from robustctl.stacks.failslow import FailSlowResult, vote
 from robustctl.stacks.model import Frame, ProcessDump, ThreadStack
 from robustctl.stacks.result import StacksReport, analyze_stacks
 
@@ -178,6 +178,14 @@ def test_render_ambiguous_and_failslow() -> None:
     render_failslow(vote(rounds), console)
     out = console.export_text()
     assert "degrader: rank 3 (ranks 3)" in out and "votes: rank 3: 3" in out
+
+
+def test_failslow_votes_list_groups_as_ranges() -> None:
+    # pp groups 16-23 flagged once each, group 4 three times: "pp 4: 3, pp 16-23: 1 each", not a long list
+    res = FailSlowResult("pp", (), ((4, 3), *((g, 1) for g in range(16, 24))), None, reason="too few")
+    console = Console(record=True, width=120, color_system=None)
+    render_failslow(res, console)
+    assert "votes: pp 4: 3, pp 16-23: 1 each" in console.export_text()
 
 
 def test_analyze_dumps_on_captured_gloo_job() -> None:
