@@ -64,7 +64,7 @@ def plan_levels(request: DiagnoseSpec) -> dict[str, Any]:
                     "level": 0,
                     "probe": "bundle",
                     "command": remote_command(probe_argv(h)),
-                    "stdin": f"diagnostics/bundle.py ({bundle})",
+                    "stdin": f"diagnostics/_prelude.py + bundle.py ({bundle})",
                 }
             )
         if 1 in runs:
@@ -130,7 +130,7 @@ def _probe(level: int, probe: str, host: Host, args: list[str]) -> dict[str, Any
         "level": level,
         "probe": probe,
         "command": remote_command(probe_argv(host, args)),
-        "stdin": f"diagnostics/{probe}.py",
+        "stdin": f"diagnostics/_prelude.py + {probe}.py",
     }
 
 

@@ -31,7 +31,7 @@ def test_every_level_shows_the_real_argv() -> None:
     assert [c["level"] for c in cmds] == [0, 1, 2, 3, 3]
     l0, l1, l2, l3a, l3b = cmds
     assert l0["command"] == "docker exec -i trainer python3 -"
-    assert l0["stdin"] == "diagnostics/bundle.py (host.py --timeout 118, nvml.py --timeout 118)"
+    assert l0["stdin"] == "diagnostics/_prelude.py + bundle.py (host.py --timeout 118, nvml.py --timeout 118)"
     assert shlex.split(str(l1["command"]))[6:] == ["--seconds", "2", "--size", "256", "--timeout", "118"]
     argv2 = shlex.split(str(l2["command"]))
     assert argv2[argv2.index("--master-addr") + 1] == "127.0.0.1"
