@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.setup-stamp
 TORCH  ?= torch==2.13.0
 
-.PHONY: setup run test test-unit test-integration bench lint fmt clean
+.PHONY: setup run test test-unit test-integration fuzz bench lint fmt clean
 
 setup: $(STAMP)
 
@@ -29,6 +29,9 @@ test-unit: setup
 test-integration: setup
 	bash scripts/testbed-deps.sh
 	$(PY) -m pytest -q tests/integration
+
+fuzz: setup
+	HYPOTHESIS_PROFILE=fuzz $(PY) -m pytest -q -m fuzz tests/unit
 
 bench: setup
 	bash scripts/testbed-deps.sh

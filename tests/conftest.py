@@ -15,6 +15,30 @@ import shutil
 import subprocess
 
 import pytest
+from hypothesis import HealthCheck, settings
+
+# Property-based tests (Hypothesis): seeded and bounded in `make test` ("ci", the default), many more
+# examples in `make fuzz` (HYPOTHESIS_PROFILE=fuzz). No example database: nothing is written beside
+# the checkout.
+settings.register_profile(
+    "ci",
+    max_examples=60,
+    derandomize=True,
+    database=None,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+    print_blob=True,
+)
+settings.register_profile(
+    "fuzz",
+    max_examples=2000,
+    derandomize=False,
+    database=None,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+    print_blob=True,
+)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
 @functools.cache
