@@ -11,12 +11,12 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
 
 from robustctl.actions.plan import ApplyResult, Plan
 from robustctl.actions.session import ActionResult, Outcome
 from robustctl.actions.standby import StandbyInfo
+from robustctl.report.console import escape
 from robustctl.store import Readiness
 
 if TYPE_CHECKING:

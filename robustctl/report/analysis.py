@@ -13,13 +13,12 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
 
 from robustctl.analysis import Finding
 from robustctl.analysis.detect import AnalysisReport, ArtefactAnalysis
 from robustctl.models import Status
-from robustctl.report.console import styled
+from robustctl.report.console import escape, styled
 
 __all__ = ["render_analysis"]
 

@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape as rich_escape
+from rich.text import Text
 
 from robustctl.errors import ConfigError
 from robustctl.models import Status, to_jsonable
@@ -42,6 +45,29 @@ def stderr_console(*, wide: bool = False) -> Console:
     if wide and not console.is_terminal and not os.environ.get("COLUMNS"):
         console.width = WIDE_COLUMNS
     return console
+
+
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+"""C0 and C1 control characters except tab and newline (ESC and CSI among them)."""
+
+
+def escape(text: object) -> str:
+    """``text`` made safe to embed in rich markup: data, never markup.
+
+    Every string that came from a user, a file, a host or the store goes through this before rich
+    renders it: ``[`` is escaped (:func:`rich.markup.escape`), so ``"[/]"`` or
+    ``"[link=file:///etc/passwd]x[/link]"`` prints literally and never raises ``MarkupError``; control
+    characters other than tab and newline (``ESC``, ``CSI``, ``BEL``, ...) are shown as ``\\xNN``, so a
+    host's output cannot move the cursor, recolour or retitle the user's terminal. ``None`` and
+    other objects are converted with ``str`` first.
+    """
+    plain = _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", str(text))
+    return rich_escape(plain)
+
+
+def as_text(text: object) -> Text:
+    """``text`` as a :class:`rich.text.Text` cell (no markup parsed; control characters as ``\\xNN``)."""
+    return Text(_CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", str(text)))
 
 
 def styled(status: Status) -> str:
