@@ -21,16 +21,16 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from robustctl.errors import ConfigError, UsageError
+from robustctl.errors import ConfigError, InventoryError, UsageError
 
 if TYPE_CHECKING:
-    from robustctl.config import DiagnoseSettings
-    from robustctl.inventory import Inventory
+    from robustctl.config import DiagnoseSettings, HostState
+    from robustctl.inventory import Host, Inventory
 
 __all__ = [
     "DIAGNOSE_ENV",
@@ -39,6 +39,7 @@ __all__ = [
     "inventory",
     "inventory_if_given",
     "parse_duration",
+    "select_hosts",
     "state_path",
 ]
 
@@ -88,6 +89,21 @@ def inventory_if_given(path: Path | None, environ: Mapping[str, str] | None = No
     """
     env = os.environ if environ is None else environ
     return inventory(path, env) if path is not None or env.get("ROBUSTCTL_INVENTORY") else None
+
+
+def select_hosts(
+    inv: Inventory, hosts: str | None, *, states: Iterable[HostState] | None = None
+) -> list[Host]:
+    """``inv.select(hosts, states=states)`` for a ``--hosts`` flag.
+
+    Raises:
+        UsageError: ``hosts`` is a malformed range or names a host the inventory does not have (a
+            flag, so exit 64, not the inventory's 78).
+    """
+    try:
+        return inv.select(hosts, states=states)
+    except InventoryError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def state_path(path: Path | None, environ: Mapping[str, str] | None = None) -> Path:

@@ -84,7 +84,7 @@ def emit_json(obj: Any, *, to_stdout: bool, output: Path | None) -> None:
     """Write the JSON document to stdout and/or ``output``.
 
     Raises:
-        ConfigError: ``output`` cannot be written (the message names the file).
+        ConfigError: ``output`` or stdout cannot be written (the message names which).
     """
     text = dump_json(obj) + "\n"
     if output is not None:
@@ -93,5 +93,35 @@ def emit_json(obj: Any, *, to_stdout: bool, output: Path | None) -> None:
         except OSError as exc:
             raise ConfigError(f"{output}: cannot write: {exc.strerror}") from None
     if to_stdout:
+        write_stdout(text)
+
+
+def write_stdout(text: str) -> None:
+    """Write ``text`` to stdout and flush it.
+
+    Raises:
+        ConfigError: stdout cannot be written (a full disk, ``> /dev/full``, an I/O error): one line,
+            exit 78 -- the output is where the user pointed it, not a host problem, so never 3.
+        BrokenPipeError: the reader went away (``| head``); the CLI exits 0 for it.
+
+    On either error stdout is pointed at ``/dev/null`` first, so the interpreter's final flush of
+    the unwritten buffer cannot fail a second time and print a traceback.
+    """
+    try:
         sys.stdout.write(text)
         sys.stdout.flush()
+    except BrokenPipeError:
+        _stdout_to_devnull()
+        raise
+    except OSError as exc:
+        _stdout_to_devnull()
+        raise ConfigError(f"cannot write output to stdout: {exc.strerror or exc}") from None
+
+
+def _stdout_to_devnull() -> None:
+    try:
+        fd = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(fd, sys.stdout.fileno())
+        os.close(fd)
+    except (OSError, ValueError):  # no real file descriptor (a test's capture): nothing to protect
+        pass
