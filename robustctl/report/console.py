@@ -61,13 +61,18 @@ def escape(text: object) -> str:
     host's output cannot move the cursor, recolour or retitle the user's terminal. ``None`` and
     other objects are converted with ``str`` first.
     """
-    plain = _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", str(text))
-    return rich_escape(plain)
+    return rich_escape(plain(text))
 
 
 def as_text(text: object) -> Text:
     """``text`` as a :class:`rich.text.Text` cell (no markup parsed; control characters as ``\\xNN``)."""
-    return Text(_CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", str(text)))
+    return Text(plain(text))
+
+
+def plain(text: object) -> str:
+    """``str(text)`` with control characters other than tab and newline shown as ``\\xNN``: for text
+    written to a terminal without rich (the CLI's one-line errors)."""
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", str(text))
 
 
 def styled(status: Status) -> str:

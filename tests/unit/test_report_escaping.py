@@ -165,3 +165,24 @@ def test_stored_reasons_render_literally_in_every_later_command(
     for argv in (["audit"], ["standby", "list"], ["hosts"], ["inventory", "show", str(cli)]):
         assert main(argv) == 0, argv
         assert_literal(capsys.readouterr().err.replace("\n", ""))
+
+
+def test_one_line_errors_show_control_characters_escaped(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    state = tmp_path / "dir\x1b[31m"
+    state.mkdir()
+    assert main(["hosts", "--state", str(state)]) == 78
+    err = capsys.readouterr().err
+    assert "dir\\x1b[31m" in err and "\x1b" not in err
+
+
+def test_progress_description_is_data() -> None:
+    from robustctl.report.progress import RichProgress
+
+    buf = StringIO()
+    c = Console(file=buf, width=200, force_terminal=True, color_system=None)
+    p = RichProgress(c)
+    p.start("L0 [/] [bold]x", 2)  # a MarkupError here before
+    p.advance("h1", Outcome.OK)
+    p.stop()
