@@ -150,7 +150,18 @@ def diagnose_settings(
     try:
         return DiagnoseSettings.model_validate(data)
     except ValidationError as exc:
-        raise UsageError(f"bad option: {exc.errors()[0].get('msg', 'invalid value')}") from None
+        err = exc.errors()[0]
+        flag = _FLAG_OF.get(tuple(str(x) for x in err.get("loc", ())), "option")
+        raise UsageError(f"bad {flag}: {err.get('msg', 'invalid value')}") from None
+
+
+_FLAG_OF: dict[tuple[str, ...], str] = {
+    ("concurrency",): "--concurrency",
+    ("host_timeout_s",): "--host-timeout",
+    ("deadline_s",): "--deadline",
+    ("burn", "seconds"): "--burn-seconds",
+}
+"""The flag behind each setting :func:`diagnose_settings` lays over, for its usage errors."""
 
 
 _UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}

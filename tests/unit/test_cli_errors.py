@@ -147,3 +147,22 @@ def test_inventory_show_and_stacks_bad_hosts_flag_is_a_usage_error(
     assert main(["stacks", "-i", str(inv), "-j", "j", "--hosts", "n[1-"]) == 64
     err = capsys.readouterr().err
     assert "unknown host 'n9'" in err and "Traceback" not in err
+
+
+def test_diagnose_settings_refuse_non_finite_flags_naming_the_flag(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from robustctl.commands.options import DiagnoseFlags, diagnose_settings
+    from robustctl.inventory import default_inventory
+
+    base = default_inventory().diagnose
+    for flags, name in [
+        (DiagnoseFlags(deadline_s=float("inf")), "--deadline"),
+        (DiagnoseFlags(host_timeout_s=1e308), "--host-timeout"),
+        (DiagnoseFlags(burn_seconds=float("nan")), "--burn-seconds"),
+        (DiagnoseFlags(concurrency=10**20), "--concurrency"),
+    ]:
+        with pytest.raises(UsageError, match=f"bad {name}:"):
+            diagnose_settings(base, flags, {})
+    assert main(["diagnose", "--dry-run", "--concurrency", str(10**20)]) == 64
+    assert "bad --concurrency" in capsys.readouterr().err
