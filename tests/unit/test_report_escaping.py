@@ -186,3 +186,29 @@ def test_progress_description_is_data() -> None:
     p.start("L0 [/] [bold]x", 2)  # a MarkupError here before
     p.advance("h1", Outcome.OK)
     p.stop()
+
+
+@pytest.mark.parametrize("width", [200, 100])  # the wide table and the narrow one-line layout
+def test_analysis_details_and_evidence_from_files(width: int) -> None:
+    from robustctl.analysis import Finding
+    from robustctl.analysis.detect import AnalysisReport, ArtefactAnalysis
+    from robustctl.report.analysis import render_analysis
+
+    ev = {"xid": ALL, "count": 2, "category": ALL, "action": ALL, "name": ALL, "pci": ALL, "last": ALL}
+    kernel = ArtefactAnalysis(
+        "k.log", "kernel-log", Status.CRITICAL, ALL, (Finding(Status.CRITICAL, ALL, ev, ALL),), {}
+    )
+    details = {
+        "collective": ALL,
+        "collective_source": ALL,
+        "rank_count_source": ALL,
+        "hosts": [ALL],
+        "peak_placement": ALL,
+        "error_column": ALL,
+        "rows": [{"dtype": ALL, "redop": ALL, "out_of_place": {"busbw_gbps": 1.0, "wrong": 0}}],
+    }
+    nccl = ArtefactAnalysis("n.log", "nccl-tests", Status.OK, ALL, (Finding(Status.OK, ALL),), details)
+    buf = StringIO()
+    c = Console(file=buf, width=width, color_system=None, highlight=False)
+    render_analysis(AnalysisReport(Status.CRITICAL, (kernel, nccl)), c, verbose=True)
+    assert_literal(buf.getvalue().replace("\n", ""))
