@@ -48,6 +48,7 @@ import json
 import os
 import socket
 import sqlite3
+import stat
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -289,11 +290,21 @@ class Store:
             busy_timeout_s: how long one SQLite statement waits for another writer.
 
         Raises:
-            StoreError: the file or directory cannot be created or written, is not a robustctl
+            StoreError: the path exists but is not a regular file (``/dev/null``, a FIFO, a
+                directory), the file or directory cannot be created or written, is not a robustctl
                 store, or comes from a newer robustctl (schema version above :data:`SCHEMA_VERSION`).
         """
         p = Path(path) if path is not None else default_path()
-        read_only = p.exists() and not (p.stat().st_mode & 0o222)
+        try:
+            mode = p.stat().st_mode
+        except FileNotFoundError:
+            mode = None
+        except OSError as exc:
+            raise StoreError(_describe(p, exc)) from None
+        if mode is not None and not stat.S_ISREG(mode):
+            # /dev/null, a FIFO, a directory: SQLite would create "<path>-journal"/"-wal" beside it.
+            raise StoreError(f"{p}: not a regular file (the state store must be a file, e.g. state.db)")
+        read_only = mode is not None and not (mode & 0o222)
         try:
             if not read_only:
                 p.parent.mkdir(parents=True, exist_ok=True)

@@ -34,6 +34,7 @@ from robustctl.store import AuditStatus, MachineState, Readiness
 from robustctl.transport.pool import TransportPool
 
 __all__ = [
+    "MAX_POOL_MACHINES",
     "StandbyCheck",
     "StandbyInfo",
     "binomial_cdf",
@@ -72,6 +73,11 @@ def binomial_cdf(k: int, n: int, p: float) -> float:
     return min(1.0, total)
 
 
+MAX_POOL_MACHINES = 1_000_000
+"""Most machines ``standby size`` sizes a pool for: a million machines is beyond any training cluster
+built, and keeps the one pass over the binomial under a second or two (the pass is O(pool size))."""
+
+
 def pool_size(
     machines: int, daily_failure_rate: float, *, window_days: float = 1.0, quantile: float = 0.99
 ) -> int:
@@ -81,17 +87,27 @@ def pool_size(
     ``pool_size(1024, 0.0012) == 4`` (ByteRobust Table 5: 2, 2, 3, 4 for 128 … 1,024 machines).
 
     Raises:
-        UsageError: machines < 0, a rate outside [0, 1] per window, a quantile outside (0, 1).
+        UsageError: machines outside 0-:data:`MAX_POOL_MACHINES`, a rate outside [0, 1] per window, a quantile outside (0, 1).
     """
-    if machines < 0:
-        raise UsageError(f"--machines must be >= 0, got {machines}")
+    if not 0 <= machines <= MAX_POOL_MACHINES:
+        raise UsageError(f"--machines must be within 0-{MAX_POOL_MACHINES:,}, got {machines}")
     p = daily_failure_rate * window_days
     if not 0.0 <= p <= 1.0:
         raise UsageError(f"failure probability per window {p:g} (rate × window days) must be within 0-1")
     if not 0.0 < quantile < 1.0:
         raise UsageError(f"quantile must be within (0, 1), got {quantile}")
+    if p == 0.0:
+        return 0
+    if p == 1.0:
+        return machines
+    # One cumulative pass over the pmf (the same log-space terms as binomial_cdf): O(k), not O(k²).
+    lp, lq, ln = math.log(p), math.log1p(-p), math.lgamma(machines + 1)
+    total = 0.0
     for k in range(machines + 1):
-        if binomial_cdf(k, machines, p) >= quantile - 1e-12:
+        total += math.exp(
+            ln - math.lgamma(k + 1) - math.lgamma(machines - k + 1) + k * lp + (machines - k) * lq
+        )
+        if total >= quantile - 1e-12:
             return k
     return machines
 
@@ -231,12 +247,14 @@ class StandbyCheck:
 
     Attributes:
         results: ``(host, readiness, one line)`` per standby checked. report: the diagnose report.
-        audit_id: the audit record of the readiness changes.
+        audit_id: the audit record of the readiness changes. not_in_inventory: standbys the store
+        holds but the inventory no longer has (not checked: there is no address to reach them).
     """
 
     results: tuple[tuple[str, Readiness, str], ...]
     report: RunReport
     audit_id: int
+    not_in_inventory: tuple[str, ...] = ()
 
 
 _READY = {Status.OK, Status.NOT_APPLICABLE}
@@ -245,20 +263,28 @@ _READY = {Status.OK, Status.NOT_APPLICABLE}
 def check_standbys(ctx: ActionContext, pool: TransportPool, *, hosts: str | None = None) -> StandbyCheck:
     """Diagnose (L0–L1, every level) the standbys (or ``hosts``) and record each ready or bad.
 
+    Standbys the store holds but the inventory no longer has are skipped (there is no address to
+    reach them) and listed in ``not_in_inventory``.
+
     Raises:
-        UsageError: no standby to check, or ``hosts`` names a host that is not a standby.
+        UsageError: no standby to check (the message names store-only standbys, if any), or
+            ``hosts`` names a host that is not a standby.
         StoreError: the store cannot be written.
     """
+    by_name = {h.name: h for h in ctx.inventory.hosts}
     pool_hosts = [s.host for s in list_standbys(ctx)]
-    names = ctx.resolve_hosts(hosts) if hosts is not None else pool_hosts
+    gone = tuple(n for n in pool_hosts if n not in by_name)
+    names = ctx.resolve_hosts(hosts) if hosts is not None else [n for n in pool_hosts if n in by_name]
     not_standby = [n for n in names if n not in pool_hosts]
     if not_standby:
         raise UsageError(
             f"{not_standby[0]} is not a standby (add it with: robustctl standby add {not_standby[0]})"
         )
     if not names:
-        raise UsageError("no standby to check (add some with: robustctl standby add HOSTS)")
-    by_name = {h.name: h for h in ctx.inventory.hosts}
+        raise UsageError(
+            "no standby to check (add some with: robustctl standby add HOSTS)"
+            + (f"; not in the inventory, so not checked: {', '.join(gone)}" if gone else "")
+        )
     request = DiagnoseSpec(
         hosts=tuple(by_name[n] for n in names),
         settings=ctx.inventory.diagnose,
@@ -284,7 +310,7 @@ def check_standbys(ctx: ActionContext, pool: TransportPool, *, hosts: str | None
     n_ready = sum(r is Readiness.READY for _, r, _ in results)
     status = AuditStatus.APPLIED if changes else AuditStatus.NOTHING_TO_DO
     ctx.store.audit_finish(audit_id, status.value, f"{n_ready} ready, {len(results) - n_ready} bad")
-    return StandbyCheck(tuple(results), report, audit_id)
+    return StandbyCheck(tuple(results), report, audit_id, gone if hosts is None else ())
 
 
 def plan_activate(

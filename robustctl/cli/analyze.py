@@ -29,7 +29,10 @@ def analyze(
     expected_busbw: Annotated[
         float | None,
         typer.Option(
-            "--expected-busbw", min=0.0, help="Expected peak all-reduce busbw in GB/s; below it is a finding."
+            "--expected-busbw",
+            min=0.0,
+            max=100_000,
+            help="Expected peak all-reduce busbw in GB/s; below it is a finding.",
         ),
     ] = None,
     layout: Annotated[

@@ -47,16 +47,29 @@ def diagnose(
     host_timeout: Annotated[
         float | None,
         typer.Option(
-            "--host-timeout", min=0.1, help="Per-host, per-level deadline in seconds \\[default: 120]."
+            "--host-timeout",
+            min=0.1,
+            max=86400,
+            help="Per-host, per-level deadline in seconds, at most a day \\[default: 120].",
         ),
     ] = None,
     deadline: Annotated[
         float | None,
-        typer.Option("--deadline", min=0.1, help="Deadline of the whole run in seconds \\[default: 900]."),
+        typer.Option(
+            "--deadline",
+            min=0.1,
+            max=86400,
+            help="Deadline of the whole run in seconds, at most a day \\[default: 900].",
+        ),
     ] = None,
     burn_seconds: Annotated[
         float | None,
-        typer.Option("--burn-seconds", min=0.1, help="L1 load per device, seconds \\[default: 10]."),
+        typer.Option(
+            "--burn-seconds",
+            min=0.1,
+            max=86400,
+            help="L1 load per device, seconds, at most a day \\[default: 10].",
+        ),
     ] = None,
     accept_new_host_keys: Annotated[
         bool,

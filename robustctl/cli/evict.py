@@ -36,6 +36,7 @@ LockTimeoutOpt = Annotated[
     typer.Option(
         "--lock-timeout",
         min=0,
+        max=3600,
         help="Seconds to wait for another robustctl acting on the store \\[default: policy, 30].",
     ),
 ]

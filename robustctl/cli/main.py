@@ -113,10 +113,10 @@ def main(argv: list[str] | None = None) -> int:
         if callable(show):
             show()
         else:
-            sys.stderr.write(f"robustctl: error: {exc.format_message()}\n")
+            sys.stderr.write(f"robustctl: error: {_plain(exc.format_message())}\n")
         return int(ExitCode.USAGE)
     except RobustctlError as exc:
-        sys.stderr.write(f"robustctl: error: {exc}\n")
+        sys.stderr.write(f"robustctl: error: {_plain(exc)}\n")
         if State.verbose >= 2:
             traceback.print_exc()
         return int(exc.exit_code)
@@ -127,12 +127,19 @@ def main(argv: list[str] | None = None) -> int:
         return int(ExitCode.OK)
     except Exception as exc:
         sys.stderr.write(
-            f"robustctl: internal error: {type(exc).__name__}: {exc} (run with -vv for the traceback)\n"
+            f"robustctl: internal error: {type(exc).__name__}: {_plain(exc)} (run with -vv for the traceback)\n"
         )
         if State.verbose >= 2:
             traceback.print_exc()
         return int(ExitCode.UNKNOWN)
     return int(rv) if isinstance(rv, int) else 0
+
+
+def _plain(text: object) -> str:
+    """An error message safe for the terminal: control characters (ESC) as ``\\xNN``."""
+    from robustctl.report.console import plain
+
+    return plain(text)
 
 
 def _take_verbose(argv: list[str]) -> tuple[int, list[str]]:

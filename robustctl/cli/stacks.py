@@ -33,7 +33,9 @@ def stacks(
     rounds: Annotated[int, typer.Option("--rounds", min=1, max=100, help="Fail-slow rounds.")] = 5,
     interval: Annotated[
         float,
-        typer.Option("--interval", min=0.0, help="Seconds between rounds (fail-slow) or samples (hang)."),
+        typer.Option(
+            "--interval", min=0.0, max=3600, help="Seconds between rounds (fail-slow) or samples (hang)."
+        ),
     ] = 10.0,
     samples: Annotated[
         int,
@@ -45,7 +47,8 @@ def stacks(
         ),
     ] = 2,
     sample_interval: Annotated[
-        float, typer.Option("--sample-interval", min=0.0, help="Hang mode: seconds between samples.")
+        float,
+        typer.Option("--sample-interval", min=0.0, max=3600, help="Hang mode: seconds between samples."),
     ] = 1.0,
     native: Annotated[
         bool,
@@ -56,7 +59,7 @@ def stacks(
         typer.Option("--blocking", help="Pause each process while dumping (py-spy without --nonblocking)."),
     ] = False,
     timeout: Annotated[
-        float, typer.Option("--timeout", min=1.0, help="Per-host probe budget in seconds.")
+        float, typer.Option("--timeout", min=1.0, max=86400, help="Per-host probe budget in seconds.")
     ] = 30.0,
     json_out: JsonOpt = False,
     output: OutputOpt = None,

@@ -127,7 +127,7 @@ def check(
 
     request = StandbyCheckRequest(hosts=hosts, inventory=inventory, state=state, lock_timeout_s=lock_timeout)
     result = run_standby_check(request)
-    render_standby_check(result.results, stderr_console())
+    render_standby_check(result.results, stderr_console(), not_in_inventory=result.not_in_inventory)
     emit_json(result_json(result), to_stdout=json_out, output=None)
     return exit_code_of(result)
 
@@ -195,7 +195,10 @@ def size(
     machines: Annotated[
         int | None,
         typer.Option(
-            "--machines", min=0, help="Machines the pool covers \\[default: the inventory's hosts]."
+            "--machines",
+            min=0,
+            max=1_000_000,
+            help="Machines the pool covers \\[default: the inventory's hosts].",
         ),
     ] = None,
     daily_failure_rate: Annotated[
@@ -207,12 +210,16 @@ def size(
         typer.Option("--from-history", help="Use the daily failure rate observed in the store's evictions."),
     ] = False,
     history_days: Annotated[
-        float, typer.Option("--history-days", min=0.01, help="How far back --from-history looks, days.")
+        float,
+        typer.Option("--history-days", min=0.01, max=3650, help="How far back --from-history looks, days."),
     ] = 30.0,
     repair_window_days: Annotated[
         float | None,
         typer.Option(
-            "--repair-window-days", min=0.001, help="Days a failed machine stays out \\[default: policy, 1]."
+            "--repair-window-days",
+            min=0.001,
+            max=365,
+            help="Days a failed machine stays out \\[default: policy, 1].",
         ),
     ] = None,
     quantile: Annotated[
@@ -228,11 +235,10 @@ def size(
     The smallest k with P\\[failures <= k] >= 0.99 (ByteRobust's Table 5: 2, 2, 3, 4 spares for 128,
     256, 512, 1024 machines at 0.12% a day). Exit: 0, 64 usage, 78 config/state store.
     """
-    import sys
 
     from robustctl.commands.base import exit_code_of, result_json
     from robustctl.commands.standby import StandbySizeRequest, run_standby_size
-    from robustctl.report.console import emit_json
+    from robustctl.report.console import emit_json, write_stdout
 
     request = StandbySizeRequest(
         machines=machines,
@@ -248,5 +254,5 @@ def size(
     if json_out:
         emit_json(result_json(result), to_stdout=True, output=None)
     else:
-        sys.stdout.write(f"{result.standbys}\n")
+        write_stdout(f"{result.standbys}\n")
     return exit_code_of(result)

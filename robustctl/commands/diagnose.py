@@ -133,14 +133,14 @@ def diagnose_request(
     :mod:`robustctl.commands.options`.
 
     Raises:
-        ConfigError / InventoryError: the inventory or an environment variable is invalid, or
-            ``hosts`` names a host the inventory does not have.
-        UsageError: no active host is selected.
+        ConfigError / InventoryError: the inventory or an environment variable is invalid.
+        UsageError: ``hosts`` is a malformed range or names a host the inventory does not have; no
+            active host is selected.
     """
     from robustctl.commands import options
 
     inv = options.inventory(inventory, environ)
-    targets = inv.select(hosts)
+    targets = options.select_hosts(inv, hosts)  # --hosts is a flag: a bad value exits 64
     if not targets:
         raise UsageError(f"no active hosts selected from {inv.source}" + (f" by {hosts!r}" if hosts else ""))
     flags = options.DiagnoseFlags(concurrency, host_timeout_s, deadline_s, burn_seconds)

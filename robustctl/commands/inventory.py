@@ -104,13 +104,15 @@ def run_inventory_show(request: InventoryShowRequest) -> InventoryShow:
     """The hosts of an inventory (``hosts`` selects by range, in any state).
 
     Raises:
-        ConfigError / InventoryError: an invalid inventory, a bad range or an unknown host.
+        ConfigError / InventoryError: an invalid inventory.
+        UsageError: ``hosts`` is a bad range or names an unknown host (a flag: exit 64).
     """
+    from robustctl.commands.options import select_hosts
     from robustctl.config import HostState
     from robustctl.inventory import load_inventory
 
     inv = load_inventory(request.path)
-    selected = inv.select(request.hosts, states=list(HostState)) if request.hosts else list(inv.hosts)
+    selected = select_hosts(inv, request.hosts, states=list(HostState)) if request.hosts else list(inv.hosts)
     rows = tuple(
         InventoryHostRow(
             host=h.name,

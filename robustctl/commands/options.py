@@ -21,16 +21,16 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from robustctl.errors import ConfigError, UsageError
+from robustctl.errors import ConfigError, InventoryError, UsageError
 
 if TYPE_CHECKING:
-    from robustctl.config import DiagnoseSettings
-    from robustctl.inventory import Inventory
+    from robustctl.config import DiagnoseSettings, HostState
+    from robustctl.inventory import Host, Inventory
 
 __all__ = [
     "DIAGNOSE_ENV",
@@ -39,6 +39,7 @@ __all__ = [
     "inventory",
     "inventory_if_given",
     "parse_duration",
+    "select_hosts",
     "state_path",
 ]
 
@@ -90,6 +91,21 @@ def inventory_if_given(path: Path | None, environ: Mapping[str, str] | None = No
     return inventory(path, env) if path is not None or env.get("ROBUSTCTL_INVENTORY") else None
 
 
+def select_hosts(
+    inv: Inventory, hosts: str | None, *, states: Iterable[HostState] | None = None
+) -> list[Host]:
+    """``inv.select(hosts, states=states)`` for a ``--hosts`` flag.
+
+    Raises:
+        UsageError: ``hosts`` is a malformed range or names a host the inventory does not have (a
+            flag, so exit 64, not the inventory's 78).
+    """
+    try:
+        return inv.select(hosts, states=states)
+    except InventoryError as exc:
+        raise UsageError(str(exc)) from None
+
+
 def state_path(path: Path | None, environ: Mapping[str, str] | None = None) -> Path:
     """The state store file: ``path``, else ``$ROBUSTCTL_STATE``, else the XDG default."""
     from robustctl.store import default_path
@@ -134,7 +150,18 @@ def diagnose_settings(
     try:
         return DiagnoseSettings.model_validate(data)
     except ValidationError as exc:
-        raise UsageError(f"bad option: {exc.errors()[0].get('msg', 'invalid value')}") from None
+        err = exc.errors()[0]
+        flag = _FLAG_OF.get(tuple(str(x) for x in err.get("loc", ())), "option")
+        raise UsageError(f"bad {flag}: {err.get('msg', 'invalid value')}") from None
+
+
+_FLAG_OF: dict[tuple[str, ...], str] = {
+    ("concurrency",): "--concurrency",
+    ("host_timeout_s",): "--host-timeout",
+    ("deadline_s",): "--deadline",
+    ("burn", "seconds"): "--burn-seconds",
+}
+"""The flag behind each setting :func:`diagnose_settings` lays over, for its usage errors."""
 
 
 _UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}

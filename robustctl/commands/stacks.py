@@ -131,7 +131,8 @@ def stacks_request(
     """A :class:`StacksRequest` from command-line values, layered by :mod:`robustctl.commands.options`.
 
     Raises:
-        ConfigError / InventoryError: invalid inventory or environment, unknown job or host.
+        ConfigError / InventoryError: invalid inventory or environment, unknown job.
+        UsageError: ``hosts`` is a bad range or names an unknown host (a flag: exit 64).
     """
     from robustctl.commands import options
     from robustctl.stacks.collect import CollectSettings
@@ -140,7 +141,7 @@ def stacks_request(
     the_job = inv.job(job)
     targets = None
     if hosts is not None:
-        wanted = {h.name for h in inv.select(hosts)}
+        wanted = {h.name for h in options.select_hosts(inv, hosts)}
         targets = tuple(h for h in the_job.hosts if h.name in wanted)
     settings = CollectSettings.from_diagnose(
         options.diagnose_settings(inv.diagnose, environ=environ),

@@ -115,12 +115,14 @@ class StandbyCheckResult:
 
     Attributes:
         audit_id: the audit record of the readiness changes. results: one per standby checked.
-        report: the diagnose report (L0–L1). Exit code: 0 every standby ready, 2 some bad.
+        report: the diagnose report (L0–L1). not_in_inventory: standbys of the store the inventory
+        no longer has (skipped, never checked). Exit code: 0 every standby ready, 2 some bad.
     """
 
     audit_id: int
     results: tuple[CheckedStandby, ...]
     report: RunReport
+    not_in_inventory: tuple[str, ...] = ()
     kind: str = "standby-check"
     schema_version: int = SCHEMA_VERSION
 
@@ -156,6 +158,7 @@ def run_standby_check(req: StandbyCheckRequest, *, pool: TransportPool | None = 
         checked.audit_id,
         tuple(CheckedStandby(h, r, s) for h, r, s in checked.results),
         checked.report,
+        checked.not_in_inventory,
     )
 
 
@@ -281,6 +284,10 @@ class StandbySizeResult:
         return ExitCode.OK
 
 
+MAX_HISTORY_DAYS = 3650.0
+"""Longest ``--history-days`` (ten years: longer than any store's history; bounds the query window)."""
+
+
 def run_standby_size(req: StandbySizeRequest) -> StandbySizeResult:
     """The standby pool size: the smallest k with P[Binomial(machines, rate × window) ≤ k] ≥ quantile.
 
@@ -293,6 +300,8 @@ def run_standby_size(req: StandbySizeRequest) -> StandbySizeResult:
     """
     if (req.daily_failure_rate is None) == (not req.from_history):
         raise UsageError("give --daily-failure-rate RATE or --from-history (one of them)")
+    if not 0 < req.history_days <= MAX_HISTORY_DAYS:  # also refuses NaN
+        raise UsageError(f"--history-days must be within (0, {MAX_HISTORY_DAYS}], got {req.history_days}")
     rate = req.daily_failure_rate
     evictions: int | None = None
     window, quantile = req.repair_window_days, req.quantile

@@ -11,12 +11,12 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
 
 from robustctl.actions.plan import ApplyResult, Plan
 from robustctl.actions.session import ActionResult, Outcome
 from robustctl.actions.standby import StandbyInfo
+from robustctl.report.console import escape
 from robustctl.store import Readiness
 
 if TYPE_CHECKING:
@@ -92,8 +92,13 @@ def render_standby_list(standbys: Sequence[StandbyInfo], console: Console) -> No
     console.print(table)
 
 
-def render_standby_check(results: Sequence[CheckedStandby], console: Console) -> None:
-    """One line per standby checked: its readiness (green ready, red bad), host and why."""
+def render_standby_check(
+    results: Sequence[CheckedStandby], console: Console, *, not_in_inventory: Sequence[str] = ()
+) -> None:
+    """One line per standby checked: its readiness (green ready, red bad), host and why; then one
+    note naming the store's standbys the inventory no longer has (not checked)."""
     for r in results:
         style = "green" if r.readiness is Readiness.READY else "bold red"
         console.print(f"[{style}]{r.readiness.value:>5}[/] {escape(r.host)}: {escape(r.summary)}")
+    if not_in_inventory:
+        console.print(f"note: not in the inventory, so not checked: {escape(', '.join(not_in_inventory))}")

@@ -13,13 +13,12 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
 
 from robustctl.analysis import Finding
 from robustctl.analysis.detect import AnalysisReport, ArtefactAnalysis
 from robustctl.models import Status
-from robustctl.report.console import styled
+from robustctl.report.console import escape, styled
 
 __all__ = ["render_analysis"]
 
@@ -104,16 +103,20 @@ def _render_nccl(a: ArtefactAnalysis, console: Console, *, verbose: bool) -> Non
     t.add_column("key", style="dim", no_wrap=True)
     t.add_column("value", overflow="fold")
     src = d.get("collective_source")
-    t.add_row("collective", f"{d.get('collective') or 'unknown'}" + (f" (from {src})" if src else ""))
+    t.add_row("collective", escape(f"{d.get('collective') or 'unknown'}" + (f" (from {src})" if src else "")))
     ranks = d.get("rank_count")
     rsrc = d.get("rank_count_source")
-    t.add_row("ranks", f"{ranks if ranks is not None else 'unknown'}" + (f" (from {rsrc})" if rsrc else ""))
+    t.add_row(
+        "ranks", escape(f"{ranks if ranks is not None else 'unknown'}" + (f" (from {rsrc})" if rsrc else ""))
+    )
     hosts = d.get("hosts") or []
     if hosts:
         t.add_row("hosts", escape(", ".join(str(h) for h in hosts)))
     t.add_row(
         "peak busbw",
-        f"{_gb(d.get('peak_busbw_gbps'))} at {_size(d.get('peak_size_bytes'))} ({d.get('peak_placement') or '-'})",
+        escape(
+            f"{_gb(d.get('peak_busbw_gbps'))} at {_size(d.get('peak_size_bytes'))} ({d.get('peak_placement') or '-'})"
+        ),
     )
     t.add_row("avg busbw", _gb(d.get("avg_busbw_gbps")) + " (tool's average over all sizes)")
     if d.get("expected_busbw_gbps") is not None:
@@ -132,7 +135,9 @@ def _render_nccl(a: ArtefactAnalysis, console: Console, *, verbose: bool) -> Non
     )
     t.add_row(
         "wrong values",
-        f"{wrong} row half(s) with {d.get('error_column') or 'wrong/error'} > 0; out of bounds: {oob_text}",
+        escape(
+            f"{wrong} row half(s) with {d.get('error_column') or 'wrong/error'} > 0; out of bounds: {oob_text}"
+        ),
     )
     t.add_row("rows", f"{len(rows)}" + (" (truncated table)" if d.get("truncated") else ""))
     console.print(t)
@@ -171,8 +176,8 @@ def _render_kernel_log(a: ArtefactAnalysis, console: Console, *, verbose: bool) 
             e = f.evidence
             count = f" x{e.get('count')}" if e.get("count", 1) != 1 else ""
             console.print(
-                f"  {styled(f.status)} {escape(str(e.get('pci', f.device or '-')))} XID {e.get('xid', '-')}{count}: "
-                f"{escape(str(e.get('name', '')))} - {e.get('category', '')} -> {e.get('action', '')}; "
+                f"  {styled(f.status)} {escape(str(e.get('pci', f.device or '-')))} XID {escape(e.get('xid', '-'))}{count}: "
+                f"{escape(str(e.get('name', '')))} - {escape(e.get('category', ''))} -> {escape(e.get('action', ''))}; "
                 f"pid/process {escape(_pids(e))}; last {escape(str(e.get('last') or '-'))}"
             )
     else:
@@ -186,10 +191,10 @@ def _render_kernel_log(a: ArtefactAnalysis, console: Console, *, verbose: bool) 
             t.add_row(
                 styled(f.status),
                 escape(str(e.get("pci", f.device or "-"))),
-                str(e.get("xid", "-")),
-                str(e.get("count", 1)),
-                str(e.get("category", "")),
-                str(e.get("action", "")),
+                escape(e.get("xid", "-")),
+                escape(e.get("count", 1)),
+                escape(e.get("category", "")),
+                escape(e.get("action", "")),
                 escape(str(e.get("name", ""))),
                 escape(_pids(e)),
                 escape(str(e.get("last") or "-")),
@@ -199,7 +204,9 @@ def _render_kernel_log(a: ArtefactAnalysis, console: Console, *, verbose: bool) 
         for f in a.findings:
             note = f.evidence.get("note")
             msg = f.evidence.get("message")
-            console.print(f"  XID {f.evidence.get('xid')} on {escape(str(f.device))}: {escape(str(msg))}")
+            console.print(
+                f"  XID {escape(f.evidence.get('xid'))} on {escape(str(f.device))}: {escape(str(msg))}"
+            )
             if note:
                 console.print(f"    [dim]{escape(str(note))}[/]")
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 import datetime
 from typing import TYPE_CHECKING
 
-from rich.markup import escape
 from rich.table import Table
+
+from robustctl.report.console import escape
 
 if TYPE_CHECKING:
     from rich.console import Console

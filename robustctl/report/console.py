@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape as rich_escape
+from rich.text import Text
 
 from robustctl.errors import ConfigError
 from robustctl.models import Status, to_jsonable
@@ -44,6 +47,34 @@ def stderr_console(*, wide: bool = False) -> Console:
     return console
 
 
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+"""C0 and C1 control characters except tab and newline (ESC and CSI among them)."""
+
+
+def escape(text: object) -> str:
+    """``text`` made safe to embed in rich markup: data, never markup.
+
+    Every string that came from a user, a file, a host or the store goes through this before rich
+    renders it: ``[`` is escaped (:func:`rich.markup.escape`), so ``"[/]"`` or
+    ``"[link=file:///etc/passwd]x[/link]"`` prints literally and never raises ``MarkupError``; control
+    characters other than tab and newline (``ESC``, ``CSI``, ``BEL``, ...) are shown as ``\\xNN``, so a
+    host's output cannot move the cursor, recolour or retitle the user's terminal. ``None`` and
+    other objects are converted with ``str`` first.
+    """
+    return rich_escape(plain(text))
+
+
+def as_text(text: object) -> Text:
+    """``text`` as a :class:`rich.text.Text` cell (no markup parsed; control characters as ``\\xNN``)."""
+    return Text(plain(text))
+
+
+def plain(text: object) -> str:
+    """``str(text)`` with control characters other than tab and newline shown as ``\\xNN``: for text
+    written to a terminal without rich (the CLI's one-line errors)."""
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", str(text))
+
+
 def styled(status: Status) -> str:
     """Rich markup for a status word, e.g. ``[bold red]CRITICAL[/]``."""
     return f"[{STATUS_STYLE[status]}]{status.value.upper()}[/]"
@@ -58,7 +89,7 @@ def emit_json(obj: Any, *, to_stdout: bool, output: Path | None) -> None:
     """Write the JSON document to stdout and/or ``output``.
 
     Raises:
-        ConfigError: ``output`` cannot be written (the message names the file).
+        ConfigError: ``output`` or stdout cannot be written (the message names which).
     """
     text = dump_json(obj) + "\n"
     if output is not None:
@@ -67,5 +98,35 @@ def emit_json(obj: Any, *, to_stdout: bool, output: Path | None) -> None:
         except OSError as exc:
             raise ConfigError(f"{output}: cannot write: {exc.strerror}") from None
     if to_stdout:
+        write_stdout(text)
+
+
+def write_stdout(text: str) -> None:
+    """Write ``text`` to stdout and flush it.
+
+    Raises:
+        ConfigError: stdout cannot be written (a full disk, ``> /dev/full``, an I/O error): one line,
+            exit 78 -- the output is where the user pointed it, not a host problem, so never 3.
+        BrokenPipeError: the reader went away (``| head``); the CLI exits 0 for it.
+
+    On either error stdout is pointed at ``/dev/null`` first, so the interpreter's final flush of
+    the unwritten buffer cannot fail a second time and print a traceback.
+    """
+    try:
         sys.stdout.write(text)
         sys.stdout.flush()
+    except BrokenPipeError:
+        _stdout_to_devnull()
+        raise
+    except OSError as exc:
+        _stdout_to_devnull()
+        raise ConfigError(f"cannot write output to stdout: {exc.strerror or exc}") from None
+
+
+def _stdout_to_devnull() -> None:
+    try:
+        fd = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(fd, sys.stdout.fileno())
+        os.close(fd)
+    except (OSError, ValueError):  # no real file descriptor (a test's capture): nothing to protect
+        pass

@@ -6,10 +6,9 @@ from typing import Any
 
 from rich.console import Console
 from rich.table import Table
-from rich.text import Text
 
 from robustctl.models import RunReport, Status
-from robustctl.report.console import styled
+from robustctl.report.console import as_text, escape, styled
 
 
 def render_run(report: RunReport, console: Console, *, verbose: bool = False) -> None:
@@ -32,23 +31,26 @@ def render_run(report: RunReport, console: Console, *, verbose: bool = False) ->
             na = sum(1 for c in h.checks if c.status is Status.NOT_APPLICABLE)
             ok = sum(1 for c in h.checks if c.status is Status.OK)
             note = f"{ok} checks ok" + (f", {na} not applicable" if na else "")
-            table.add_row(h.host, styled(h.status), "", "", note)
+            table.add_row(escape(h.host), styled(h.status), "", "", note)
             continue
         for i, c in enumerate(sorted(shown, key=lambda c: (-c.status.severity, c.level, c.name))):
             dev = f" [{c.device}]" if c.device else ""
+            summary = escape(c.summary)
             table.add_row(
-                h.host if i == 0 else "",
+                escape(h.host) if i == 0 else "",
                 styled(h.status) if i == 0 else "",
                 str(c.level),
-                c.name + dev,
-                f"{styled(c.status)} {c.summary}" if c.status is not h.status else c.summary,
+                escape(c.name + dev),
+                f"{styled(c.status)} {summary}" if c.status is not h.status else summary,
             )
     console.print(table)
-    console.print(levels_line(report), markup=False)
+    console.print(as_text(levels_line(report)))
     if report.suspects:
-        console.print(f"[bold red]suspects ({len(report.suspects)}):[/] {', '.join(report.suspects)}")
+        console.print(f"[bold red]suspects ({len(report.suspects)}):[/] {escape(', '.join(report.suspects))}")
     if report.unknown:
-        console.print(f"[magenta]could not check ({len(report.unknown)}):[/] {', '.join(report.unknown)}")
+        console.print(
+            f"[magenta]could not check ({len(report.unknown)}):[/] {escape(', '.join(report.unknown))}"
+        )
     console.print(
         f"{styled(report.status)}: {len(report.hosts)} host(s) in {report.finished_at - report.started_at:.1f}s"
         f" → exit {int(report.exit_code)}"
@@ -81,11 +83,12 @@ def print_plan(plan: dict[str, Any], console: Console) -> None:
     runs = [f"L{lv['level']} {lv['name']}" for lv in plan["levels"] if "skipped" not in lv]
     skipped = [f"L{lv['level']} {lv['name']} ({lv['skipped']})" for lv in plan["levels"] if "skipped" in lv]
     console.print(
-        f"would run {', '.join(runs) or 'nothing'} on {len(plan['hosts'])} host(s)"
-        + (" (all levels)" if plan["all_levels"] else " (stopping at the first level with suspects)")
-        + f"; concurrency {plan['concurrency']}, per-host {plan['host_timeout_s']:g}s, deadline {plan['deadline_s']:g}s"
-        + (f"; skipped: {', '.join(skipped)}" if skipped else ""),
-        markup=False,
+        as_text(
+            f"would run {', '.join(runs) or 'nothing'} on {len(plan['hosts'])} host(s)"
+            + (" (all levels)" if plan["all_levels"] else " (stopping at the first level with suspects)")
+            + f"; concurrency {plan['concurrency']}, per-host {plan['host_timeout_s']:g}s, deadline {plan['deadline_s']:g}s"
+            + (f"; skipped: {', '.join(skipped)}" if skipped else "")
+        )
     )
     table = Table(show_header=True, show_lines=True)
     for col in ("host", "via", "lvl", "command", "stdin"):
@@ -96,12 +99,12 @@ def print_plan(plan: dict[str, Any], console: Console) -> None:
         for i, c in enumerate(rows):
             what = f" {c['pair']} rank {c['rank']}" if "pair" in c else ""
             table.add_row(
-                Text(h["host"] if i == 0 else ""),
-                Text(via if i == 0 else ""),
-                Text(f"{c['level']}{what}"),
-                Text(c["command"]),
-                Text(c["stdin"]),
+                as_text(h["host"] if i == 0 else ""),
+                as_text(via if i == 0 else ""),
+                as_text(f"{c['level']}{what}"),
+                as_text(c["command"]),
+                as_text(c["stdin"]),
             )
     console.print(table)
     for note in plan.get("notes", []):
-        console.print(f"note: {note}", markup=False)
+        console.print(as_text(f"note: {note}"))

@@ -5,8 +5,9 @@ from __future__ import annotations
 import datetime
 from typing import TYPE_CHECKING
 
-from rich.markup import escape
 from rich.table import Table
+
+from robustctl.report.console import as_text, escape
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -19,11 +20,7 @@ STATE_STYLE = {"suspect": "bold red", "evicted": "yellow", "standby": "cyan", "r
 def render_hosts(result: HostsResult, console: Console) -> None:
     """A table (host, state, since (UTC), reason, last finding) and a one-line count per state."""
     if not result.hosts:
-        console.print(
-            f"no suspect, evicted or standby hosts (state store {result.state})",
-            markup=False,
-            highlight=False,
-        )
+        console.print(as_text(f"no suspect, evicted or standby hosts (state store {result.state})"))
         return
     table = Table(title=f"hosts: {len(result.hosts)}", title_justify="left")
     for col in ("host", "state", "since (UTC)", "reason", "last finding"):
@@ -45,4 +42,4 @@ def render_hosts(result: HostsResult, console: Console) -> None:
     counts: dict[str, int] = {}
     for e in result.hosts:
         counts[e.state] = counts.get(e.state, 0) + 1
-    console.print(", ".join(f"{n} {s}" for s, n in counts.items()), markup=False, highlight=False)
+    console.print(as_text(", ".join(f"{n} {s}" for s, n in counts.items())))

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from rich.markup import escape
 from rich.table import Table
+
+from robustctl.report.console import as_text, escape
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -17,7 +18,7 @@ def render_validation(result: InventoryValidation, console: Console) -> None:
     """One line: ``FILE: valid, N host(s) (3 active, 1 standby)``."""
     parts = ", ".join(f"{n} {s}" for s, n in result.hosts.items())
     total = sum(result.hosts.values())
-    console.print(f"{result.file}: valid, {total} host(s) ({parts})", markup=False, highlight=False)
+    console.print(as_text(f"{result.file}: valid, {total} host(s) ({parts})"))
 
 
 def render_inventory(result: InventoryShow, console: Console) -> None:

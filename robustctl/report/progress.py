@@ -8,6 +8,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
 from robustctl.models import Outcome
+from robustctl.report.console import escape
 
 
 class RichProgress:
@@ -39,7 +40,7 @@ class RichProgress:
             transient=True,
         )
         self._progress.start()
-        self._task = self._progress.add_task(description, total=total, failed="")
+        self._task = self._progress.add_task(escape(description), total=total, failed="")
 
     def advance(self, label: str, outcome: Outcome) -> None:
         """One unit finished."""

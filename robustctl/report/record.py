@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from robustctl.report.console import as_text
+
 if TYPE_CHECKING:
     from rich.console import Console
 
@@ -15,4 +17,4 @@ def render_recorded(recorded: RecordResult | None, console: Console, *, quiet: b
     warning naming the file (always). Nothing when recording was not asked for."""
     if recorded is None or (quiet and recorded.error is None):
         return
-    console.print(recorded.summary(), markup=False, highlight=False, soft_wrap=True)
+    console.print(as_text(recorded.summary()), highlight=False, soft_wrap=True)

@@ -16,12 +16,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
 from rich.tree import Tree
 
 from robustctl.inventory.hostrange import compact_ranges
-from robustctl.report.console import styled
+from robustctl.report.console import escape, styled
 from robustctl.stacks.failslow import FailSlowResult
 from robustctl.stacks.result import ClassSummary, StacksReport
 

@@ -153,10 +153,10 @@ def test_inventory_validate_and_show_json(tmp_path: Path, capsys: pytest.Capture
     assert doc["kind"] == "inventory" and doc["schema_version"] == 1
 
 
-def test_unknown_host_selection_is_config_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_unknown_host_selection_is_usage_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     inv = tmp_path / "c.yaml"
     inv.write_text("hosts:\n  - name: n[1-3]\n    address: 127.0.0.[2-4]\n")
-    assert main(["diagnose", "-i", str(inv), "--hosts", "n9", "--dry-run"]) == ExitCode.CONFIG
+    assert main(["diagnose", "-i", str(inv), "--hosts", "n9", "--dry-run"]) == ExitCode.USAGE  # a flag
     assert "unknown host 'n9'" in capsys.readouterr().err
 
 

@@ -1,0 +1,214 @@
+"""Text is data, never markup: hostile strings pass through every renderer literally.
+
+Every string that came from a user, a file, a host or the store is escaped by
+:func:`robustctl.report.console.escape` (or rendered as :func:`~robustctl.report.console.as_text`)
+before rich sees it, so ``[/]`` cannot raise ``MarkupError``, ``[link=...]`` cannot hide its text and
+an ``ESC`` from a host cannot reach the terminal.
+"""
+
+from __future__ import annotations
+
+from io import StringIO
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from robustctl.actions.standby import Readiness
+from robustctl.cli.main import main
+from robustctl.models import CheckResult, HostReport, LevelSummary, Outcome, RunReport, Status
+from robustctl.report.console import as_text, escape
+
+HOSTILE = ("[/]", "[bold]x", "[link=file:///etc/passwd]click[/link]", "\x1b[31mred")
+"""Each must show literally (the ESC as ``\\x1b``)."""
+
+SHOWN = ("[/]", "[bold]x", "[link=file:///etc/passwd]click[/link]", "\\x1b[31mred")
+ALL = " ".join(HOSTILE)
+
+
+def console() -> tuple[Console, StringIO]:
+    buf = StringIO()
+    return Console(file=buf, width=200, color_system=None, highlight=False), buf
+
+
+def assert_literal(text: str) -> None:
+    for s in SHOWN:
+        assert s in text, (s, text)
+    assert "\x1b" not in text
+
+
+def test_escape_and_as_text_make_markup_and_control_characters_plain() -> None:
+    c, buf = console()
+    c.print(f"[bold]{escape(ALL)}[/]")
+    c.print(as_text(ALL))
+    c.print(escape("ends with a backslash \\"))
+    out = buf.getvalue()
+    assert_literal(out.splitlines()[0])
+    assert_literal(out.splitlines()[1])
+    assert "tab\tand\nnewline" in as_text("tab\tand\nnewline").plain
+
+
+def test_diagnose_run_table_and_plan() -> None:
+    from robustctl.report.diagnose import print_plan, render_run
+
+    check = CheckResult(
+        name=f"gpu {HOSTILE[0]}", level=0, status=Status.CRITICAL, summary=ALL, device=HOSTILE[1]
+    )
+    hosts = (
+        HostReport(
+            host=f"h{HOSTILE[1]}",
+            address="127.0.0.2",
+            status=Status.CRITICAL,
+            outcome=Outcome.OK,
+            checks=(check,),
+        ),
+        HostReport(host=HOSTILE[2], address="127.0.0.3", status=Status.OK, outcome=Outcome.OK),
+    )
+    report = RunReport(
+        status=Status.CRITICAL,
+        hosts=hosts,
+        levels=(LevelSummary(0, "quick", False, reason=ALL),),
+        suspects=(HOSTILE[2],),
+        unknown=(HOSTILE[3],),
+        started_at=0.0,
+        finished_at=1.0,
+    )
+    c, buf = console()
+    render_run(report, c, verbose=True)
+    assert_literal(buf.getvalue())
+    plan = {
+        "levels": [{"level": 0, "name": "quick"}, {"level": 1, "name": "x", "skipped": ALL}],
+        "hosts": [{"host": ALL, "transport": "ssh", "address": "127.0.0.2", "command": ALL}],
+        "all_levels": False,
+        "concurrency": 1,
+        "host_timeout_s": 1.0,
+        "deadline_s": 2.0,
+        "notes": [ALL],
+    }
+    c, buf = console()
+    print_plan(plan, c)
+    assert_literal(buf.getvalue().replace("\n", ""))
+
+
+def test_stacks_report_frames_and_hosts() -> None:
+    from robustctl.report.stacks import render_stacks
+    from robustctl.stacks.model import Frame, ProcessDump, ThreadStack
+    from robustctl.stacks.result import analyze_stacks
+
+    def mk(rank: int, fn: str) -> ProcessDump:
+        frames = (Frame(fn, "m.py", 1), Frame("<module>", "train.py", 1))
+        return ProcessDump((ThreadStack("1", "MainThread", frames),), rank=rank, pid=100 + rank, host=ALL)
+
+    dumps = [mk(r, "all_reduce" if r else ALL) for r in range(4)]
+    dumps.append(ProcessDump((), rank=4, error=ALL))
+    c, buf = console()
+    render_stacks(analyze_stacks(dumps), c, verbose=True)
+    assert_literal(buf.getvalue())
+
+
+def test_analysis_report_file_names_and_findings(tmp_path: Path) -> None:
+    from robustctl.analysis.detect import analyze_paths
+    from robustctl.report.analysis import render_analysis
+
+    d = tmp_path / "[bold]x [link=file:" / "etc]click[" / "link] ["
+    d.mkdir(parents=True)
+    f = d / "].log"  # the path reads "[bold]x [link=file:/etc]click[/link] [/].log"
+    f.write_text(f"NVRM: Xid (PCI:0000:3b:00): 79, {ALL}\n")
+    c, buf = console()
+    render_analysis(analyze_paths([f]), c, verbose=True)
+    out = buf.getvalue()
+    assert "[bold]x [link=file:/etc]click[/link] [/].log" in out.replace("\n", "")
+    assert "\x1b" not in out
+
+
+def test_standby_check_lines() -> None:
+    from robustctl.commands.standby import CheckedStandby
+    from robustctl.report.actions import render_standby_check
+
+    c, buf = console()
+    render_standby_check([CheckedStandby(host=HOSTILE[1], readiness=Readiness.BAD, summary=ALL)], c)
+    assert_literal(buf.getvalue())
+
+
+INVENTORY = """\
+gpus_per_host: 2
+hosts:
+  - name: node[01-04]
+    address: 127.0.0.[2-5]
+  - name: spare01
+    address: 127.0.0.9
+    state: standby
+    labels: {rack: "[bold]x [/] [link=file:///etc/passwd]click[/link] \\e[31mred"}
+policy: {max_cluster_fraction: 1.0, max_job_fraction: 1.0, circuit_breaker_fraction: 0.9}
+"""
+
+
+@pytest.fixture
+def cli(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    inv = tmp_path / "inv.yaml"
+    inv.write_text(INVENTORY)
+    monkeypatch.setenv("ROBUSTCTL_INVENTORY", str(inv))
+    monkeypatch.setenv("ROBUSTCTL_STATE", str(tmp_path / "state.db"))
+    monkeypatch.setenv("NO_COLOR", "1")
+    monkeypatch.setenv("COLUMNS", "250")
+    return inv
+
+
+def test_stored_reasons_render_literally_in_every_later_command(
+    cli: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["evict", "node01", "--reason", ALL, "--yes", "-q"]) == 0
+    assert main(["evict", "node02", "--reason", ALL, "--yes"]) == 0  # plan and result rendered
+    assert_literal(capsys.readouterr().err)
+    assert main(["standby", "add", "spare01", "--reason", ALL, "--yes"]) == 0
+    capsys.readouterr()
+    for argv in (["audit"], ["standby", "list"], ["hosts"], ["inventory", "show", str(cli)]):
+        assert main(argv) == 0, argv
+        assert_literal(capsys.readouterr().err.replace("\n", ""))
+
+
+def test_one_line_errors_show_control_characters_escaped(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    state = tmp_path / "dir\x1b[31m"
+    state.mkdir()
+    assert main(["hosts", "--state", str(state)]) == 78
+    err = capsys.readouterr().err
+    assert "dir\\x1b[31m" in err and "\x1b" not in err
+
+
+def test_progress_description_is_data() -> None:
+    from robustctl.report.progress import RichProgress
+
+    buf = StringIO()
+    c = Console(file=buf, width=200, force_terminal=True, color_system=None)
+    p = RichProgress(c)
+    p.start("L0 [/] [bold]x", 2)  # a MarkupError here before
+    p.advance("h1", Outcome.OK)
+    p.stop()
+
+
+@pytest.mark.parametrize("width", [200, 100])  # the wide table and the narrow one-line layout
+def test_analysis_details_and_evidence_from_files(width: int) -> None:
+    from robustctl.analysis import Finding
+    from robustctl.analysis.detect import AnalysisReport, ArtefactAnalysis
+    from robustctl.report.analysis import render_analysis
+
+    ev = {"xid": ALL, "count": 2, "category": ALL, "action": ALL, "name": ALL, "pci": ALL, "last": ALL}
+    kernel = ArtefactAnalysis(
+        "k.log", "kernel-log", Status.CRITICAL, ALL, (Finding(Status.CRITICAL, ALL, ev, ALL),), {}
+    )
+    details = {
+        "collective": ALL,
+        "collective_source": ALL,
+        "rank_count_source": ALL,
+        "hosts": [ALL],
+        "peak_placement": ALL,
+        "error_column": ALL,
+        "rows": [{"dtype": ALL, "redop": ALL, "out_of_place": {"busbw_gbps": 1.0, "wrong": 0}}],
+    }
+    nccl = ArtefactAnalysis("n.log", "nccl-tests", Status.OK, ALL, (Finding(Status.OK, ALL),), details)
+    buf = StringIO()
+    c = Console(file=buf, width=width, color_system=None, highlight=False)
+    render_analysis(AnalysisReport(Status.CRITICAL, (kernel, nccl)), c, verbose=True)
+    assert_literal(buf.getvalue().replace("\n", ""))
