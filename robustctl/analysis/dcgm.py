@@ -30,6 +30,7 @@ GPU test ran (everything but the software/deployment checks skipped) the artefac
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import Enum
 
@@ -191,6 +192,8 @@ class _Builder:
         self.messages: list[tuple[str, list[str]]] = []  # (label, chunks)
 
     def add_result(self, text: str) -> bool:
+        if len(self.results) + len(self.gpu_results) >= _MAX_ITEMS:
+            return bool(_RESULT_RE.match(text) or _GPU_RESULT_RE.match(text))
         m = _RESULT_RE.match(text)
         if m is None:
             g = _GPU_RESULT_RE.match(text)
@@ -268,8 +271,19 @@ def _split_row(raw: str) -> tuple[str, str] | None:
     return left, right
 
 
-def parse_dcgm_diag(text: str) -> DcgmDiag:
+MAX_TESTS = 10_000
+"""Test rows kept by :func:`parse_dcgm_diag`; a real run has a few dozen (later ones are dropped)."""
+
+_MAX_ITEMS = 10_000  # results, GPU results and message chunks kept per test
+_MAX_META_CHARS = 64 * 1024
+
+
+def parse_dcgm_diag(text: str | Iterable[str]) -> DcgmDiag:
     """Parse ``dcgmi diag`` text output. Never raises; lines outside the table are ignored.
+
+    ``text`` may be the output's lines (e.g. a file being read); memory stays bounded whatever the
+    input's size: at most :data:`MAX_TESTS` tests, 10,000 results and message chunks per test and
+    64 KiB per metadata value are kept.
 
     Returns:
         The parsed diagnostic; ``tests`` is empty when no test row was found.
@@ -286,11 +300,13 @@ def parse_dcgm_diag(text: str) -> DcgmDiag:
 
     def close() -> None:
         nonlocal current, message
-        if current is not None:
+        if current is not None and len(tests) < MAX_TESTS:
             tests.append(current.build())
         current, message = None, None
 
-    for line_no, raw in enumerate(text.splitlines(), start=1):
+    lines = text.splitlines() if isinstance(text, str) else text
+    for line_no, raw_line in enumerate(lines, start=1):
+        raw = raw_line.rstrip("\r\n")
         sm = _SECTION_RE.match(raw)
         if sm is not None:
             close()
@@ -310,9 +326,10 @@ def parse_dcgm_diag(text: str) -> DcgmDiag:
             continue
         if (section is not None and section.lower() == "metadata") or left.lower() in _METADATA_KEYS:
             if left:
-                metadata[left] = right
-                last_meta_key = left
-            elif last_meta_key is not None:
+                if left in metadata or len(metadata) < 1000:
+                    metadata[left] = right[:_MAX_META_CHARS]
+                    last_meta_key = left
+            elif last_meta_key is not None and len(metadata[last_meta_key]) < _MAX_META_CHARS:
                 metadata[last_meta_key] += " " + right
             continue
         if left:
@@ -321,7 +338,8 @@ def parse_dcgm_diag(text: str) -> DcgmDiag:
                 if current is None:
                     current = _Builder(section or "(unnamed)", section, line_no)
                 message = [right_raw]
-                current.messages.append((lm.group("label").lower(), message))
+                if len(current.messages) < _MAX_ITEMS:
+                    current.messages.append((lm.group("label").lower(), message))
                 continue
             close()
             current = _Builder(left, section, line_no)
@@ -346,8 +364,9 @@ def parse_dcgm_diag(text: str) -> DcgmDiag:
             current.add_result(right)
             layout_3x = True
         elif message is not None:
-            message.append(right_raw)
-        elif right:
+            if len(message) < _MAX_ITEMS:
+                message.append(right_raw)
+        elif right and len(current.messages) < _MAX_ITEMS:
             current.messages.append(("info", [right_raw]))
     close()
 

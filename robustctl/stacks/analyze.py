@@ -39,7 +39,7 @@ from robustctl.stacks.cluster import (
     normalize_path,
 )
 from robustctl.stacks.model import DumpParseError, ProcessDump, ProcessRole
-from robustctl.stacks.parse import looks_like_pyspy, parse_dump_file, parse_dump_text
+from robustctl.stacks.parse import looks_like_pyspy, parse_dump_file, parse_dump_text, read_regular_file
 from robustctl.stacks.result import InputFile, StacksReport, analyze_stacks, build_report
 
 __all__ = ["KIND", "all_pyspy", "analyze_dumps", "load_dumps"]
@@ -79,9 +79,8 @@ def all_pyspy(paths: Sequence[str | Path]) -> bool:
         return False
     for p in paths:
         try:
-            with Path(p).open("rb") as fh:
-                head = fh.read(_SNIFF_BYTES)
-        except OSError:
+            head = read_regular_file(p, _SNIFF_BYTES)
+        except DumpParseError:
             return False
         if b"\x00" in head or not looks_like_pyspy(head.decode("utf-8", errors="replace")):
             return False
