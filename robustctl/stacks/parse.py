@@ -494,12 +494,25 @@ def read_regular_file(path: str | Path, limit: int) -> bytes:
         os.close(fd)
 
 
+def _other_kind(text: str) -> str:
+    """What a file that is not a py-spy dump looks like, for the error message."""
+    from robustctl.analysis.detect import detect_kind
+
+    kind = detect_kind(text[:1_000_000])
+    if kind is None:
+        return "no py-spy thread, frame or error line"
+    return f"it is {kind.name} output: analyse it without --layout"
+
+
 def parse_dump_file(path: str | Path) -> tuple[ProcessDump, ...]:
     """Read and parse one dump file; the rank comes from the dump, else from the file name.
 
+    A file that :func:`looks_like_pyspy` rejects (a kernel log, nccl-tests output, any other text)
+    is not parsed as a dump: it would become a bogus "process" whose frames are log lines.
+
     Raises:
-        DumpParseError: the file cannot be read, is binary or too large, or is not a py-spy dump;
-            the message starts with the path.
+        DumpParseError: the file cannot be read, is not a regular file, is binary or too large, or
+            is not a py-spy dump; the message starts with the path.
     """
     p = Path(path)
     data = read_regular_file(p, MAX_DUMP_BYTES + 1)
@@ -507,10 +520,11 @@ def parse_dump_file(path: str | Path) -> tuple[ProcessDump, ...]:
         raise DumpParseError(f"{p}: larger than {MAX_DUMP_BYTES // (1024 * 1024)} MiB")
     if b"\x00" in data[:65536]:
         raise DumpParseError(f"{p}: binary file (not a py-spy dump)")
+    text = data.decode("utf-8", errors="replace")
+    if not looks_like_pyspy(text):
+        raise DumpParseError(f"{p}: not a py-spy dump ({_other_kind(text)}); not read as one")
     try:
-        return parse_dump_text(
-            data.decode("utf-8", errors="replace"), source=str(p), rank=rank_from_name(p.name)
-        )
+        return parse_dump_text(text, source=str(p), rank=rank_from_name(p.name))
     except DumpParseError as exc:
         raise DumpParseError(f"{p}: {exc}") from None
 

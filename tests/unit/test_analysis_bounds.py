@@ -202,3 +202,39 @@ def test_huge_layout_on_the_command_line_is_usage_error(capsys: pytest.CaptureFi
     code = main(["analyze", str(XID_LINES), "--layout", "tp=99999999999999999999"])
     assert code == ExitCode.USAGE
     assert "largest world size" in capsys.readouterr().err
+
+
+GLOO = DATA / "pyspy" / "captured-gloo-4ranks"
+
+
+def test_kernel_log_with_layout_is_not_read_as_a_dump(capsys: pytest.CaptureFixture[str]) -> None:
+    """``--layout`` with a kernel log read its lines as a py-spy process; now the file is an UNKNOWN
+    input naming what it is, and no class or process comes from it."""
+    code = main(["analyze", str(XID_LINES), "--layout", "tp=2", "--json"])
+    doc = json.loads(capsys.readouterr().out)
+    assert code == ExitCode.UNKNOWN
+    (inp,) = doc["inputs"]
+    assert inp["status"] == "unknown"
+    assert "not a py-spy dump" in inp["error"] and "kernel-log" in inp["error"]
+    assert doc["classes"] == []
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["-G", "3"],  # 4 ranks (0-3) from the dumps
+        ["--layout", "tp=2,dp=4", "-G", "3"],
+    ],
+)
+def test_ranks_per_host_must_divide_the_ranks(args: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    dumps = [str(p) for p in sorted(GLOO.glob("rank*.dump"))]
+    code = main(["analyze", *dumps, *args])
+    err = capsys.readouterr().err
+    assert code == ExitCode.USAGE
+    assert "--ranks-per-host 3 does not divide" in err
+    assert "Traceback" not in err
+
+
+def test_ranks_per_host_that_divides_is_accepted() -> None:
+    dumps = [str(p) for p in sorted(GLOO.glob("rank*.dump"))]
+    assert main(["analyze", *dumps, "-G", "2", "--json"]) != ExitCode.USAGE
