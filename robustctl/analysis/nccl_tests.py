@@ -174,7 +174,8 @@ class NcclTestsResult:
         avg_busbw_gbps: the ``# Avg bus bandwidth`` line, ``None`` when missing.
         failures: ``Test NCCL failure ...`` / ``Test CUDA failure ...`` lines.
         truncated: True when the column header or the Avg line is missing.
-        rows_dropped: table rows read after the first :data:`MAX_ROWS` (not kept, not judged).
+        rows_dropped: table rows read after the first :data:`MAX_ROWS` and not kept (neither
+            wrong values nor a new peak busbw; see :data:`MAX_EXTRA_ROWS`).
         failures_dropped: failure lines read after the first :data:`MAX_FAILURES`.
     """
 
@@ -409,6 +410,19 @@ MAX_ROWS = 20_000
 from 8 B to 16 GB in factors of 2 is 32 rows; 20,000 rows keep hundreds of concatenated runs while a
 hostile or runaway log stays within a few tens of MB."""
 
+MAX_EXTRA_ROWS = 1_000
+"""Rows kept past :data:`MAX_ROWS` because they hold wrong values or raise the peak busbw, so the
+verdict of a huge log still sees them."""
+
+
+def _row_peak(row: NcclRow) -> float:
+    return max(m.busbw_gbps for _, m in _measurements_for_peak(row))
+
+
+def _row_wrong(row: NcclRow) -> bool:
+    return any(m is not None and m.wrong for m in (row.out_of_place, row.in_place))
+
+
 MAX_FAILURES = 100
 """``Test ... failure`` lines kept (later ones are counted in ``failures_dropped``)."""
 
@@ -422,8 +436,9 @@ def parse_nccl_tests(text: str | Iterable[str]) -> NcclTestsResult:
     """Parse one nccl-tests output. Never raises; unknown lines are ignored.
 
     Memory is bounded whatever the input's size: lines are read one at a time (``text`` may be an
-    iterator of lines, e.g. a file being read) and at most :data:`MAX_ROWS` rows and
-    :data:`MAX_FAILURES` failure lines are kept; the rest are counted.
+    iterator of lines, e.g. a file being read) and at most :data:`MAX_ROWS` rows (plus
+    :data:`MAX_EXTRA_ROWS` later rows with wrong values or a higher busbw) and :data:`MAX_FAILURES`
+    failure lines are kept; the rest are counted.
 
     Args:
         text: the output as saved (any prefix, indentation, old or new columns, truncated), or its
@@ -446,6 +461,8 @@ def parse_nccl_tests(text: str | Iterable[str]) -> NcclTestsResult:
     saw_column_header = False
     rows_dropped = 0
     failures_dropped = 0
+    extra = 0
+    peak_bw = float("-inf")
 
     lines = text.splitlines() if isinstance(text, str) else text
     for line_no, raw in enumerate(lines, start=1):
@@ -508,6 +525,12 @@ def parse_nccl_tests(text: str | Iterable[str]) -> NcclTestsResult:
         if row is not None:
             if len(rows) < MAX_ROWS:
                 rows.append(row)
+                peak_bw = max(peak_bw, _row_peak(row))
+            elif extra < MAX_EXTRA_ROWS and (_row_wrong(row) or _row_peak(row) > peak_bw):
+                # Past the cap, still keep the rows a verdict turns on: wrong values, a new peak.
+                rows.append(row)
+                extra += 1
+                peak_bw = max(peak_bw, _row_peak(row))
             else:
                 rows_dropped += 1
 
@@ -770,7 +793,7 @@ def evaluate(
     if result.truncated:
         summary += " [truncated]"
     if result.rows_dropped:
-        summary += f" [only the first {len(result.rows)} rows judged, {result.rows_dropped} more not kept]"
+        summary += f" [{len(result.rows)} rows kept, {result.rows_dropped} more unremarkable rows not kept]"
     ordered = sort_findings(findings)
     if status in (Status.CRITICAL, Status.WARNING, Status.NOT_APPLICABLE):
         summary += f"; {ordered[0].message}"

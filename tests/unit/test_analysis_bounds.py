@@ -101,12 +101,16 @@ def test_memory_stays_flat_on_a_large_log(tmp_path: Path, kind: str, size_mib: i
 
 def test_nccl_rows_beyond_the_cap_are_counted_not_kept() -> None:
     row = "     1048576        262144     float     sum      -1    36.02   29.11   50.94      0    35.71   29.36   51.38      0"
-    lines = iter([row] * (nccl_tests.MAX_ROWS + 5))
+    wrong = "     1048576        262144     float     sum      -1    36.02   29.11   50.94      7    35.71   29.36   51.38      0"
+    faster = "     1048576        262144     float     sum      -1    36.02   29.11   90.50      0    35.71   29.36   51.38      0"
+    lines = iter([row] * (nccl_tests.MAX_ROWS + 5) + [wrong, faster, row])
     result = nccl_tests.parse_nccl_tests(lines)
-    assert len(result.rows) == nccl_tests.MAX_ROWS
-    assert result.rows_dropped == 5
+    assert len(result.rows) == nccl_tests.MAX_ROWS + 2  # the wrong row and the new peak are kept
+    assert result.rows_dropped == 6
     verdict = nccl_tests.evaluate(result)
-    assert "5 more not kept" in verdict.summary
+    assert verdict.status is Status.CRITICAL  # the wrong values past the cap are still judged
+    assert verdict.details["peak_busbw_gbps"] == 90.5
+    assert "6 more unremarkable rows not kept" in verdict.summary
 
 
 def test_streamed_kernel_log_counts_every_event(tmp_path: Path) -> None:
