@@ -190,6 +190,14 @@ class _Builder:
         self.gpu_results: list[DcgmGpuResult] = []
         self.all_gpus: DcgmResult | None = None
         self.messages: list[tuple[str, list[str]]] = []  # (label, chunks)
+        self.chars = 0  # message text kept, bounded by _MAX_TEST_CHARS
+
+    def take(self, chunk: str) -> bool:
+        """True (and counted) when ``chunk`` still fits this test's message budget."""
+        if self.chars + len(chunk) > _MAX_TEST_CHARS or len(self.messages) >= _MAX_ITEMS:
+            return False
+        self.chars += len(chunk)
+        return True
 
     def add_result(self, text: str) -> bool:
         if len(self.results) + len(self.gpu_results) >= _MAX_ITEMS:
@@ -271,19 +279,20 @@ def _split_row(raw: str) -> tuple[str, str] | None:
     return left, right
 
 
-MAX_TESTS = 10_000
+MAX_TESTS = 1_000
 """Test rows kept by :func:`parse_dcgm_diag`; a real run has a few dozen (later ones are dropped)."""
 
-_MAX_ITEMS = 10_000  # results, GPU results and message chunks kept per test
+_MAX_ITEMS = 256  # results, GPU results and message chunks kept per test
 _MAX_META_CHARS = 64 * 1024
+_MAX_TEST_CHARS = 64 * 1024  # message text kept per test (a real test's messages: a few KiB)
 
 
 def parse_dcgm_diag(text: str | Iterable[str]) -> DcgmDiag:
     """Parse ``dcgmi diag`` text output. Never raises; lines outside the table are ignored.
 
     ``text`` may be the output's lines (e.g. a file being read); memory stays bounded whatever the
-    input's size: at most :data:`MAX_TESTS` tests, 10,000 results and message chunks per test and
-    64 KiB per metadata value are kept.
+    input's size: at most :data:`MAX_TESTS` tests, 256 results and 64 KiB of message text
+    per test, and 64 KiB per metadata value are kept.
 
     Returns:
         The parsed diagnostic; ``tests`` is empty when no test row was found.
@@ -326,7 +335,7 @@ def parse_dcgm_diag(text: str | Iterable[str]) -> DcgmDiag:
             continue
         if (section is not None and section.lower() == "metadata") or left.lower() in _METADATA_KEYS:
             if left:
-                if left in metadata or len(metadata) < 1000:
+                if left in metadata or len(metadata) < 100:
                     metadata[left] = right[:_MAX_META_CHARS]
                     last_meta_key = left
             elif last_meta_key is not None and len(metadata[last_meta_key]) < _MAX_META_CHARS:
@@ -338,12 +347,14 @@ def parse_dcgm_diag(text: str | Iterable[str]) -> DcgmDiag:
                 if current is None:
                     current = _Builder(section or "(unnamed)", section, line_no)
                 message = [right_raw]
-                if len(current.messages) < _MAX_ITEMS:
+                if current.take(right_raw):
                     current.messages.append((lm.group("label").lower(), message))
+                else:
+                    message = None
                 continue
             close()
             current = _Builder(left, section, line_no)
-            if right and not current.add_result(right):
+            if right and not current.add_result(right) and current.take(right_raw):
                 # A result cell we do not know: keep it as info rather than guess.
                 current.messages.append(("info", [right_raw]))
             if _RESULT_RE.match(right) and "-" in right:
@@ -364,9 +375,9 @@ def parse_dcgm_diag(text: str | Iterable[str]) -> DcgmDiag:
             current.add_result(right)
             layout_3x = True
         elif message is not None:
-            if len(message) < _MAX_ITEMS:
+            if current.take(right_raw):
                 message.append(right_raw)
-        elif right and len(current.messages) < _MAX_ITEMS:
+        elif right and current.take(right_raw):
             current.messages.append(("info", [right_raw]))
     close()
 

@@ -32,6 +32,10 @@ _GEN = textwrap.dedent(
     kind, size, out = sys.argv[1], int(sys.argv[2]), sys.argv[3]
     with open(out, "w") as f:
         n = i = 0
+        if kind == "dcgm-diag":
+            hdr = "| Diagnostic                | Result                                         |\\n"
+            f.write(hdr)
+            n = len(hdr)
         if kind == "nccl-tests":
             hdr = ("# nThread 1 nGpus 8 minBytes 8 maxBytes 8589934592 step: 2(factor)\\n"
                    "#       size         count      type   redop    root     time   algbw   busbw "
@@ -39,7 +43,11 @@ _GEN = textwrap.dedent(
             f.write(hdr)
             n = len(hdr)
         while n < size:
-            if kind == "kernel-log":
+            if kind == "dcgm-diag":
+                ln = ("| Memory                    | Fail - GPU: 0                                  |\\n"
+                      if i % 1000 == 0 else
+                      f"| {'Warning' if i % 100 == 0 else ''}   | GPU {i % 8} row remap pending, line {i} |\\n")
+            elif kind == "kernel-log":
                 if i % 10 == 0:
                     ln = f"[{i}.000001] NVRM: Xid (PCI:0000:{i % 256:02x}:00): 79, pid={i}, name=python3\\n"
                 else:
@@ -87,7 +95,7 @@ def _measure(tmp_path: Path, kind: str, size: int) -> dict[str, object]:
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="ru_maxrss units and /proc are Linux's")
-@pytest.mark.parametrize(("kind", "size_mib"), [("kernel-log", 64), ("nccl-tests", 16)])
+@pytest.mark.parametrize(("kind", "size_mib"), [("kernel-log", 64), ("nccl-tests", 16), ("dcgm-diag", 12)])
 def test_memory_stays_flat_on_a_large_log(tmp_path: Path, kind: str, size_mib: int) -> None:
     """Reading whole files made a 200 MB nccl-tests log take 9.6 GB RSS; streaming keeps it flat.
 
