@@ -464,10 +464,29 @@ def parse_nccl_tests(text: str | Iterable[str]) -> NcclTestsResult:
     extra = 0
     peak_bw = float("-inf")
 
+    def keep(row: NcclRow) -> None:
+        nonlocal peak_bw, extra, rows_dropped
+        if len(rows) < MAX_ROWS:
+            rows.append(row)
+        elif extra < MAX_EXTRA_ROWS and (_row_wrong(row) or _row_peak(row) > peak_bw):
+            # Past the cap, still keep the rows a verdict turns on: wrong values, a new peak.
+            rows.append(row)
+            extra += 1
+        else:
+            rows_dropped += 1
+            return
+        peak_bw = max(peak_bw, _row_peak(row))
+
     lines = text.splitlines() if isinstance(text, str) else text
     for line_no, raw in enumerate(lines, start=1):
         line = _strip_prefix(raw.rstrip("\r\n"))
         if not line:
+            continue
+        # Fast path for table rows (most lines of a large log): they start with the size, and no
+        # header, rank, collective or summary line does.
+        row = _parse_row(line, line_no) if line[0].isdigit() and not _FAILURE_RE.search(line) else None
+        if row is not None:
+            keep(row)
             continue
         body = line.lstrip("#").strip()
         low = body.lower()
@@ -521,18 +540,11 @@ def parse_nccl_tests(text: str | Iterable[str]) -> NcclTestsResult:
             continue
         if line.startswith("#"):
             continue
+        if line[0].isdigit():
+            continue  # already tried as a row above
         row = _parse_row(line, line_no)
         if row is not None:
-            if len(rows) < MAX_ROWS:
-                rows.append(row)
-                peak_bw = max(peak_bw, _row_peak(row))
-            elif extra < MAX_EXTRA_ROWS and (_row_wrong(row) or _row_peak(row) > peak_bw):
-                # Past the cap, still keep the rows a verdict turns on: wrong values, a new peak.
-                rows.append(row)
-                extra += 1
-                peak_bw = max(peak_bw, _row_peak(row))
-            else:
-                rows_dropped += 1
+            keep(row)
 
     if collective is None and rows:
         guessed = _collective_from_columns(rows)
