@@ -30,6 +30,7 @@ GPU test ran (everything but the software/deployment checks skipped) the artefac
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import Enum
 
@@ -189,8 +190,18 @@ class _Builder:
         self.gpu_results: list[DcgmGpuResult] = []
         self.all_gpus: DcgmResult | None = None
         self.messages: list[tuple[str, list[str]]] = []  # (label, chunks)
+        self.chars = 0  # message text kept, bounded by _MAX_TEST_CHARS
+
+    def take(self, chunk: str) -> bool:
+        """True (and counted) when ``chunk`` still fits this test's message budget."""
+        if self.chars + len(chunk) > _MAX_TEST_CHARS or len(self.messages) >= _MAX_ITEMS:
+            return False
+        self.chars += len(chunk)
+        return True
 
     def add_result(self, text: str) -> bool:
+        if len(self.results) + len(self.gpu_results) >= _MAX_ITEMS:
+            return bool(_RESULT_RE.match(text) or _GPU_RESULT_RE.match(text))
         m = _RESULT_RE.match(text)
         if m is None:
             g = _GPU_RESULT_RE.match(text)
@@ -268,8 +279,20 @@ def _split_row(raw: str) -> tuple[str, str] | None:
     return left, right
 
 
-def parse_dcgm_diag(text: str) -> DcgmDiag:
+MAX_TESTS = 1_000
+"""Test rows kept by :func:`parse_dcgm_diag`; a real run has a few dozen (later ones are dropped)."""
+
+_MAX_ITEMS = 256  # results, GPU results and message chunks kept per test
+_MAX_META_CHARS = 64 * 1024
+_MAX_TEST_CHARS = 64 * 1024  # message text kept per test (a real test's messages: a few KiB)
+
+
+def parse_dcgm_diag(text: str | Iterable[str]) -> DcgmDiag:
     """Parse ``dcgmi diag`` text output. Never raises; lines outside the table are ignored.
+
+    ``text`` may be the output's lines (e.g. a file being read); memory stays bounded whatever the
+    input's size: at most :data:`MAX_TESTS` tests, 256 results and 64 KiB of message text
+    per test, and 64 KiB per metadata value are kept.
 
     Returns:
         The parsed diagnostic; ``tests`` is empty when no test row was found.
@@ -286,11 +309,13 @@ def parse_dcgm_diag(text: str) -> DcgmDiag:
 
     def close() -> None:
         nonlocal current, message
-        if current is not None:
+        if current is not None and len(tests) < MAX_TESTS:
             tests.append(current.build())
         current, message = None, None
 
-    for line_no, raw in enumerate(text.splitlines(), start=1):
+    lines = text.splitlines() if isinstance(text, str) else text
+    for line_no, raw_line in enumerate(lines, start=1):
+        raw = raw_line.rstrip("\r\n")
         sm = _SECTION_RE.match(raw)
         if sm is not None:
             close()
@@ -310,9 +335,10 @@ def parse_dcgm_diag(text: str) -> DcgmDiag:
             continue
         if (section is not None and section.lower() == "metadata") or left.lower() in _METADATA_KEYS:
             if left:
-                metadata[left] = right
-                last_meta_key = left
-            elif last_meta_key is not None:
+                if left in metadata or len(metadata) < 100:
+                    metadata[left] = right[:_MAX_META_CHARS]
+                    last_meta_key = left
+            elif last_meta_key is not None and len(metadata[last_meta_key]) < _MAX_META_CHARS:
                 metadata[last_meta_key] += " " + right
             continue
         if left:
@@ -321,11 +347,14 @@ def parse_dcgm_diag(text: str) -> DcgmDiag:
                 if current is None:
                     current = _Builder(section or "(unnamed)", section, line_no)
                 message = [right_raw]
-                current.messages.append((lm.group("label").lower(), message))
+                if current.take(right_raw):
+                    current.messages.append((lm.group("label").lower(), message))
+                else:
+                    message = None
                 continue
             close()
             current = _Builder(left, section, line_no)
-            if right and not current.add_result(right):
+            if right and not current.add_result(right) and current.take(right_raw):
                 # A result cell we do not know: keep it as info rather than guess.
                 current.messages.append(("info", [right_raw]))
             if _RESULT_RE.match(right) and "-" in right:
@@ -346,8 +375,9 @@ def parse_dcgm_diag(text: str) -> DcgmDiag:
             current.add_result(right)
             layout_3x = True
         elif message is not None:
-            message.append(right_raw)
-        elif right:
+            if current.take(right_raw):
+                message.append(right_raw)
+        elif right and current.take(right_raw):
             current.messages.append(("info", [right_raw]))
     close()
 

@@ -13,24 +13,29 @@ still analysed.
 from __future__ import annotations
 
 import gzip
-import io
+import os
 import re
-from collections.abc import Callable, Sequence
+import stat
+import zlib
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any, cast
 
 from robustctl.analysis import Finding, Verdict, dcgm, nccl_tests, sort_findings, xid
 from robustctl.exit_codes import ExitCode
 from robustctl.models import SCHEMA_VERSION, Status
 
 __all__ = [
+    "HEAD_BYTES",
     "MAX_BYTES",
+    "MAX_LINE_BYTES",
     "UNKNOWN_KIND",
     "AnalysisOptions",
     "AnalysisReport",
     "ArtefactAnalysis",
     "ArtefactKind",
+    "analyze_file",
     "analyze_paths",
     "analyze_text",
     "detect_kind",
@@ -38,8 +43,20 @@ __all__ = [
     "register_kind",
 ]
 
-MAX_BYTES = 512 * 1024 * 1024
-"""Largest artefact read (after decompression); larger files are UNKNOWN."""
+MAX_BYTES = 64 * 1024 * 1024
+"""Largest artefact read whole (after decompression), for kinds that do not stream (py-spy dumps:
+the same bound as :data:`robustctl.stacks.parse.MAX_DUMP_BYTES`); larger ones are UNKNOWN. Kinds
+with ``analyze_lines`` (nccl-tests, kernel logs, dcgmi diag) have no size bound: they are read line
+by line in flat memory."""
+
+HEAD_BYTES = 1024 * 1024
+"""Bytes (after decompression) from the start of a file its kind is detected from. The sniffers look
+at the first 400 (kernel log), 5,000 (dcgmi) or 20,000 (nccl-tests) lines; 1 MiB holds them for
+ordinary line lengths while bounding what detection reads."""
+
+MAX_LINE_BYTES = 64 * 1024
+"""Longest line passed to a streaming parser; the rest of a longer line is skipped (no line of the
+supported formats comes near it, and an endless line must not be held in memory)."""
 
 UNKNOWN_KIND = "unknown"
 """The ``kind`` of a file no registered kind recognised (or that could not be read)."""
@@ -67,6 +84,11 @@ class ArtefactKind:
         sniff: ``text -> bool``; cheap, never raises on any text.
         analyze: ``(text, options) -> Verdict``; never raises on any text the sniff accepted.
         priority: lower runs first (more specific formats first).
+        analyze_lines: ``(lines, options) -> Verdict`` for kinds whose parser streams: called with
+            the file's lines as they are read (each without its line end, at most
+            :data:`MAX_LINE_BYTES`) and keeping bounded state, so a file of any size is analysed
+            in flat memory. ``None``: the file is read whole (at most :data:`MAX_BYTES`) and
+            passed to ``analyze``.
     """
 
     name: str
@@ -74,6 +96,7 @@ class ArtefactKind:
     sniff: Callable[[str], bool]
     analyze: Callable[[str, AnalysisOptions], Verdict]
     priority: int = 100
+    analyze_lines: Callable[[Iterable[str], AnalysisOptions], Verdict] | None = None
 
 
 _REGISTRY: dict[str, ArtefactKind] = {}
@@ -142,14 +165,22 @@ class AnalysisReport:
 # --- built-in kinds ----------------------------------------------------------------------------
 
 
-def _analyze_nccl(text: str, options: AnalysisOptions) -> Verdict:
+def _nccl_lines(lines: Iterable[str], options: AnalysisOptions) -> Verdict:
     return nccl_tests.evaluate(
-        nccl_tests.parse_nccl_tests(text), expected_busbw_gbps=options.expected_busbw_gbps
+        nccl_tests.parse_nccl_tests(lines), expected_busbw_gbps=options.expected_busbw_gbps
     )
 
 
+def _analyze_nccl(text: str, options: AnalysisOptions) -> Verdict:
+    return _nccl_lines(text.splitlines(), options)
+
+
+def _dcgm_lines(lines: Iterable[str], options: AnalysisOptions) -> Verdict:
+    return dcgm.evaluate(dcgm.parse_dcgm_diag(lines))
+
+
 def _analyze_dcgm(text: str, options: AnalysisOptions) -> Verdict:
-    return dcgm.evaluate(dcgm.parse_dcgm_diag(text))
+    return _dcgm_lines(text.splitlines(), options)
 
 
 _KERNEL_PREFIX_RE = re.compile(
@@ -170,30 +201,80 @@ def _sniff_kernel_log(text: str) -> bool:
 
 
 _MAX_EVENTS_IN_DETAILS = 1000
+_MAX_XID_GROUPS = 1000  # distinct (GPU, XID) findings kept; a real log has a handful
+_MAX_PER_GROUP = 20  # distinct pids / process names kept per finding
+_MAX_GPUS = 100_000
+
+
+@dataclass
+class _XidGroup:
+    """The events of one (GPU, XID) seen so far: bounded whatever the log's size."""
+
+    first: xid.XidEvent
+    last: xid.XidEvent
+    count: int = 0
+    pids: set[int] = field(default_factory=set)
+    procs: set[str] = field(default_factory=set)
+
+    def add(self, e: xid.XidEvent) -> None:
+        self.count += 1
+        self.last = e
+        if e.pid is not None and len(self.pids) < _MAX_PER_GROUP:
+            self.pids.add(e.pid)
+        if e.process and len(self.procs) < _MAX_PER_GROUP:
+            self.procs.add(e.process)
 
 
 def _analyze_kernel_log(text: str, options: AnalysisOptions) -> Verdict:
-    events = xid.parse_kernel_log(text)
-    n_lines = text.count("\n") + (0 if text.endswith("\n") else 1)
+    return _kernel_log_lines(text.splitlines(), options)
+
+
+def _kernel_log_lines(lines: Iterable[str], options: AnalysisOptions) -> Verdict:
+    n_lines = 0
+
+    def counted() -> Iterator[str]:
+        nonlocal n_lines
+        for ln in lines:
+            n_lines += 1
+            yield ln
+
+    event_count = 0
+    shown: list[dict[str, Any]] = []
+    groups: dict[tuple[str, int, str], _XidGroup] = {}
+    groups_dropped = 0
+    gpus: set[str] = set()
+    for e in xid.iter_kernel_log(counted()):
+        event_count += 1
+        if len(shown) < _MAX_EVENTS_IN_DETAILS:
+            shown.append(_event_json(e))
+        if len(gpus) < _MAX_GPUS:
+            gpus.add(e.pci)
+        key = (e.pci, e.xid, e.info.name)
+        group = groups.get(key)
+        if group is None:
+            if len(groups) >= _MAX_XID_GROUPS:
+                groups_dropped += 1
+                continue
+            group = groups[key] = _XidGroup(e, e)
+        group.add(e)
     details: dict[str, Any] = {
         "lines": n_lines,
-        "event_count": len(events),
-        "events": [_event_json(e) for e in events[:_MAX_EVENTS_IN_DETAILS]],
-        "events_truncated": len(events) > _MAX_EVENTS_IN_DETAILS,
+        "event_count": event_count,
+        "events": shown,
+        "events_truncated": event_count > _MAX_EVENTS_IN_DETAILS,
     }
-    if not events:
+    if groups_dropped:
+        details["events_not_grouped"] = groups_dropped
+    if not event_count:
         return Verdict(Status.OK, f"kernel log: no NVIDIA XID events in {n_lines} lines", (), details)
     # One finding per (GPU, XID), in order of first appearance; repeated events are counted.
-    groups: dict[tuple[str, int, str], list[xid.XidEvent]] = {}
-    for e in events:
-        groups.setdefault((e.pci, e.xid, e.info.name), []).append(e)
     findings: list[Finding] = []
-    for (pci, code, _name), evs in groups.items():
-        last = evs[-1]
+    for (pci, code, _name), g in groups.items():
+        last = g.last
         info = last.info
-        count = f" x{len(evs)}" if len(evs) > 1 else ""
+        count = f" x{g.count}" if g.count > 1 else ""
         who = ""
-        procs = sorted({e.process for e in evs if e.process})
+        procs = sorted(g.procs)
         if procs:
             who = f" (process {', '.join(procs)})"
         findings.append(
@@ -203,15 +284,15 @@ def _analyze_kernel_log(text: str, options: AnalysisOptions) -> Verdict:
                 {
                     "xid": code,
                     "pci": pci,
-                    "count": len(evs),
+                    "count": g.count,
                     "name": info.name,
                     "category": info.category.value,
                     "action": info.action,
                     "mnemonic": info.mnemonic,
                     "nvidia_resolution": info.resolution,
-                    "pids": sorted({e.pid for e in evs if e.pid is not None}),
+                    "pids": sorted(g.pids),
                     "processes": procs,
-                    "first": evs[0].timestamp,
+                    "first": g.first.timestamp,
                     "last": last.timestamp,
                     "message": last.message,
                     "note": info.note,
@@ -220,10 +301,9 @@ def _analyze_kernel_log(text: str, options: AnalysisOptions) -> Verdict:
             )
         )
     status = Status.worst(f.status for f in findings)
-    gpus = sorted({e.pci for e in events})
     worst = sort_findings(findings)[0]
     summary = (
-        f"kernel log: {len(events)} XID event{'s' if len(events) != 1 else ''} on "
+        f"kernel log: {event_count} XID event{'s' if event_count != 1 else ''} on "
         f"{len(gpus)} GPU{'s' if len(gpus) != 1 else ''}; worst: {worst.message}"
     )
     return Verdict(status, summary, sort_findings(findings), details)
@@ -252,6 +332,7 @@ register_kind(
         sniff=dcgm.looks_like_dcgm_diag,
         analyze=_analyze_dcgm,
         priority=10,
+        analyze_lines=_dcgm_lines,
     )
 )
 register_kind(
@@ -261,6 +342,7 @@ register_kind(
         sniff=nccl_tests.looks_like_nccl_tests,
         analyze=_analyze_nccl,
         priority=20,
+        analyze_lines=_nccl_lines,
     )
 )
 register_kind(
@@ -270,6 +352,7 @@ register_kind(
         sniff=_sniff_kernel_log,
         analyze=_analyze_kernel_log,
         priority=30,
+        analyze_lines=_kernel_log_lines,
     )
 )
 
@@ -319,30 +402,183 @@ def analyze_text(
     )
 
 
-def _read_text(path: Path) -> tuple[str | None, str]:
-    """``(text, "")`` or ``(None, one-line reason)``."""
+_FILE_TYPES = (
+    (stat.S_ISFIFO, "a FIFO (named pipe)"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+)
+
+
+class _Unreadable(Exception):
+    """A file that cannot be analysed; the message is the one-line reason."""
+
+
+def _open_binary(path: Path) -> IO[bytes]:
+    """Open ``path`` for reading, decompressing a gzip file; only regular files.
+
+    The file is opened with ``O_NONBLOCK`` and checked with ``fstat`` on the open descriptor, so a
+    FIFO (which would block ``open`` until a writer comes) or a device is refused without waiting,
+    and no race between a check and the open exists.
+
+    Raises:
+        _Unreadable: missing, a directory, a special file, permission denied, other ``OSError``.
+    """
     try:
-        if path.is_dir():
-            return None, "is a directory"
-        with path.open("rb") as fh:
-            data = fh.read(MAX_BYTES + 1)
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
     except FileNotFoundError:
-        return None, "no such file"
+        raise _Unreadable("no such file") from None
+    except IsADirectoryError:
+        raise _Unreadable("is a directory") from None
     except PermissionError:
-        return None, "permission denied"
+        raise _Unreadable("permission denied") from None
     except OSError as exc:
-        return None, f"cannot read: {exc.strerror or exc}"
-    if data[:2] == b"\x1f\x8b":
-        try:
-            with gzip.GzipFile(fileobj=io.BytesIO(data)) as gz:
-                data = gz.read(MAX_BYTES + 1)
-        except (OSError, EOFError) as exc:
-            return None, f"corrupt gzip file: {exc}"
-    if len(data) > MAX_BYTES:
-        return None, f"larger than {MAX_BYTES // (1024 * 1024)} MiB"
+        raise _Unreadable(f"cannot read: {exc.strerror or exc}") from None
+    try:
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISDIR(mode):
+            raise _Unreadable("is a directory")
+        if not stat.S_ISREG(mode):
+            what = next((name for test, name in _FILE_TYPES if test(mode)), "not a regular file")
+            raise _Unreadable(f"{what}, not a regular file: not read")
+        fh: IO[bytes] = os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+    try:
+        magic = fh.read(2)
+        fh.seek(0)
+    except OSError as exc:
+        fh.close()
+        raise _Unreadable(f"cannot read: {exc.strerror or exc}") from None
+    if magic == b"\x1f\x8b":
+        gz: IO[bytes] = cast("IO[bytes]", gzip.GzipFile(fileobj=fh, mode="rb"))
+        return gz  # closing it does not close fh: see _close
+    return fh
+
+
+def _close(fh: IO[bytes]) -> None:
+    inner = getattr(fh, "fileobj", None)
+    fh.close()
+    if inner is not None:
+        inner.close()
+
+
+_READ_ERRORS = (OSError, EOFError, zlib.error)
+"""What reading a (possibly gzip-compressed) file can raise: I/O errors, a corrupt or truncated
+gzip stream (``gzip.BadGzipFile`` is an ``OSError``; ``EOFError``; ``zlib.error``)."""
+
+
+def _read_reason(exc: BaseException) -> str:
+    if isinstance(exc, (EOFError, zlib.error, gzip.BadGzipFile)):
+        return f"could not read: corrupt or truncated gzip file ({exc})"
+    if isinstance(exc, OSError):
+        return f"could not read: {exc.strerror or exc}"
+    return f"could not read: {exc}"
+
+
+def _iter_lines(fh: IO[bytes]) -> Iterator[str]:
+    """The lines of ``fh`` decoded as UTF-8 (undecodable bytes replaced), without line ends; a line
+    longer than :data:`MAX_LINE_BYTES` is cut there and the rest of it skipped."""
+    while True:
+        chunk = fh.readline(MAX_LINE_BYTES)
+        if not chunk:
+            return
+        if len(chunk) >= MAX_LINE_BYTES and not chunk.endswith(b"\n"):
+            while True:
+                rest = fh.readline(MAX_LINE_BYTES)
+                if not rest or rest.endswith(b"\n"):
+                    break
+        yield chunk.decode("utf-8", errors="replace").rstrip("\r\n")
+
+
+def _read_head(path: Path) -> str:
+    """The first :data:`HEAD_BYTES` of ``path`` (decompressed) as text, cut at the last line end.
+
+    Raises:
+        _Unreadable: see :func:`_open_binary`; a read error; a binary file.
+    """
+    fh = _open_binary(path)
+    try:
+        data = fh.read(HEAD_BYTES)
+    except _READ_ERRORS as exc:
+        raise _Unreadable(_read_reason(exc)) from None
+    finally:
+        _close(fh)
     if b"\x00" in data[:65536]:
-        return None, "binary file (not text)"
-    return data.decode("utf-8", errors="replace"), ""
+        raise _Unreadable("binary file (not text)")
+    if len(data) == HEAD_BYTES and b"\n" in data:
+        data = data[: data.rindex(b"\n") + 1]
+    return data.decode("utf-8", errors="replace")
+
+
+def _read_whole(path: Path) -> str:
+    """All of ``path`` (decompressed) as text, at most :data:`MAX_BYTES`.
+
+    Raises:
+        _Unreadable: see :func:`_read_head`; a file larger than :data:`MAX_BYTES`.
+    """
+    fh = _open_binary(path)
+    try:
+        data = fh.read(MAX_BYTES + 1)
+    except _READ_ERRORS as exc:
+        raise _Unreadable(_read_reason(exc)) from None
+    finally:
+        _close(fh)
+    if len(data) > MAX_BYTES:
+        raise _Unreadable(f"larger than {MAX_BYTES // (1024 * 1024)} MiB")
+    return data.decode("utf-8", errors="replace")
+
+
+def analyze_file(path: Path, *, options: AnalysisOptions | None = None) -> ArtefactAnalysis:
+    """Detect the kind of the file at ``path`` and analyse it, in bounded memory. Never raises.
+
+    The kind is detected from the first :data:`HEAD_BYTES` (decompressed when the file is gzip);
+    a kind with ``analyze_lines`` then reads the file line by line, others read it whole (at most
+    :data:`MAX_BYTES`). Only regular files are read: a FIFO, a device or a socket is refused without
+    blocking.
+
+    Returns:
+        The analysis; kind ``"unknown"`` and status UNKNOWN, with ``"PATH: reason"`` as summary,
+        for a file that could not be read (missing, special, binary, corrupt gzip, too large).
+    """
+    opts = options or AnalysisOptions()
+    name = str(path)
+
+    def unreadable(reason: str, kind: str = UNKNOWN_KIND) -> ArtefactAnalysis:
+        return ArtefactAnalysis(name, kind, Status.UNKNOWN, f"{name}: {reason}")
+
+    try:
+        head = _read_head(path)
+    except _Unreadable as exc:
+        return unreadable(str(exc))
+    kind = detect_kind(head)
+    if kind is None or kind.analyze_lines is None:
+        try:
+            text = head if kind is None else _read_whole(path)
+        except _Unreadable as exc:
+            return unreadable(str(exc), kind.name if kind is not None else UNKNOWN_KIND)
+        return analyze_text(text, path=name, options=opts)
+    try:
+        fh = _open_binary(path)
+    except _Unreadable as exc:
+        return unreadable(str(exc), kind.name)
+    try:
+        verdict = kind.analyze_lines(_iter_lines(fh), opts)
+    except _READ_ERRORS as exc:
+        return unreadable(_read_reason(exc), kind.name)
+    except Exception as exc:
+        return ArtefactAnalysis(name, kind.name, Status.UNKNOWN, f"{kind.name}: analysis failed: {exc!r}")
+    finally:
+        _close(fh)
+    return ArtefactAnalysis(
+        path=name,
+        kind=kind.name,
+        status=verdict.status,
+        summary=verdict.summary,
+        findings=verdict.findings,
+        details=dict(verdict.details),
+    )
 
 
 def analyze_paths(paths: Sequence[Path], *, expected_busbw_gbps: float | None = None) -> AnalysisReport:
@@ -354,18 +590,11 @@ def analyze_paths(paths: Sequence[Path], *, expected_busbw_gbps: float | None = 
             config); ``None`` skips that rule.
 
     Returns:
-        One :class:`ArtefactAnalysis` per path (UNKNOWN with a reason for an unreadable, binary or
-        unrecognised file) and the worst status.
+        One :class:`ArtefactAnalysis` per path (:func:`analyze_file`: UNKNOWN with a reason for an
+        unreadable, special, binary, corrupt or unrecognised file) and the worst status.
     """
     options = AnalysisOptions(expected_busbw_gbps=expected_busbw_gbps)
-    results: list[ArtefactAnalysis] = []
-    for p in paths:
-        path = Path(p)
-        text, reason = _read_text(path)
-        if text is None:
-            results.append(ArtefactAnalysis(str(p), UNKNOWN_KIND, Status.UNKNOWN, f"{p}: {reason}"))
-            continue
-        results.append(analyze_text(text, path=str(p), options=options))
+    results = [analyze_file(Path(p), options=options) for p in paths]
     return AnalysisReport(
         status=Status.worst(r.status for r in results),
         artefacts=tuple(results),

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from robustctl.analysis import Finding, Verdict, sort_findings
@@ -173,6 +174,9 @@ class NcclTestsResult:
         avg_busbw_gbps: the ``# Avg bus bandwidth`` line, ``None`` when missing.
         failures: ``Test NCCL failure ...`` / ``Test CUDA failure ...`` lines.
         truncated: True when the column header or the Avg line is missing.
+        rows_dropped: table rows read after the first :data:`MAX_ROWS` and not kept (neither
+            wrong values nor a new peak busbw; see :data:`MAX_EXTRA_ROWS`).
+        failures_dropped: failure lines read after the first :data:`MAX_FAILURES`.
     """
 
     collective: str | None
@@ -189,6 +193,8 @@ class NcclTestsResult:
     avg_busbw_gbps: float | None
     failures: tuple[str, ...]
     truncated: bool
+    rows_dropped: int = 0
+    failures_dropped: int = 0
 
     def peak(self) -> tuple[float, NcclRow, str] | None:
         """The peak busbw, the row it was measured on and ``"out-of-place"``/``"in-place"``.
@@ -399,11 +405,44 @@ def _ranks_from_command(launcher: str, args: str) -> int | None:
     return per_process
 
 
-def parse_nccl_tests(text: str) -> NcclTestsResult:
+MAX_ROWS = 20_000
+"""Table rows kept by :func:`parse_nccl_tests` (later ones are counted in ``rows_dropped``). A sweep
+from 8 B to 16 GB in factors of 2 is 32 rows; 20,000 rows keep hundreds of concatenated runs while a
+hostile or runaway log stays within a few tens of MB."""
+
+MAX_EXTRA_ROWS = 1_000
+"""Rows kept past :data:`MAX_ROWS` because they hold wrong values or raise the peak busbw, so the
+verdict of a huge log still sees them."""
+
+
+def _row_peak(row: NcclRow) -> float:
+    return max(m.busbw_gbps for _, m in _measurements_for_peak(row))
+
+
+def _row_wrong(row: NcclRow) -> bool:
+    return any(m is not None and m.wrong for m in (row.out_of_place, row.in_place))
+
+
+MAX_FAILURES = 100
+"""``Test ... failure`` lines kept (later ones are counted in ``failures_dropped``)."""
+
+MAX_RANKS = 1_000_000
+"""``# Using devices`` ranks kept (the largest world size :mod:`robustctl.inventory.topology` accepts)."""
+
+_MAX_HEADER_KEYS = 100
+
+
+def parse_nccl_tests(text: str | Iterable[str]) -> NcclTestsResult:
     """Parse one nccl-tests output. Never raises; unknown lines are ignored.
 
+    Memory is bounded whatever the input's size: lines are read one at a time (``text`` may be an
+    iterator of lines, e.g. a file being read) and at most :data:`MAX_ROWS` rows (plus
+    :data:`MAX_EXTRA_ROWS` later rows with wrong values or a higher busbw) and :data:`MAX_FAILURES`
+    failure lines are kept; the rest are counted.
+
     Args:
-        text: the output as saved (any prefix, indentation, old or new columns, truncated).
+        text: the output as saved (any prefix, indentation, old or new columns, truncated), or its
+            lines (without or with their line ends).
 
     Returns:
         The parsed result; ``rows`` is empty when no table row was found.
@@ -420,10 +459,34 @@ def parse_nccl_tests(text: str) -> NcclTestsResult:
     collective_source: str | None = None
     command_ranks: int | None = None
     saw_column_header = False
+    rows_dropped = 0
+    failures_dropped = 0
+    extra = 0
+    peak_bw = float("-inf")
 
-    for line_no, raw in enumerate(text.splitlines(), start=1):
-        line = _strip_prefix(raw)
+    def keep(row: NcclRow) -> None:
+        nonlocal peak_bw, extra, rows_dropped
+        if len(rows) < MAX_ROWS:
+            rows.append(row)
+        elif extra < MAX_EXTRA_ROWS and (_row_wrong(row) or _row_peak(row) > peak_bw):
+            # Past the cap, still keep the rows a verdict turns on: wrong values, a new peak.
+            rows.append(row)
+            extra += 1
+        else:
+            rows_dropped += 1
+            return
+        peak_bw = max(peak_bw, _row_peak(row))
+
+    lines = text.splitlines() if isinstance(text, str) else text
+    for line_no, raw in enumerate(lines, start=1):
+        line = _strip_prefix(raw.rstrip("\r\n"))
         if not line:
+            continue
+        # Fast path for table rows (most lines of a large log): they start with the size, and no
+        # header, rank, collective or summary line does.
+        row = _parse_row(line, line_no) if line[0].isdigit() and not _FAILURE_RE.search(line) else None
+        if row is not None:
+            keep(row)
             continue
         body = line.lstrip("#").strip()
         low = body.lower()
@@ -433,7 +496,10 @@ def parse_nccl_tests(text: str) -> NcclTestsResult:
                 collective, collective_source = cm.group(1), "command"
                 command_ranks = _ranks_from_command(line[: cm.start()], line[cm.end() :])
         if _FAILURE_RE.search(line):
-            failures.append(line)
+            if len(failures) < MAX_FAILURES:
+                failures.append(line)
+            else:
+                failures_dropped += 1
             continue
         om = _OOB_RE.search(body)
         if om is not None:
@@ -448,6 +514,8 @@ def parse_nccl_tests(text: str) -> NcclTestsResult:
         rm = _RANK_RE.search(body)
         if rm is not None and line.startswith("#"):
             rank = int(rm.group("rank"))
+            if rank not in ranks and len(ranks) >= MAX_RANKS:
+                continue
             ranks[rank] = NcclRank(
                 rank=rank,
                 pid=int(rm.group("pid")) if rm.group("pid") else None,
@@ -459,7 +527,9 @@ def parse_nccl_tests(text: str) -> NcclTestsResult:
             continue
         if low.startswith("nthread") or "minbytes" in low:
             for k, v in _HEADER_KV_RE.findall(body):
-                header[k.rstrip(":").strip()] = v
+                key = k.rstrip(":").strip()
+                if key in header or len(header) < _MAX_HEADER_KEYS:
+                    header[key] = v
             continue
         if "algbw" in low and "busbw" in low:
             saw_column_header = True
@@ -470,9 +540,11 @@ def parse_nccl_tests(text: str) -> NcclTestsResult:
             continue
         if line.startswith("#"):
             continue
+        if line[0].isdigit():
+            continue  # already tried as a row above
         row = _parse_row(line, line_no)
         if row is not None:
-            rows.append(row)
+            keep(row)
 
     if collective is None and rows:
         guessed = _collective_from_columns(rows)
@@ -523,6 +595,8 @@ def parse_nccl_tests(text: str) -> NcclTestsResult:
         avg_busbw_gbps=avg,
         failures=tuple(failures),
         truncated=not saw_column_header or avg is None,
+        rows_dropped=rows_dropped,
+        failures_dropped=failures_dropped,
     )
 
 
@@ -730,6 +804,8 @@ def evaluate(
         summary += f", avg {result.avg_busbw_gbps:g} GB/s"
     if result.truncated:
         summary += " [truncated]"
+    if result.rows_dropped:
+        summary += f" [{len(result.rows)} rows kept, {result.rows_dropped} more unremarkable rows not kept]"
     ordered = sort_findings(findings)
     if status in (Status.CRITICAL, Status.WARNING, Status.NOT_APPLICABLE):
         summary += f"; {ordered[0].message}"

@@ -30,6 +30,7 @@ host, so a GPU that needs a reset or a repair takes the host out of the job.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
 from enum import Enum
 
@@ -46,6 +47,7 @@ __all__ = [
     "XidEvent",
     "XidInfo",
     "classify",
+    "iter_kernel_log",
     "parse_kernel_log",
 ]
 
@@ -605,22 +607,35 @@ def _parse_line(line: str) -> XidEvent | None:
     )
 
 
-def parse_kernel_log(text: str) -> list[XidEvent]:
+def iter_kernel_log(text: str | Iterable[str]) -> Iterator[XidEvent]:
+    """Yield every ``NVRM: Xid`` event of a kernel log, one line at a time (memory flat in its size).
+
+    Args:
+        text: the log as one string, or its lines (e.g. a file being read); see
+            :func:`parse_kernel_log`.
+
+    Yields:
+        The events in file order. Never raises on any text.
+    """
+    lines = text.splitlines() if isinstance(text, str) else text
+    for raw in lines:
+        if "Xid" not in raw:
+            continue
+        event = _parse_line(raw.rstrip("\r\n"))
+        if event is not None:
+            yield event
+
+
+def parse_kernel_log(text: str | Iterable[str]) -> list[XidEvent]:
     """Find every ``NVRM: Xid`` event in a kernel log.
 
     Args:
         text: the log (``dmesg``, ``/var/log/syslog``, ``journalctl -k`` or bare lines); other lines
-            (``NVRM: GPU ... RmInitAdapter failed``, unrelated messages) are ignored.
+            (``NVRM: GPU ... RmInitAdapter failed``, unrelated messages) are ignored. For a log of
+            unbounded size use :func:`iter_kernel_log`, which keeps no list.
 
     Returns:
         The events in file order, one per matching line; empty when there are none. Never raises
         on any text.
     """
-    events: list[XidEvent] = []
-    for raw in text.splitlines():
-        if "Xid" not in raw:
-            continue
-        event = _parse_line(raw.rstrip("\r\n"))
-        if event is not None:
-            events.append(event)
-    return events
+    return list(iter_kernel_log(text))

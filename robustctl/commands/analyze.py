@@ -25,8 +25,10 @@ class AnalyzeRequest:
     Attributes:
         files: the artefacts (nccl-tests output, kernel logs, dcgmi diag output, py-spy dumps).
         expected_busbw_gbps: expected peak all-reduce busbw (GB/s); below it is a finding.
-        layout: parallel layout of the job py-spy dumps came from; given, the files are read as dumps.
-        ranks_per_host: ranks (GPUs) per machine, for py-spy dumps.
+        layout: parallel layout of the job py-spy dumps came from; given, the files are read as dumps
+            (a file that is not a py-spy dump, e.g. a kernel log, is an UNKNOWN input saying what
+            it is, never parsed as a dump).
+        ranks_per_host: ranks (GPUs) per machine, for py-spy dumps; must divide the world size.
     """
 
     files: tuple[Path, ...]
@@ -93,8 +95,15 @@ def run_analyze(request: AnalyzeRequest) -> AnalyzeResult:
     When every file is a py-spy dump (or a layout is given), the dumps are clustered together:
     outlier ranks, their machines and the smallest parallel group holding them.
 
+    Memory is bounded whatever the files' sizes (:func:`robustctl.analysis.detect.analyze_file`):
+    the kind is detected from the first MiB, nccl-tests output, kernel logs and ``dcgmi diag``
+    output are read line by line with capped state. Only regular files are read: a FIFO or device
+    is an UNKNOWN entry naming the file, as is a file that cannot be read (e.g. a corrupt gzip);
+    the other files are still analysed.
+
     Raises:
-        UsageError: the dumps do not fit the layout.
+        UsageError: the dumps do not fit the layout, or ``ranks_per_host`` does not divide the
+            world size.
     """
     from robustctl.stacks.analyze import all_pyspy
 

@@ -42,6 +42,11 @@ DIMS = ("tp", "cp", "ep", "dp", "pp")
 
 _KEYS = {*DIMS, "order"}
 
+MAX_WORLD_SIZE = 1_000_000
+"""Largest world size (tp·cp·ep·dp·pp) a ``--layout`` may describe. The largest training jobs run on
+the order of 10^5 GPUs; a bound one order above keeps every per-rank table (groups, machines) within a
+few hundred MB, where an unbounded value (``tp=99999999999999999999``) would exhaust memory."""
+
 
 def parse_layout(text: str, *, world_size: int | None = None) -> ParallelLayout:
     """Parse a ``--layout`` value such as ``"tp=2,pp=4,dp=4"``.
@@ -80,7 +85,14 @@ def parse_layout(text: str, *, world_size: int | None = None) -> ParallelLayout:
     for key in DIMS:
         if key in values:
             v = values[key]
-            if not v.isdigit() or int(v) < 1:
+            if not (v.isascii() and v.isdigit()):
+                raise UsageError(f"layout {key}={v[:40]!r}: expected a positive integer")
+            if len(v.lstrip("0")) > 7 or int(v) > MAX_WORLD_SIZE:
+                raise UsageError(
+                    f"layout {key}={v[:20]}{'...' if len(v) > 20 else ''}: larger than the largest "
+                    f"world size {MAX_WORLD_SIZE}"
+                )
+            if int(v) < 1:
                 raise UsageError(f"layout {key}={v!r}: expected a positive integer")
             sizes[key] = int(v)
     if "dp" not in sizes and world_size is not None:
@@ -93,6 +105,13 @@ def parse_layout(text: str, *, world_size: int | None = None) -> ParallelLayout:
                 f"{'·'.join(f'{k}={v}' for k, v in sizes.items()) or '1'} = {others}"
             )
         sizes["dp"] = world_size // others
+    product = 1
+    for size in sizes.values():
+        product *= size
+    if product > MAX_WORLD_SIZE:
+        raise UsageError(
+            f"layout {text!r} multiplies to {product} ranks, more than the largest world size {MAX_WORLD_SIZE}"
+        )
     kwargs: dict[str, object] = dict(sizes)
     if "order" in values:
         order = values["order"].lower()

@@ -27,6 +27,7 @@ from typing import Any
 from robustctl.analysis import Finding, Verdict
 from robustctl.analysis.detect import AnalysisOptions, ArtefactKind, kinds, register_kind
 from robustctl.config import ParallelLayout
+from robustctl.errors import UsageError
 from robustctl.inventory.hostrange import compact_ranges
 from robustctl.inventory.topology import Topology
 from robustctl.models import Status
@@ -39,7 +40,7 @@ from robustctl.stacks.cluster import (
     normalize_path,
 )
 from robustctl.stacks.model import DumpParseError, ProcessDump, ProcessRole
-from robustctl.stacks.parse import looks_like_pyspy, parse_dump_file, parse_dump_text
+from robustctl.stacks.parse import looks_like_pyspy, parse_dump_file, parse_dump_text, read_regular_file
 from robustctl.stacks.result import InputFile, StacksReport, analyze_stacks, build_report
 
 __all__ = ["KIND", "all_pyspy", "analyze_dumps", "load_dumps"]
@@ -79,9 +80,8 @@ def all_pyspy(paths: Sequence[str | Path]) -> bool:
         return False
     for p in paths:
         try:
-            with Path(p).open("rb") as fh:
-                head = fh.read(_SNIFF_BYTES)
-        except OSError:
+            head = read_regular_file(p, _SNIFF_BYTES)
+        except DumpParseError:
             return False
         if b"\x00" in head or not looks_like_pyspy(head.decode("utf-8", errors="replace")):
             return False
@@ -111,10 +111,13 @@ def analyze_dumps(
         A :class:`StacksReport` whose ``inputs`` lists every file (UNKNOWN ones with their reason).
 
     Raises:
-        UsageError: a dump's rank lies outside the layout (the layout does not match).
+        UsageError: a dump's rank lies outside the layout (the layout does not match), or
+            ``ranks_per_host`` does not divide the layout's world size (without a layout: the
+            number of ranks the dumps span, highest rank + 1).
     """
     t0 = time.perf_counter()
     dumps, inputs = load_dumps(paths)
+    _check_ranks_per_host(dumps, layout, ranks_per_host)
     topology = Topology(layout, ranks_per_host, hosts) if layout is not None else None
     clusters = cluster(dumps, cluster_options)
     result = blame(clusters, topology, blame_options)
@@ -137,6 +140,30 @@ def analyze_dumps(
     if extra:
         report = replace(report, notes=(*report.notes, *extra))
     return report
+
+
+def _check_ranks_per_host(
+    dumps: Sequence[ProcessDump], layout: ParallelLayout | None, ranks_per_host: int | None
+) -> None:
+    """Machines hold G ranks each, so G must divide the world size; otherwise -G is a typo.
+
+    Raises:
+        UsageError: it does not divide (one line naming both numbers).
+    """
+    if ranks_per_host is None:
+        return
+    if layout is not None:
+        world, source = layout.world_size, "the layout's world size"
+    else:
+        ranks = [d.rank for d in dumps if d.rank is not None]
+        if not ranks:
+            return
+        world, source = max(ranks) + 1, "the ranks of the dumps (highest rank + 1)"
+    if world % ranks_per_host:
+        raise UsageError(
+            f"--ranks-per-host {ranks_per_host} does not divide {source}, {world}: "
+            "give the number of ranks (GPUs) per machine"
+        )
 
 
 # --- the per-file artefact kind ------------------------------------------------------------------------

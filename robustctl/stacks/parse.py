@@ -20,7 +20,9 @@ Garbage (nothing of the above) raises :class:`DumpParseError`; nothing here rais
 from __future__ import annotations
 
 import json
+import os
 import re
+import stat
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -38,6 +40,7 @@ __all__ = [
     "parse_pyspy_text",
     "rank_from_name",
     "rank_from_text",
+    "read_regular_file",
 ]
 
 MAX_DUMP_BYTES = 64 * 1024 * 1024
@@ -462,27 +465,66 @@ def parse_dump_text(
     return parse_pyspy_text(text, source=source, rank=rank)
 
 
-def parse_dump_file(path: str | Path) -> tuple[ProcessDump, ...]:
-    """Read and parse one dump file; the rank comes from the dump, else from the file name.
+def read_regular_file(path: str | Path, limit: int) -> bytes:
+    """At most ``limit`` bytes from the start of ``path``, which must be a regular file.
+
+    The file is opened with ``O_NONBLOCK`` and checked with ``fstat`` before any read, so a FIFO
+    (whose ``open`` would wait for a writer, forever) or a device (``/dev/zero``) is refused at once.
 
     Raises:
-        DumpParseError: the file cannot be read, is binary or too large, or is not a py-spy dump;
-            the message starts with the path.
+        DumpParseError: the file cannot be opened or read, or is not a regular file; the message
+            starts with the path.
     """
     p = Path(path)
     try:
-        with p.open("rb") as fh:
-            data = fh.read(MAX_DUMP_BYTES + 1)
+        fd = os.open(p, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
     except OSError as exc:
         raise DumpParseError(f"{p}: cannot read: {exc.strerror or exc}") from None
+    try:
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISDIR(mode):
+            raise DumpParseError(f"{p}: is a directory")
+        if not stat.S_ISREG(mode):
+            raise DumpParseError(f"{p}: not a regular file (a FIFO, device or socket): not read")
+        with os.fdopen(fd, "rb", closefd=False) as fh:
+            return fh.read(limit)
+    except OSError as exc:
+        raise DumpParseError(f"{p}: cannot read: {exc.strerror or exc}") from None
+    finally:
+        os.close(fd)
+
+
+def _other_kind(text: str) -> str:
+    """What a file that is not a py-spy dump looks like, for the error message."""
+    from robustctl.analysis.detect import detect_kind
+
+    kind = detect_kind(text[:1_000_000])
+    if kind is None:
+        return "no py-spy thread, frame or error line"
+    return f"it is {kind.name} output: analyse it without --layout"
+
+
+def parse_dump_file(path: str | Path) -> tuple[ProcessDump, ...]:
+    """Read and parse one dump file; the rank comes from the dump, else from the file name.
+
+    A file that :func:`looks_like_pyspy` rejects (a kernel log, nccl-tests output, any other text)
+    is not parsed as a dump: it would become a bogus "process" whose frames are log lines.
+
+    Raises:
+        DumpParseError: the file cannot be read, is not a regular file, is binary or too large, or
+            is not a py-spy dump; the message starts with the path.
+    """
+    p = Path(path)
+    data = read_regular_file(p, MAX_DUMP_BYTES + 1)
     if len(data) > MAX_DUMP_BYTES:
         raise DumpParseError(f"{p}: larger than {MAX_DUMP_BYTES // (1024 * 1024)} MiB")
     if b"\x00" in data[:65536]:
         raise DumpParseError(f"{p}: binary file (not a py-spy dump)")
+    text = data.decode("utf-8", errors="replace")
+    if not looks_like_pyspy(text):
+        raise DumpParseError(f"{p}: not a py-spy dump ({_other_kind(text)}); not read as one")
     try:
-        return parse_dump_text(
-            data.decode("utf-8", errors="replace"), source=str(p), rank=rank_from_name(p.name)
-        )
+        return parse_dump_text(text, source=str(p), rank=rank_from_name(p.name))
     except DumpParseError as exc:
         raise DumpParseError(f"{p}: {exc}") from None
 
