@@ -206,6 +206,24 @@ def test_env_overrides_file(tmp_path: Path) -> None:
     assert inv.hosts[0].ssh.user == "ops"
 
 
+def test_bad_env_value_names_the_variable_not_the_file(tmp_path: Path) -> None:
+    with pytest.raises(
+        ConfigError, match=r"^\$ROBUSTCTL_CONCURRENCY='many': diagnose.concurrency: .*integer"
+    ):
+        load_inventory(write(tmp_path, GOOD), environ={"ROBUSTCTL_CONCURRENCY": "many"})
+    with pytest.raises(ConfigError, match=r"^\$ROBUSTCTL_DEADLINE='-1': diagnose.deadline_s: .*greater"):
+        load_inventory(write(tmp_path, "hosts: [{name: a}]\n"), environ={"ROBUSTCTL_DEADLINE": "-1"})
+
+
+@pytest.mark.parametrize("section", ["diagnose: 5", "diagnose: [1, 2]", "ssh: text"])
+def test_env_over_a_non_mapping_section_is_a_config_error(tmp_path: Path, section: str) -> None:
+    # issue 9: TypeError (exit 3) from ROBUSTCTL_CONCURRENCY=8 over `diagnose: 5`
+    text = "hosts: [{name: a}]\n" + section + "\n"
+    env = {"ROBUSTCTL_CONCURRENCY": "8", "ROBUSTCTL_SSH_USER": "ops"}
+    with pytest.raises(ConfigError, match=rf"^{tmp_path}/cluster.yaml:2: (diagnose|ssh): .*dictionary"):
+        load_inventory(write(tmp_path, text), environ=env)
+
+
 def test_embedded_default_is_local_with_this_python() -> None:
     inv = default_inventory()
     (h,) = inv.hosts
@@ -273,6 +291,14 @@ def test_jobs_resolve_in_rank_order(tmp_path: Path) -> None:
         (("dp: 4}", "dp: 4, order: tp-tp-ep-dp-pp}"), r"layout order .* repeats"),
         (("dp: 4}", "dp: 4, order: tp-dp}"), r"jobs.llama.layout.order"),
         (("dp: 4}", "dp: 4, xp: 2}"), r"unknown key 'xp'"),
+        (
+            ("{match: 'train\\.py'}", "{match: 'train(.py'}"),
+            r"cluster.yaml:9: jobs.llama.process.match: .*invalid regular expression",
+        ),
+        (
+            ("{match: 'train\\.py'}", "{match: 'train', rank_cmdline: '--rank=[0-9]+'}"),
+            r"cluster.yaml:9: jobs.llama.process.rank_cmdline: .*needs a group",
+        ),
     ],
 )
 def test_bad_jobs(tmp_path: Path, change: tuple[str, str], pattern: str) -> None:
