@@ -191,6 +191,11 @@ def test_fifo_is_refused_without_hanging(tmp_path: Path) -> None:
     assert "is a FIFO, not a regular file" in str(errors[0])
 
 
+def test_control_character_names_the_line(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"cluster.yaml:2: character U\+001F is not allowed"):
+        load_inventory(write(tmp_path, "hosts:\n  - name: a\x1f\n"), environ={})
+
+
 def test_not_utf8_names_the_line(tmp_path: Path) -> None:
     p = tmp_path / "cluster.yaml"
     p.write_bytes(b"hosts:\n  - name: \xff\n")
