@@ -124,7 +124,7 @@ def load_report(path: Path) -> ReportTargets:
     if not isinstance(doc, dict):
         raise ConfigError(f"{path}: expected a JSON object (a diagnose or stacks --json report)")
     version = doc.get("schema_version", SCHEMA_VERSION)
-    if isinstance(version, bool) or version not in REPORT_SCHEMA_VERSIONS:
+    if type(version) is not int or version not in REPORT_SCHEMA_VERSIONS:
         known = ", ".join(str(v) for v in sorted(REPORT_SCHEMA_VERSIONS))
         raise ConfigError(
             f"{path}: schema_version {str(version)[:40]!r} is not one this robustctl reads ({known})"

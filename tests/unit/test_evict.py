@@ -203,6 +203,7 @@ def test_report_errors_name_the_file(ctx: ActionContext, tmp_path: Path) -> None
         ),
         ({"kind": "diagnose", "schema_version": "1", "suspects": []}, r"schema_version '1' is not one"),
         ({"kind": "diagnose", "schema_version": True, "suspects": []}, r"schema_version 'True' is not one"),
+        ({"kind": "diagnose", "schema_version": [1]}, r"schema_version '\[1\]' is not one"),
         ({"kind": "stacks", "schema_version": 2, "suspect_hosts": []}, r"schema_version '2' is not one"),
         ({"kind": "diagnose", "suspects": "node02"}, r"'suspects' is not a list of host names"),
         ([1, 2], r"expected a JSON object"),
