@@ -260,7 +260,9 @@ def _short(text: str, limit: int = 80) -> str:
 def _dotted(loc: Sequence[str | int]) -> str:
     out = ""
     for part in loc:
-        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+        if not isinstance(part, int) and not part.isprintable():
+            part = repr(part)  # a key from the file with a newline or control character: keep one line
+        out += f"[{part}]" if isinstance(part, int) else (f".{_short(part)}" if out else _short(part))
     return out or "<top>"
 
 

@@ -191,6 +191,12 @@ def test_fifo_is_refused_without_hanging(tmp_path: Path) -> None:
     assert "is a FIFO, not a regular file" in str(errors[0])
 
 
+def test_error_about_a_key_with_a_newline_is_one_line(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as info:
+        load_inventory(write(tmp_path, 'hosts: [{name: a}]\nssh: {"a\\nb": 1}\n'), environ={})
+    assert "\n" not in str(info.value) and "cluster.yaml:2: ssh.'a\\nb': unknown key" in str(info.value)
+
+
 def test_control_character_names_the_line(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"cluster.yaml:2: character U\+001F is not allowed"):
         load_inventory(write(tmp_path, "hosts:\n  - name: a\x1f\n"), environ={})
