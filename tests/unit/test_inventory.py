@@ -142,6 +142,36 @@ def test_billion_laughs_is_refused_quickly(tmp_path: Path) -> None:
     assert time.monotonic() - t0 < 10
 
 
+@pytest.mark.skipif(sys.platform != "linux", reason="RLIMIT_AS as a memory bound: Linux")
+def test_billion_laughs_stays_within_memory(tmp_path: Path) -> None:
+    # in a child limited to 1 GiB of address space: an unbounded expansion dies there with MemoryError
+    import resource
+    import subprocess
+
+    path = write(tmp_path, BILLION_LAUGHS)
+    code = (
+        "import sys; from pathlib import Path; from robustctl.errors import ConfigError\n"
+        "from robustctl.inventory import load_inventory\n"
+        "try:\n    load_inventory(Path(sys.argv[1]), environ={})\n"
+        "except ConfigError as exc:\n    print('refused:', exc)\n"
+    )
+    limit = 1 << 30
+
+    def cap() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        preexec_fn=cap,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])},
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "refused:" in out.stdout and "nodes with aliases expanded" in out.stdout
+
+
 def test_aliases_within_the_budget_still_work(tmp_path: Path) -> None:
     text = "x: &lab {rack: r1}\nhosts:\n  - {name: a, labels: *lab}\n  - {name: b, labels: *lab}\n"
     with pytest.raises(ConfigError, match="unknown key 'x'"):  # the anchor holder is still an unknown key
