@@ -34,10 +34,12 @@ from __future__ import annotations
 
 import enum
 import os
+import re
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from robustctl.checks.thresholds import Thresholds
 
@@ -198,6 +200,20 @@ class RankProcessSpec(StrictModel):
         None,
         description=r"Regex with one group reading the rank from the command line, e.g. '--rank[= ](\d+)'.",
     )
+
+    @field_validator("match", "rank_cmdline")
+    @classmethod
+    def _compiles(cls, value: str | None, info: Any) -> str | None:
+        """Refuse, at load, a regular expression Python cannot compile (it would find no ranks later)."""
+        if value is None:
+            return None
+        try:
+            pattern = re.compile(value)
+        except re.error as exc:
+            raise ValueError(f"invalid regular expression: {exc}") from None
+        if info.field_name == "rank_cmdline" and pattern.groups < 1:
+            raise ValueError("the regular expression needs a group, (...), that captures the rank")
+        return value
 
 
 class JobSpec(StrictModel):
@@ -366,16 +382,35 @@ _ENV_PATHS: dict[str, tuple[str, str]] = {
 }
 
 
-def apply_env(data: dict[str, Any], environ: dict[str, str] | None = None) -> dict[str, Any]:
-    """Return a copy of raw inventory ``data`` with ``ROBUSTCTL_*`` overrides applied."""
+def apply_env(data: dict[str, Any], environ: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """Return a copy of raw inventory ``data`` with ``ROBUSTCTL_*`` overrides applied.
+
+    A section the file gives as something other than a mapping (``diagnose: 5``) is left as it is,
+    so validation reports the file's error at its line rather than failing here.
+    """
     env = os.environ if environ is None else environ
     out = dict(data)
     for var, (section, key) in _ENV_PATHS.items():
         if var in env and env[var] != "":
-            sect = dict(out.get(section) or {})
+            current = out.get(section)
+            if current is not None and not isinstance(current, dict):
+                continue
+            sect = dict(current or {})
             sect[key] = env[var]
             out[section] = sect
     return out
+
+
+def env_override_of(loc: Sequence[str | int], environ: Mapping[str, str] | None = None) -> str | None:
+    """The ``ROBUSTCTL_*`` variable that set the setting at ``loc`` (a validation error's location), if any.
+
+    Used to blame a bad value on the variable that holds it, not on the inventory file.
+    """
+    env = os.environ if environ is None else environ
+    for var, path in _ENV_PATHS.items():
+        if tuple(loc[:2]) == path and env.get(var, "") != "":
+            return var
+    return None
 
 
 def expand_user(path: str | None) -> Path | None:

@@ -31,14 +31,18 @@ from robustctl.actions import ActionContext
 from robustctl.actions.plan import Plan, RailCheck, Step, StepKind
 from robustctl.actions.rails import evaluate_rails, non_empty
 from robustctl.config import HostState
-from robustctl.errors import UsageError
+from robustctl.errors import ConfigError, UsageError
 from robustctl.inventory.hostrange import compact_ranges
 from robustctl.inventory.topology import Topology, smallest_group
+from robustctl.models import SCHEMA_VERSION
 from robustctl.schedulers.base import NodeState
 from robustctl.store import MachineState
+from robustctl.yamlsrc import read_regular_file
 
 __all__ = [
+    "MAX_REPORT_BYTES",
     "OVER_EVICT_MODES",
+    "REPORT_SCHEMA_VERSIONS",
     "EvictSpec",
     "ReportTargets",
     "current_state",
@@ -89,26 +93,48 @@ class ReportTargets:
     group: str | None = None
 
 
+MAX_REPORT_BYTES = 32 * 1024 * 1024
+"""Largest ``--from-report`` file read, bytes (32 MiB). A ``diagnose --json`` report of 10,000 hosts is
+about 20 MiB; parsing JSON takes about 10x its size in memory, so the cap bounds that at a few hundred MB.
+A larger file (or ``/dev/zero``) is refused before it is read."""
+
+REPORT_SCHEMA_VERSIONS = frozenset({SCHEMA_VERSION})
+"""``schema_version`` values of reports this version understands (a missing one reads as current)."""
+
+
 def load_report(path: Path) -> ReportTargets:
     """Read a ``diagnose --json`` or ``stacks --json`` document.
 
+    The file must be a regular file of at most :data:`MAX_REPORT_BYTES` (FIFOs and devices are refused
+    without blocking, :func:`robustctl.yamlsrc.read_regular_file`). Errors in the file are configuration
+    errors (exit 78, like an inventory's), not usage errors: the flag was fine, the file it names is not.
+
     Raises:
-        UsageError: unreadable file, not JSON, or not one of these two kinds (the message names the file).
+        ConfigError: missing, unreadable or special file, over the size cap, not JSON, not one of these
+            two kinds, an unknown ``schema_version``, or a host list that is not a list of names; the
+            message names the file.
     """
+    raw = read_regular_file(path, max_bytes=MAX_REPORT_BYTES, what="JSON report")
     try:
-        doc: Any = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise UsageError(f"{path}: cannot read the report: {exc.strerror}") from None
-    except ValueError as exc:
-        raise UsageError(f"{path}: not a JSON report: {exc}") from None
+        doc: Any = json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not a JSON report: not UTF-8 ({exc.reason})") from None
+    except (ValueError, RecursionError) as exc:
+        raise ConfigError(f"{path}: not a JSON report: {exc}") from None
     if not isinstance(doc, dict):
-        raise UsageError(f"{path}: expected a JSON object (a diagnose or stacks --json report)")
+        raise ConfigError(f"{path}: expected a JSON object (a diagnose or stacks --json report)")
+    version = doc.get("schema_version", SCHEMA_VERSION)
+    if type(version) is not int or version not in REPORT_SCHEMA_VERSIONS:
+        known = ", ".join(str(v) for v in sorted(REPORT_SCHEMA_VERSIONS))
+        raise ConfigError(
+            f"{path}: schema_version {str(version)[:40]!r} is not one this robustctl reads ({known})"
+        )
     kind = doc.get("kind")
 
     def names(key: str) -> tuple[str, ...]:
         value = doc.get(key) or []
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-            raise UsageError(f"{path}: {key!r} is not a list of host names")
+            raise ConfigError(f"{path}: {key!r} is not a list of host names")
         return tuple(value)
 
     if kind == "diagnose":
@@ -121,7 +147,7 @@ def load_report(path: Path) -> ReportTargets:
                 f"{group.get('kind')} group {group.get('index')} (ranks {group.get('ranks')}) from the report"
             )
         return ReportTargets("stacks", names("suspect_hosts"), names("over_eviction"), desc)
-    raise UsageError(f"{path}: kind {kind!r} is not a diagnose or stacks report")
+    raise ConfigError(f"{path}: kind {str(kind)[:40]!r} is not a diagnose or stacks report")
 
 
 def current_state(ctx: ActionContext, host: str) -> MachineState:
@@ -194,6 +220,7 @@ def plan_evict(req: EvictSpec, ctx: ActionContext) -> Plan:
         UsageError: no targets given, both or neither of hosts/report, a bad host range or unknown host,
             an unknown job, a suspect not in the job, ``--over-evict`` (other than ``auto`` with a stacks
             report) without ``--job``, ``--force`` without ``--force-reason``.
+        ConfigError: the report file is unreadable or invalid (:func:`load_report`).
     """
     if req.hosts is not None and req.report is not None:
         raise UsageError("give hosts or --from-report, not both")

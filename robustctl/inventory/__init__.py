@@ -31,6 +31,7 @@ from robustctl.config import (
     SchedulerSettings,
     SshSettings,
     apply_env,
+    env_override_of,
 )
 from robustctl.errors import ConfigError, InventoryError
 from robustctl.inventory.hostrange import expand, validate_address, validate_name
@@ -181,10 +182,11 @@ def load_inventory(path: Path, *, environ: dict[str, str] | None = None) -> Inve
         raise ConfigError(f"{path}: empty inventory, expected a mapping with 'hosts:'")
     if not isinstance(data, dict):
         raise ConfigError(f"{smap.where(())}: expected a mapping at the top level, got {type(data).__name__}")
+    env = os.environ if environ is None else environ
     try:
-        model = InventoryFile.model_validate(apply_env(data, environ))
+        model = InventoryFile.model_validate(apply_env(data, env))
     except ValidationError as exc:
-        raise ConfigError(_first_error(exc, smap)) from None
+        raise ConfigError(_first_error(exc, smap, env)) from None
     hosts = tuple(_resolve_hosts(model, smap))
     by_name = {h.name: h for h in hosts}
     jobs = {
@@ -226,10 +228,12 @@ def _resolve_job(name: str, spec: JobSpec, hosts: Mapping[str, Host], gpus_per_h
     return Job(name, tuple(hosts[n] for n in names), spec.layout, g, spec.process)
 
 
-def _first_error(exc: ValidationError, smap: SourceMap) -> str:
+def _first_error(exc: ValidationError, smap: SourceMap, environ: Mapping[str, str]) -> str:
+    """One line for a validation error; an error in a value an environment variable set names the variable."""
     errors = exc.errors()
-    err = errors[0]
-    loc: Sequence[str | int] = [p for p in err["loc"] if isinstance(p, (str, int))]
+    from_env = [(e, v) for e in errors if (v := env_override_of(_loc(e), environ)) is not None]
+    err, var = from_env[0] if from_env else (errors[0], None)
+    loc = _loc(err)
     dotted = _dotted(loc)
     if err["type"] == "extra_forbidden":
         msg = f"unknown key {str(loc[-1])!r}"
@@ -238,15 +242,27 @@ def _first_error(exc: ValidationError, smap: SourceMap) -> str:
     else:
         msg = err["msg"]
         if "input" in err and not isinstance(err["input"], (dict, list)):
-            msg += f" (got {err['input']!r})"
+            msg += f" (got {_short(repr(err['input']))})"
     more = f" (+{len(errors) - 1} more errors)" if len(errors) > 1 else ""
+    if var is not None:
+        return f"${var}={_short(repr(environ[var]))}: {dotted}: {msg}{more}"
     return f"{smap.where(loc)}: {dotted}: {msg}{more}"
+
+
+def _loc(err: Any) -> list[str | int]:
+    return [p for p in err["loc"] if isinstance(p, (str, int))]
+
+
+def _short(text: str, limit: int = 80) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _dotted(loc: Sequence[str | int]) -> str:
     out = ""
     for part in loc:
-        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+        if not isinstance(part, int) and not part.isprintable():
+            part = repr(part)  # a key from the file with a newline or control character: keep one line
+        out += f"[{part}]" if isinstance(part, int) else (f".{_short(part)}" if out else _short(part))
     return out or "<top>"
 
 

@@ -3,15 +3,24 @@
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 import pytest
 
 from robustctl.actions import ActionContext, open_context
-from robustctl.actions.evict import EvictSpec, expand_over_eviction, load_report, plan_evict, plan_return
+from robustctl.actions.evict import (
+    MAX_REPORT_BYTES,
+    EvictSpec,
+    expand_over_eviction,
+    load_report,
+    plan_evict,
+    plan_return,
+)
 from robustctl.actions.plan import StepKind, apply_plan, plan_json
-from robustctl.errors import ActionRefused, UsageError
+from robustctl.errors import ActionRefused, ConfigError, UsageError
+from robustctl.exit_codes import ExitCode
 from robustctl.schedulers.base import NodeState, OpResult, SchedulerError
 from robustctl.store import MachineState
 
@@ -173,16 +182,56 @@ def test_bad_input_is_a_usage_error(ctx: ActionContext, kw: dict[str, object], m
 def test_report_errors_name_the_file(ctx: ActionContext, tmp_path: Path) -> None:
     bad = tmp_path / "bad.json"
     bad.write_text("{not json")
-    with pytest.raises(UsageError, match="bad.json: not a JSON report"):
+    with pytest.raises(ConfigError, match="bad.json: not a JSON report"):
         plan_evict(EvictSpec(report=bad, reason="x"), ctx)
     other = tmp_path / "other.json"
     other.write_text(json.dumps({"kind": "analysis"}))
-    with pytest.raises(UsageError, match="not a diagnose or stacks report"):
+    with pytest.raises(ConfigError, match="not a diagnose or stacks report"):
         plan_evict(EvictSpec(report=other, reason="x"), ctx)
     ghost = tmp_path / "ghost.json"
     ghost.write_text(json.dumps({"kind": "diagnose", "suspects": ["node42"]}))
     with pytest.raises(UsageError, match="node42.*unresolved"):
         plan_evict(EvictSpec(report=ghost, reason="x"), ctx)
+
+
+@pytest.mark.parametrize(
+    ("doc", "match"),
+    [
+        (
+            {"kind": "diagnose", "schema_version": 99, "suspects": ["node02"]},
+            r"schema_version '99' is not one",
+        ),
+        ({"kind": "diagnose", "schema_version": "1", "suspects": []}, r"schema_version '1' is not one"),
+        ({"kind": "diagnose", "schema_version": True, "suspects": []}, r"schema_version 'True' is not one"),
+        ({"kind": "diagnose", "schema_version": [1]}, r"schema_version '\[1\]' is not one"),
+        ({"kind": "stacks", "schema_version": 2, "suspect_hosts": []}, r"schema_version '2' is not one"),
+        ({"kind": "diagnose", "suspects": "node02"}, r"'suspects' is not a list of host names"),
+        ([1, 2], r"expected a JSON object"),
+    ],
+)
+def test_report_content_errors_are_config_errors(tmp_path: Path, doc: object, match: str) -> None:
+    report = tmp_path / "r.json"
+    report.write_text(json.dumps(doc))
+    with pytest.raises(ConfigError, match=rf"^{report}: {match}") as info:
+        load_report(report)
+    assert info.value.exit_code == ExitCode.CONFIG and "\n" not in str(info.value)
+
+
+def test_report_special_and_oversize_files_are_refused(tmp_path: Path) -> None:
+    if Path("/dev/zero").exists():  # issue 9: MemoryError
+        with pytest.raises(ConfigError, match=r"^/dev/zero: is a character device, not a regular file"):
+            load_report(Path("/dev/zero"))
+    fifo = tmp_path / "r.fifo"
+    os.mkfifo(fifo)  # no writer: a blocking open would hang here
+    with pytest.raises(ConfigError, match="is a FIFO, not a regular file"):
+        load_report(fifo)
+    big = tmp_path / "big.json"
+    with big.open("wb") as f:
+        f.truncate(MAX_REPORT_BYTES + 1)
+    with pytest.raises(ConfigError, match=rf"big.json: .*larger than the {MAX_REPORT_BYTES}-byte limit"):
+        load_report(big)
+    with pytest.raises(ConfigError, match="nope.json: no such file"):
+        load_report(tmp_path / "nope.json")
 
 
 def test_return_resumes_and_records_returned_then_active(ctx: ActionContext) -> None:

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -11,6 +14,7 @@ from robustctl.config import HostState
 from robustctl.errors import ConfigError, InventoryError
 from robustctl.inventory import default_inventory, load_inventory
 from robustctl.inventory.hostrange import collapse, compact_ranges, expand, validate_name
+from robustctl.yamlsrc import MAX_YAML_BYTES, MAX_YAML_DEPTH, MAX_YAML_NODES
 
 GOOD = """\
 ssh:
@@ -82,6 +86,9 @@ def test_select_defaults_to_active_and_rejects_unknown(tmp_path: Path) -> None:
         ("- a\n- b\n", r"cluster.yaml:1: expected a mapping"),
         ("hosts:\n  - name: a\n    name: b\n", r"cluster.yaml:3: duplicate key 'name'"),
         ("hosts: [\n", r"cluster.yaml:2: YAML syntax error"),
+        ("hosts:\n  - name: !!python/object:os.system {}\n", r"cluster.yaml:2: YAML error: .*constructor"),
+        ("hosts:\n  - name: a\n? [a, b]\n: 1\n", r"cluster.yaml:3: complex mapping key"),
+        ("hosts:\n  - name: a\n    labels: {d: 2024-13-45}\n", r"cluster.yaml: YAML error"),
     ],
 )
 def test_bad_files_name_file_and_line(tmp_path: Path, text: str, pattern: str) -> None:
@@ -113,12 +120,149 @@ def test_missing_and_directory(tmp_path: Path) -> None:
         load_inventory(tmp_path)
 
 
+BILLION_LAUGHS = """\
+a: &a [lol, lol, lol, lol, lol, lol, lol, lol, lol]
+b: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a]
+c: &c [*b, *b, *b, *b, *b, *b, *b, *b, *b]
+d: &d [*c, *c, *c, *c, *c, *c, *c, *c, *c]
+e: &e [*d, *d, *d, *d, *d, *d, *d, *d, *d]
+f: &f [*e, *e, *e, *e, *e, *e, *e, *e, *e]
+g: &g [*f, *f, *f, *f, *f, *f, *f, *f, *f]
+h: &h [*g, *g, *g, *g, *g, *g, *g, *g, *g]
+i: &i [*h, *h, *h, *h, *h, *h, *h, *h, *h]
+hosts: [*i]
+"""
+
+
+def test_billion_laughs_is_refused_quickly(tmp_path: Path) -> None:
+    # 9**9 (387 million) nodes with aliases expanded; issue 9: grew past 6.5 GB within a minute.
+    t0 = time.monotonic()
+    with pytest.raises(ConfigError, match=rf"cluster.yaml:\d+: .*more than {MAX_YAML_NODES} nodes"):
+        load_inventory(write(tmp_path, BILLION_LAUGHS), environ={})
+    assert time.monotonic() - t0 < 10
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="RLIMIT_AS as a memory bound: Linux")
+def test_billion_laughs_stays_within_memory(tmp_path: Path) -> None:
+    # in a child limited to 1 GiB of address space: an unbounded expansion dies there with MemoryError
+    import resource
+    import subprocess
+
+    path = write(tmp_path, BILLION_LAUGHS)
+    code = (
+        "import sys; from pathlib import Path; from robustctl.errors import ConfigError\n"
+        "from robustctl.inventory import load_inventory\n"
+        "try:\n    load_inventory(Path(sys.argv[1]), environ={})\n"
+        "except ConfigError as exc:\n    print('refused:', exc)\n"
+    )
+    limit = 1 << 30
+
+    def cap() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        preexec_fn=cap,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])},
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "refused:" in out.stdout and "nodes with aliases expanded" in out.stdout
+
+
+def test_aliases_within_the_budget_still_work(tmp_path: Path) -> None:
+    text = "x: &lab {rack: r1}\nhosts:\n  - {name: a, labels: *lab}\n  - {name: b, labels: *lab}\n"
+    with pytest.raises(ConfigError, match="unknown key 'x'"):  # the anchor holder is still an unknown key
+        load_inventory(write(tmp_path, text), environ={})
+
+
+def test_deep_nesting_is_refused(tmp_path: Path) -> None:
+    depth = MAX_YAML_DEPTH + 5
+    with pytest.raises(ConfigError, match="nested too deeply"):
+        load_inventory(write(tmp_path, "hosts: " + "[" * depth + "]" * depth + "\n"), environ={})
+    with pytest.raises(ConfigError, match="nested too deeply"):  # past the composer's recursion limit
+        load_inventory(write(tmp_path, "hosts: " + "[" * 5000 + "]" * 5000 + "\n"), environ={})
+
+
+def test_oversize_file_is_refused(tmp_path: Path) -> None:
+    p = tmp_path / "big.yaml"
+    with p.open("wb") as f:
+        f.write(b"hosts:\n  - name: a\n")
+        f.write(b"#" * MAX_YAML_BYTES)
+    with pytest.raises(ConfigError, match=rf"big.yaml: .*larger than the {MAX_YAML_BYTES}-byte limit"):
+        load_inventory(p, environ={})
+
+
+@pytest.mark.skipif(not Path("/dev/zero").exists(), reason="no /dev/zero")
+def test_character_device_is_refused() -> None:
+    with pytest.raises(ConfigError, match=r"^/dev/zero: is a character device, not a regular file"):
+        load_inventory(Path("/dev/zero"), environ={})
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs")
+def test_fifo_is_refused_without_hanging(tmp_path: Path) -> None:
+    fifo = tmp_path / "inv.fifo"
+    os.mkfifo(fifo)
+    errors: list[BaseException] = []
+
+    def load() -> None:
+        try:
+            load_inventory(fifo, environ={})
+        except BaseException as exc:  # handed to the test thread
+            errors.append(exc)
+
+    t = threading.Thread(target=load, daemon=True)  # a regression hangs in open(): never join forever
+    t.start()
+    t.join(10)
+    assert not t.is_alive(), "loading a FIFO with no writer blocked"
+    assert len(errors) == 1 and isinstance(errors[0], ConfigError)
+    assert "is a FIFO, not a regular file" in str(errors[0])
+
+
+def test_error_about_a_key_with_a_newline_is_one_line(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as info:
+        load_inventory(write(tmp_path, 'hosts: [{name: a}]\nssh: {"a\\nb": 1}\n'), environ={})
+    assert "\n" not in str(info.value) and "cluster.yaml:2: ssh.'a\\nb': unknown key" in str(info.value)
+
+
+def test_control_character_names_the_line(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"cluster.yaml:2: character U\+001F is not allowed"):
+        load_inventory(write(tmp_path, "hosts:\n  - name: a\x1f\n"), environ={})
+
+
+def test_not_utf8_names_the_line(tmp_path: Path) -> None:
+    p = tmp_path / "cluster.yaml"
+    p.write_bytes(b"hosts:\n  - name: \xff\n")
+    with pytest.raises(ConfigError, match="cluster.yaml:2: not UTF-8"):
+        load_inventory(p, environ={})
+
+
 def test_env_overrides_file(tmp_path: Path) -> None:
     inv = load_inventory(
         write(tmp_path, GOOD), environ={"ROBUSTCTL_CONCURRENCY": "3", "ROBUSTCTL_SSH_USER": "ops"}
     )
     assert inv.diagnose.concurrency == 3
     assert inv.hosts[0].ssh.user == "ops"
+
+
+def test_bad_env_value_names_the_variable_not_the_file(tmp_path: Path) -> None:
+    with pytest.raises(
+        ConfigError, match=r"^\$ROBUSTCTL_CONCURRENCY='many': diagnose.concurrency: .*integer"
+    ):
+        load_inventory(write(tmp_path, GOOD), environ={"ROBUSTCTL_CONCURRENCY": "many"})
+    with pytest.raises(ConfigError, match=r"^\$ROBUSTCTL_DEADLINE='-1': diagnose.deadline_s: .*greater"):
+        load_inventory(write(tmp_path, "hosts: [{name: a}]\n"), environ={"ROBUSTCTL_DEADLINE": "-1"})
+
+
+@pytest.mark.parametrize("section", ["diagnose: 5", "diagnose: [1, 2]", "ssh: text"])
+def test_env_over_a_non_mapping_section_is_a_config_error(tmp_path: Path, section: str) -> None:
+    # issue 9: TypeError (exit 3) from ROBUSTCTL_CONCURRENCY=8 over `diagnose: 5`
+    text = "hosts: [{name: a}]\n" + section + "\n"
+    env = {"ROBUSTCTL_CONCURRENCY": "8", "ROBUSTCTL_SSH_USER": "ops"}
+    with pytest.raises(ConfigError, match=rf"^{tmp_path}/cluster.yaml:2: (diagnose|ssh): .*dictionary"):
+        load_inventory(write(tmp_path, text), environ=env)
 
 
 def test_embedded_default_is_local_with_this_python() -> None:
@@ -188,6 +332,14 @@ def test_jobs_resolve_in_rank_order(tmp_path: Path) -> None:
         (("dp: 4}", "dp: 4, order: tp-tp-ep-dp-pp}"), r"layout order .* repeats"),
         (("dp: 4}", "dp: 4, order: tp-dp}"), r"jobs.llama.layout.order"),
         (("dp: 4}", "dp: 4, xp: 2}"), r"unknown key 'xp'"),
+        (
+            ("{match: 'train\\.py'}", "{match: 'train(.py'}"),
+            r"cluster.yaml:9: jobs.llama.process.match: .*invalid regular expression",
+        ),
+        (
+            ("{match: 'train\\.py'}", "{match: 'train', rank_cmdline: '--rank=[0-9]+'}"),
+            r"cluster.yaml:9: jobs.llama.process.rank_cmdline: .*needs a group",
+        ),
     ],
 )
 def test_bad_jobs(tmp_path: Path, change: tuple[str, str], pattern: str) -> None:
