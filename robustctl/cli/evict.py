@@ -5,7 +5,7 @@ Parse → :mod:`robustctl.commands.evict` → render (:mod:`robustctl.report.act
 Exit codes: 0 applied or nothing to do (and ``--dry-run`` of an acceptable plan) · 2 refused by a safety
 rail or by another robustctl holding the store's lock (the message names the rule and the override) ·
 3 a scheduler step failed (the audit record says which steps ran) · 64 bad arguments, or no ``--yes``
-without a terminal to confirm on · 78 bad inventory, or a state store that cannot be written.
+without a terminal to confirm on · 78 bad inventory, an unreadable or invalid --from-report file, or a state store that cannot be written.
 """
 
 from __future__ import annotations
@@ -148,7 +148,7 @@ def evict(
     empty target set, evictions per hour, fraction of the cluster and of a job per window, and a
     circuit breaker when too many hosts look bad at once.
     Exit: 0 applied or nothing to do, 2 refused by a rail or the lock, 3 a scheduler step failed,
-    64 usage (or no --yes without a terminal), 78 config or unwritable state store.
+    64 usage (or no --yes without a terminal), 78 config, a bad --from-report file or an unwritable state store.
     """
     from robustctl.commands.evict import EvictRequest, run_evict
 
