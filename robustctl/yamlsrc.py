@@ -18,7 +18,6 @@ Input is bounded before anything grows with it (a hostile or careless file canno
 from __future__ import annotations
 
 import os
-import stat
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,6 +26,7 @@ from typing import Any
 import yaml
 
 from robustctl.errors import ConfigError
+from robustctl.inputfile import NotReadable, open_regular
 
 PathKey = tuple[str | int, ...]
 
@@ -73,9 +73,8 @@ class SourceMap:
 def read_regular_file(path: Path, *, max_bytes: int, what: str = "file") -> bytes:
     """Read a regular file of at most ``max_bytes`` bytes, without ever blocking or growing past the cap.
 
-    The file is opened with ``O_NONBLOCK`` (opening a FIFO with no writer would otherwise block) and
-    checked with ``fstat`` on the open descriptor (no race with a rename): FIFOs, character and block
-    devices (``/dev/zero``), sockets and directories are refused. At most ``max_bytes + 1`` bytes are
+    The file is opened with :func:`robustctl.inputfile.open_regular` (never blocks; FIFOs, character
+    and block devices such as ``/dev/zero``, sockets and directories are refused). At most ``max_bytes + 1`` bytes are
     read, so a file that grows after the check is refused as well.
 
     Args:
@@ -89,23 +88,13 @@ def read_regular_file(path: Path, *, max_bytes: int, what: str = "file") -> byte
             naming the file.
     """
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: no such file") from None
-    except IsADirectoryError:
-        raise ConfigError(f"{path}: is a directory, expected a {what}") from None
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from None
+        fd = open_regular(path)
+    except NotReadable as exc:
+        raise ConfigError(f"{path}: {exc.reason}" + (f"; expected a {what}" if exc.special else "")) from None
     try:
-        st = os.fstat(fd)
-        if stat.S_ISDIR(st.st_mode):
-            raise ConfigError(f"{path}: is a directory, expected a {what}")
-        if not stat.S_ISREG(st.st_mode):
-            raise ConfigError(f"{path}: is a {_kind_of(st.st_mode)}, not a regular file; expected a {what}")
-        if st.st_size > max_bytes:
-            raise ConfigError(
-                f"{path}: {st.st_size} bytes, larger than the {max_bytes}-byte limit of a {what}"
-            )
+        size = os.fstat(fd).st_size
+        if size > max_bytes:
+            raise ConfigError(f"{path}: {size} bytes, larger than the {max_bytes}-byte limit of a {what}")
         chunks: list[bytes] = []
         total = 0
         while total <= max_bytes:
@@ -121,18 +110,6 @@ def read_regular_file(path: Path, *, max_bytes: int, what: str = "file") -> byte
         raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from None
     finally:
         os.close(fd)
-
-
-def _kind_of(mode: int) -> str:
-    if stat.S_ISFIFO(mode):
-        return "FIFO"
-    if stat.S_ISCHR(mode):
-        return "character device"
-    if stat.S_ISBLK(mode):
-        return "block device"
-    if stat.S_ISSOCK(mode):
-        return "socket"
-    return "special file"
 
 
 def load_yaml(path: Path, *, max_bytes: int = MAX_YAML_BYTES) -> tuple[Any, SourceMap]:

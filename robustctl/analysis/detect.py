@@ -15,7 +15,6 @@ from __future__ import annotations
 import gzip
 import os
 import re
-import stat
 import zlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -24,6 +23,7 @@ from typing import IO, Any, cast
 
 from robustctl.analysis import Finding, Verdict, dcgm, nccl_tests, sort_findings, xid
 from robustctl.exit_codes import ExitCode
+from robustctl.inputfile import NotReadable, open_regular
 from robustctl.models import SCHEMA_VERSION, Status
 
 __all__ = [
@@ -402,14 +402,6 @@ def analyze_text(
     )
 
 
-_FILE_TYPES = (
-    (stat.S_ISFIFO, "a FIFO (named pipe)"),
-    (stat.S_ISCHR, "a character device"),
-    (stat.S_ISBLK, "a block device"),
-    (stat.S_ISSOCK, "a socket"),
-)
-
-
 class _Unreadable(Exception):
     """A file that cannot be analysed; the message is the one-line reason."""
 
@@ -417,30 +409,17 @@ class _Unreadable(Exception):
 def _open_binary(path: Path) -> IO[bytes]:
     """Open ``path`` for reading, decompressing a gzip file; only regular files.
 
-    The file is opened with ``O_NONBLOCK`` and checked with ``fstat`` on the open descriptor, so a
-    FIFO (which would block ``open`` until a writer comes) or a device is refused without waiting,
-    and no race between a check and the open exists.
+    The file is opened with :func:`robustctl.inputfile.open_regular`, so a FIFO (which would block
+    ``open`` until a writer comes) or a device is refused without waiting.
 
     Raises:
         _Unreadable: missing, a directory, a special file, permission denied, other ``OSError``.
     """
     try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
-    except FileNotFoundError:
-        raise _Unreadable("no such file") from None
-    except IsADirectoryError:
-        raise _Unreadable("is a directory") from None
-    except PermissionError:
-        raise _Unreadable("permission denied") from None
-    except OSError as exc:
-        raise _Unreadable(f"cannot read: {exc.strerror or exc}") from None
+        fd = open_regular(path)
+    except NotReadable as exc:
+        raise _Unreadable(f"{exc.reason}: not read" if exc.special else exc.reason) from None
     try:
-        mode = os.fstat(fd).st_mode
-        if stat.S_ISDIR(mode):
-            raise _Unreadable("is a directory")
-        if not stat.S_ISREG(mode):
-            what = next((name for test, name in _FILE_TYPES if test(mode)), "not a regular file")
-            raise _Unreadable(f"{what}, not a regular file: not read")
         fh: IO[bytes] = os.fdopen(fd, "rb")
     except BaseException:
         os.close(fd)

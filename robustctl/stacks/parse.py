@@ -22,12 +22,12 @@ from __future__ import annotations
 import json
 import os
 import re
-import stat
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from robustctl.inputfile import NotReadable, open_regular
 from robustctl.stacks.cluster import Category, frame_category, normalize_path
 from robustctl.stacks.model import DumpParseError, Frame, ProcessDump, ProcessRole, ThreadStack
 
@@ -468,8 +468,8 @@ def parse_dump_text(
 def read_regular_file(path: str | Path, limit: int) -> bytes:
     """At most ``limit`` bytes from the start of ``path``, which must be a regular file.
 
-    The file is opened with ``O_NONBLOCK`` and checked with ``fstat`` before any read, so a FIFO
-    (whose ``open`` would wait for a writer, forever) or a device (``/dev/zero``) is refused at once.
+    The file is opened with :func:`robustctl.inputfile.open_regular`, so a FIFO (whose ``open`` would
+    wait for a writer, forever) or a device (``/dev/zero``) is refused at once.
 
     Raises:
         DumpParseError: the file cannot be opened or read, or is not a regular file; the message
@@ -477,15 +477,13 @@ def read_regular_file(path: str | Path, limit: int) -> bytes:
     """
     p = Path(path)
     try:
-        fd = os.open(p, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
-    except OSError as exc:
-        raise DumpParseError(f"{p}: cannot read: {exc.strerror or exc}") from None
+        fd = open_regular(p)
+    except NotReadable as exc:
+        if exc.special:
+            raise DumpParseError(f"{p}: {exc.reason}: not read") from None
+        why = exc.reason if exc.reason.startswith("cannot read") else f"cannot read: {exc.reason}"
+        raise DumpParseError(f"{p}: {why}") from None
     try:
-        mode = os.fstat(fd).st_mode
-        if stat.S_ISDIR(mode):
-            raise DumpParseError(f"{p}: is a directory")
-        if not stat.S_ISREG(mode):
-            raise DumpParseError(f"{p}: not a regular file (a FIFO, device or socket): not read")
         with os.fdopen(fd, "rb", closefd=False) as fh:
             return fh.read(limit)
     except OSError as exc:
