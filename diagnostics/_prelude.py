@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import socket
 import sys
 import threading
@@ -241,12 +242,40 @@ def load_source(name: str, source: str) -> types.ModuleType:
     return module
 
 
+def hold_lifeline() -> None:
+    """Kill this process's whole group (the probe and every child) when standard input ends.
+
+    The control side keeps the probe's input open while it waits (``robustctl/probes.py``); the
+    input ends when the run is over, interrupted, timed out, or the controller died, and then
+    nothing the probe started may go on. The probe first leads its own process group (it already
+    does when started by ``sshd`` or robustctl's local transport), so the kill reaches no one else.
+    """
+    try:
+        os.setpgid(0, 0)
+    except OSError:  # already a session leader: already leads its group
+        pass
+
+    def watch() -> None:
+        try:
+            while os.read(0, 65536):
+                pass
+        except (OSError, ValueError):
+            pass
+        os.killpg(os.getpgrp(), signal.SIGKILL)
+
+    threading.Thread(target=watch, name="lifeline", daemon=True).start()
+
+
 def run_streamed(name: str, source: str, *extra: Any) -> None:
     """Entry point of a streamed script: ``sys.exit(probe.main(sys.argv[1:], *extra))``.
 
     The control side appends one call of this to the prelude it streams (``robustctl/probes.py``);
-    ``extra`` carries what a probe takes besides its arguments (the bundle's probe list).
+    ``extra`` carries what a probe takes besides its arguments (the bundle's probe list). Started
+    by robustctl's boot program (``ROBUSTCTL_LIFELINE`` set), it holds the lifeline first
+    (:func:`hold_lifeline`).
     """
+    if globals().get("ROBUSTCTL_LIFELINE"):
+        hold_lifeline()
     sys.modules.setdefault("_prelude", sys.modules[__name__])
     module = load_source(name, source)
     sys.exit(module.main(sys.argv[1:], *extra))

@@ -69,6 +69,14 @@ class CommandTimeout(TransportError):
     """A remote command ran past its deadline and was abandoned."""
 
 
+class OutputTooLarge(TransportError):
+    """A host printed more than the bound on one command's output; the command was stopped.
+
+    A broken or compromised host must not exhaust the controller's memory
+    (:data:`robustctl.transport.base.MAX_STDOUT_BYTES`).
+    """
+
+
 class ProbeError(HostError):
     """A node-side probe crashed or printed something that is not its JSON document."""
 

@@ -25,3 +25,6 @@ class ExitCode(IntEnum):
     """Bad command line (unknown option, bad argument value)."""
     CONFIG = 78
     """Bad configuration or inventory file."""
+    INTERRUPTED = 130
+    """Interrupted by SIGINT or SIGTERM (128 + SIGINT, the shell convention); every command the run
+    had started was stopped."""

@@ -1,9 +1,14 @@
 """Run a node-side probe (``diagnostics/<name>.py``) on a host and return its JSON document.
 
-What a host's ``python3 -`` reads (with the host's optional wrapper, e.g. ``docker exec -i
-trainer``) is one script: the shared prelude (``diagnostics/_prelude.py``), then one line calling
-its ``run_streamed`` with the probe's name and source (:func:`probe_script`; the bundle of several
+What a host's Python reads (with the host's optional wrapper, e.g. ``docker exec -i trainer``) is
+one script: the shared prelude (``diagnostics/_prelude.py``), then one line calling its
+``run_streamed`` with the probe's name and source (:func:`probe_script`; the bundle of several
 probes: :func:`bundle_script`). Hosts need no robustctl install. See ``diagnostics/README.md``.
+
+The script is sent framed (:func:`framed`: its length, a newline, the script) to ``python3 -c``
+:data:`STREAM_BOOT`, which reads exactly that many bytes and runs them, so standard input stays
+open afterwards: the probe's lifeline. When it closes (the run ended, was interrupted, or the
+controller died), the probe kills its own process group (``_prelude.hold_lifeline``).
 """
 
 from __future__ import annotations
@@ -70,6 +75,19 @@ def _streamed(name: str, *extra: Any) -> bytes:
     return probe_source(PRELUDE) + f"\nrun_streamed({call})\n".encode()
 
 
+STREAM_BOOT = (
+    "import sys;_i=sys.stdin.buffer;_n=int(_i.readline());ROBUSTCTL_LIFELINE=1;"
+    "exec(compile(_i.read(_n),'<stdin>','exec'))"
+)
+"""The ``python3 -c`` program that runs a framed script from standard input and leaves the input
+open as the probe's lifeline (Python >= 3.8; the prelude sees ``ROBUSTCTL_LIFELINE``)."""
+
+
+def framed(script: bytes) -> bytes:
+    """``script`` as :data:`STREAM_BOOT` reads it: its length in bytes, a newline, the script."""
+    return b"%d\n" % len(script) + script
+
+
 @functools.cache
 def probe_script(name: str) -> bytes:
     """What a host's ``python3 -`` reads to run probe ``name``: the prelude, then the probe.
@@ -134,11 +152,12 @@ def beside_interpreter(program: str) -> str | None:
 
 
 def probe_argv(host: Host, args: Sequence[str] = ()) -> list[str]:
-    """``wrapper + [python, "-", *common_args, *args]`` for ``host``."""
+    """``wrapper + [python, "-c", STREAM_BOOT, *common_args, *args]`` for ``host``: what runs a
+    :func:`framed` script there."""
     common: list[str] = []
     if host.probe_root:
         common += ["--root", host.probe_root]
-    return [*host.python.wrapper, host.python.path, "-", *common, *args]
+    return [*host.python.wrapper, host.python.path, "-c", STREAM_BOOT, *common, *args]
 
 
 def run_probe(
@@ -156,7 +175,13 @@ def run_probe(
     """
     timeout = max(0.5, deadline - time.monotonic())
     sent = time.time()
-    res = transport.run(host, probe_argv(host, args), stdin=probe_script(name), timeout_s=timeout)
+    res = transport.run(
+        host,
+        probe_argv(host, args),
+        stdin=framed(probe_script(name)),
+        timeout_s=timeout,
+        keep_stdin_open=True,
+    )
     received = time.time()
     doc = parse_document(res.stdout, name)
     if doc is None:
@@ -181,7 +206,7 @@ def run_probes(
     script = bundle_script(probes)
     timeout = max(0.5, deadline - time.monotonic())
     sent = time.time()
-    res = transport.run(host, probe_argv(host), stdin=script, timeout_s=timeout)
+    res = transport.run(host, probe_argv(host), stdin=framed(script), timeout_s=timeout, keep_stdin_open=True)
     received = time.time()
     bundle = parse_document(res.stdout, "bundle")
     if bundle is None:

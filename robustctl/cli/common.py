@@ -36,9 +36,11 @@ NoRecordOpt = Annotated[
 
 
 class State:
-    """Global options: ``-v``/``--verbose`` (anywhere on the command line, counted by ``main``)."""
+    """Global options: ``-v``/``--verbose`` (anywhere on the command line, counted by ``main``), and
+    the command being run (``"diagnose"``, ``"standby add"``), for the line an interruption prints."""
 
     verbose: int = 0
+    command: str = ""
 
 
 __all__ = [

@@ -16,7 +16,7 @@ from typing import Annotated
 
 import typer
 
-from robustctl import __version__
+from robustctl import __version__, interrupts
 from robustctl.cli import diagnose as diagnose_cmd
 from robustctl.cli import inventory as inventory_cmd
 from robustctl.cli.common import State
@@ -49,6 +49,7 @@ def _version(value: bool) -> None:
 
 @app.callback()
 def root(
+    ctx: typer.Context,
     verbose: Annotated[
         int,
         typer.Option(
@@ -61,6 +62,7 @@ def root(
 ) -> None:
     """robustctl: name the faulty machines of a training job fast, and take them out safely."""
     State.verbose = verbose
+    State.command = ctx.invoked_subcommand or ""
 
 
 app.command("diagnose", epilog=diagnose_cmd.EXAMPLES)(diagnose_cmd.diagnose)
@@ -93,8 +95,25 @@ _register_actions()
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run robustctl with ``argv`` (default ``sys.argv[1:]``) and return the exit code."""
+    """Run robustctl with ``argv`` (default ``sys.argv[1:]``) and return the exit code.
+
+    SIGINT and SIGTERM stop every command the run started (:mod:`robustctl.interrupts`), print one
+    line and return 130.
+    """
     State.verbose, args = _take_verbose(sys.argv[1:] if argv is None else argv)
+    State.command = ""
+    with interrupts.handle_signals() as caught:
+        try:
+            rc = _dispatch(args)
+        except KeyboardInterrupt:
+            caught.signame = caught.signame or "SIGINT"
+    if caught.signame is not None:
+        return _interrupted(caught)
+    return rc
+
+
+def _dispatch(args: list[str]) -> int:
+    """Run the command and map its outcome to an exit code (the one exception boundary)."""
     try:
         rv = app(args=args, prog_name="robustctl", standalone_mode=False)
     except typer.Exit as exc:
@@ -105,9 +124,9 @@ def main(argv: list[str] | None = None) -> int:
             if isinstance(exc.code, int)
             else int(ExitCode.OK if exc.code is None else ExitCode.USAGE)
         )
-    except typer.Abort:
+    except typer.Abort:  # end of input at a prompt
         sys.stderr.write("robustctl: aborted\n")
-        return 130
+        return int(ExitCode.INTERRUPTED)
     except typer.TyperException as exc:
         show = getattr(exc, "show", None)
         if callable(show):
@@ -120,9 +139,6 @@ def main(argv: list[str] | None = None) -> int:
         if State.verbose >= 2:
             traceback.print_exc()
         return int(exc.exit_code)
-    except KeyboardInterrupt:
-        sys.stderr.write("robustctl: interrupted\n")
-        return 130
     except BrokenPipeError:
         return int(ExitCode.OK)
     except Exception as exc:
@@ -133,6 +149,21 @@ def main(argv: list[str] | None = None) -> int:
             traceback.print_exc()
         return int(ExitCode.UNKNOWN)
     return int(rv) if isinstance(rv, int) else 0
+
+
+def _interrupted(caught: interrupts.Caught) -> int:
+    """Stop every command still running (local groups, remote probes), print one line, return 130."""
+    stopped = interrupts.stop_all()
+    signame = caught.signame or "SIGINT"
+    commands = tuple(dict.fromkeys((*caught.commands, *stopped.commands)))
+    what = State.command or "command"
+    if commands:
+        shown = ", ".join(commands[:5]) + (", …" if len(commands) > 5 else "")
+        done = f"stopped what was running on {len(commands)} host(s): {shown}"
+    else:
+        done = "no command was running"
+    sys.stderr.write(f"robustctl: {what} interrupted by {signame}; {_plain(done)}\n")
+    return int(ExitCode.INTERRUPTED)
 
 
 def _plain(text: object) -> str:

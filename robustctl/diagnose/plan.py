@@ -36,7 +36,7 @@ def plan_levels(request: DiagnoseSpec) -> dict[str, Any]:
     Returns a JSON-ready mapping: ``kind: "diagnose-plan"``, ``schema_version``, ``levels`` (each
     ``{level, name}``, plus ``skipped`` with the reason for a level that cannot run), limits, and
     ``hosts``: ``{host, transport, address, gpus, ssh?, command, commands}`` where ``command`` is
-    the probe runner (``[wrapper] python3 - [--root R]``) and ``commands`` one entry per level and
+    the probe runner (``[wrapper] python3 -c STREAM_BOOT [--root R]``, :func:`robustctl.probes.probe_argv`) and ``commands`` one entry per level and
     probe run: ``{level, probe, command, stdin}`` (L3: also ``pair``, ``rank``, ``peer``).
     ``robustctl diagnose --dry-run`` prints it.
     """

@@ -67,7 +67,7 @@ from typing import TYPE_CHECKING, Any
 import hostlist
 
 from robustctl.schedulers.base import NodeState, OpResult, SchedulerError
-from robustctl.transport.process import run_argv
+from robustctl.transport.process import OutputLimitExceeded, run_argv
 
 if TYPE_CHECKING:
     from robustctl.config import SchedulerSettings
@@ -443,6 +443,10 @@ class CommandOutput:
     stderr: str
 
 
+SLURM_MAX_OUTPUT_BYTES = 256 << 20
+"""Bound on what one Slurm command may print (256 MiB): ``scontrol show nodes`` of a 100,000-node
+cluster is about 200 MiB at 2 KiB per node record."""
+
 Runner = Callable[[Sequence[str], Mapping[str, str], float], CommandOutput]
 """Runs ``argv`` with ``env`` under a timeout in seconds; raises ``subprocess.TimeoutExpired`` past it.
 
@@ -455,7 +459,7 @@ def run_command(argv: Sequence[str], env: Mapping[str, str], timeout_s: float) -
     Output is decoded as UTF-8 (undecodable bytes replaced). See :func:`robustctl.transport.process.run_argv`
     for what it raises.
     """
-    done = run_argv(argv, timeout_s=timeout_s, env=env)
+    done = run_argv(argv, timeout_s=timeout_s, env=env, max_stdout=SLURM_MAX_OUTPUT_BYTES)
     return CommandOutput(
         done.returncode, done.stdout.decode("utf-8", "replace"), done.stderr.decode("utf-8", "replace")
     )
@@ -533,6 +537,8 @@ class Slurm:
             ) from None
         except OSError as exc:
             raise SchedulerError("slurm", shown, f"cannot run {exe}: {exc.strerror or exc}") from None
+        except OutputLimitExceeded as exc:
+            raise SchedulerError("slurm", shown, str(exc)) from None
         if check and out.returncode != 0:
             lines = [ln.strip() for ln in (out.stderr or out.stdout).splitlines() if ln.strip()]
             raise SchedulerError("slurm", shown, lines[-1] if lines else f"exited {out.returncode}")

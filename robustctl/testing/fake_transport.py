@@ -47,17 +47,23 @@ class FakeTransport:
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def run(
-        self, host: Host, argv: Sequence[str], *, stdin: bytes | None = None, timeout_s: float
+        self,
+        host: Host,
+        argv: Sequence[str],
+        *,
+        stdin: bytes | None = None,
+        timeout_s: float,
+        keep_stdin_open: bool = False,
     ) -> CommandResult:
-        """Answer a probe run (identified by its streamed source) from the script."""
+        """Answer a probe run (identified by its streamed source, framed or not) from the script."""
         delay = self.delay_s.get(host.name, 0.0)
         if delay:
             time.sleep(min(delay, timeout_s))
             if delay >= timeout_s:
                 raise CommandTimeout(host.name, f"command timed out after {timeout_s:g}s")
-        name, extra = _streamed_call(stdin or b"")
+        name, extra = _streamed_call(_unframed(stdin or b""))
         if name == "bundle" and extra:
-            return self._bundle(host, extra[0], _after_dash(argv))
+            return self._bundle(host, extra[0], _script_args(argv))
         return self._answer(host, name, list(argv))
 
     def _answer(self, host: Host, probe: str, argv: list[str]) -> CommandResult:
@@ -104,10 +110,20 @@ class FakeTransport:
         """Nothing to release."""
 
 
-def _after_dash(argv: Sequence[str]) -> list[str]:
-    """The arguments after ``python -`` (the script's own)."""
+def _script_args(argv: Sequence[str]) -> list[str]:
+    """The script's own arguments: those after ``python -c STREAM_BOOT`` (or ``python -``)."""
     args = list(argv)
+    if "-c" in args:
+        return args[args.index("-c") + 2 :]
     return args[args.index("-") + 1 :] if "-" in args else []
+
+
+def _unframed(stdin: bytes) -> bytes:
+    """The script of a :func:`robustctl.probes.framed` input (``LENGTH\\n`` + script); else ``stdin``."""
+    head, sep, rest = stdin.partition(b"\n")
+    if sep and head.isdigit() and int(head) == len(rest):
+        return rest
+    return stdin
 
 
 @functools.lru_cache(maxsize=64)

@@ -7,8 +7,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
+from robustctl.transport import process as _process
+
 if TYPE_CHECKING:
     from robustctl.inventory import Host
+
+
+MAX_STDOUT_BYTES = _process.MAX_STDOUT_BYTES
+"""Bound on one command's stdout, bytes (see :data:`robustctl.transport.process.MAX_STDOUT_BYTES`)."""
+MAX_STDERR_BYTES = _process.MAX_STDERR_BYTES
+"""What is kept of one command's stderr: its last bytes."""
 
 
 @dataclass(frozen=True)
@@ -17,7 +25,7 @@ class CommandResult:
 
     Attributes:
         host: inventory name. exit_status: the command's exit status (-N: killed by signal N).
-        stdout, stderr: raw bytes, complete. elapsed_s: wall seconds including connection setup.
+        stdout: raw bytes, complete. stderr: raw bytes, its last :data:`MAX_STDERR_BYTES`. elapsed_s: wall seconds including connection setup.
     """
 
     host: str
@@ -36,14 +44,28 @@ class Transport(Protocol):
     """Runs commands on one kind of host connection.
 
     Implementations raise :class:`~robustctl.errors.HostUnreachable` (cannot connect or
-    authenticate; retryable), :class:`~robustctl.errors.HostKeyError` (not retryable) and
-    :class:`~robustctl.errors.CommandTimeout` (deadline passed; the remote command is abandoned).
+    authenticate; retryable), :class:`~robustctl.errors.HostKeyError` (not retryable),
+    :class:`~robustctl.errors.CommandTimeout` (deadline passed; the remote command is abandoned) and
+    :class:`~robustctl.errors.OutputTooLarge` (the command printed too much and was stopped).
     """
 
     def run(
-        self, host: Host, argv: Sequence[str], *, stdin: bytes | None = None, timeout_s: float
+        self,
+        host: Host,
+        argv: Sequence[str],
+        *,
+        stdin: bytes | None = None,
+        timeout_s: float,
+        keep_stdin_open: bool = False,
     ) -> CommandResult:
-        """Run ``argv`` on ``host``, feeding ``stdin`` then closing it; wait at most ``timeout_s``."""
+        """Run ``argv`` on ``host``, feeding ``stdin``; wait at most ``timeout_s``.
+
+        ``stdin`` is closed once written, unless ``keep_stdin_open``: then it stays open until the
+        command ends or the run is stopped, the lifeline of a streamed probe
+        (:func:`robustctl.probes.streamed_argv`). stdout is bounded by
+        :data:`MAX_STDOUT_BYTES` (:class:`~robustctl.errors.OutputTooLarge` past it); only the
+        last :data:`MAX_STDERR_BYTES` of stderr are kept.
+        """
         ...
 
     def close(self) -> None:

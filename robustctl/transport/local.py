@@ -6,9 +6,9 @@ import subprocess
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from robustctl.errors import CommandTimeout, HostUnreachable
-from robustctl.transport.base import CommandResult
-from robustctl.transport.process import run_argv
+from robustctl.errors import CommandTimeout, HostUnreachable, OutputTooLarge
+from robustctl.transport.base import MAX_STDOUT_BYTES, CommandResult
+from robustctl.transport.process import OutputLimitExceeded, run_argv
 
 if TYPE_CHECKING:
     from robustctl.inventory import Host
@@ -18,21 +18,43 @@ class LocalTransport:
     """Runs commands on this machine, each in its own process group, killed on timeout or interruption.
 
     One runner for this and the Slurm back end: :func:`robustctl.transport.process.run_argv`.
+
+    Args:
+        max_stdout: bound on one command's stdout, bytes.
     """
 
+    def __init__(self, *, max_stdout: int = MAX_STDOUT_BYTES) -> None:
+        self.max_stdout = max_stdout
+
     def run(
-        self, host: Host, argv: Sequence[str], *, stdin: bytes | None = None, timeout_s: float
+        self,
+        host: Host,
+        argv: Sequence[str],
+        *,
+        stdin: bytes | None = None,
+        timeout_s: float,
+        keep_stdin_open: bool = False,
     ) -> CommandResult:
         """See :meth:`robustctl.transport.base.Transport.run`.
 
         Raises:
             HostUnreachable: the program does not exist or cannot be executed.
             CommandTimeout: ``timeout_s`` passed; the whole process group was killed.
+            OutputTooLarge: it printed more than ``max_stdout`` bytes; the group was killed.
         """
         try:
-            done = run_argv(argv, timeout_s=timeout_s, stdin=stdin or b"")
+            done = run_argv(
+                argv,
+                timeout_s=timeout_s,
+                stdin=stdin or b"",
+                keep_stdin_open=keep_stdin_open,
+                max_stdout=self.max_stdout,
+                label=host.name,
+            )
         except subprocess.TimeoutExpired:
             raise CommandTimeout(host.name, f"command timed out after {timeout_s:g}s") from None
+        except OutputLimitExceeded as exc:
+            raise OutputTooLarge(host.name, str(exc)) from None
         except OSError as exc:
             raise HostUnreachable(host.name, f"cannot run {argv[0]!r}: {exc.strerror or exc}") from None
         return CommandResult(host.name, done.returncode, done.stdout, done.stderr, done.elapsed_s)

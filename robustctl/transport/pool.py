@@ -40,10 +40,18 @@ class TransportPool:
         return self._ssh
 
     def run(
-        self, host: Host, argv: Sequence[str], *, stdin: bytes | None = None, timeout_s: float
+        self,
+        host: Host,
+        argv: Sequence[str],
+        *,
+        stdin: bytes | None = None,
+        timeout_s: float,
+        keep_stdin_open: bool = False,
     ) -> CommandResult:
         """Run ``argv`` on ``host`` through its transport."""
-        return self.for_host(host).run(host, argv, stdin=stdin, timeout_s=timeout_s)
+        return self.for_host(host).run(
+            host, argv, stdin=stdin, timeout_s=timeout_s, keep_stdin_open=keep_stdin_open
+        )
 
     def preflight(self, hosts: Sequence[Host]) -> None:
         """Fail fast on local problems (unreadable identity files) before any connection."""

@@ -8,7 +8,8 @@ User, Port, IdentityFile, UserKnownHostsFile and ProxyJump (one hop), below expl
 
 Deadlines: TCP connect, SSH banner and authentication each use ``connect_timeout_s``; a command is
 abandoned (channel closed) when its ``timeout_s`` passes. stdout and stderr are drained while the
-command runs, so output of any size cannot stall the channel window.
+command runs, so output cannot stall the channel window; stdout is bounded (the command is stopped
+past ``max_stdout``) and only the last part of stderr is kept.
 """
 
 from __future__ import annotations
@@ -26,8 +27,10 @@ from typing import TYPE_CHECKING, Any
 
 import paramiko
 
-from robustctl.errors import CommandTimeout, ConfigError, HostKeyError, HostUnreachable
-from robustctl.transport.base import CommandResult, remote_command
+from robustctl import interrupts
+from robustctl.errors import CommandTimeout, ConfigError, HostKeyError, HostUnreachable, OutputTooLarge
+from robustctl.transport.base import MAX_STDERR_BYTES, MAX_STDOUT_BYTES, CommandResult, remote_command
+from robustctl.transport.process import OutputLimitExceeded, TailBuffer
 
 if TYPE_CHECKING:
     from robustctl.inventory import Host
@@ -99,9 +102,17 @@ class SshTransport:
     Args:
         accept_new_host_keys: force ``accept-new`` for every host (the ``--accept-new-host-keys`` flag).
         ssh_config: path of the OpenSSH client config to honour (default ``~/.ssh/config``).
+        max_stdout: bound on one command's stdout, bytes.
     """
 
-    def __init__(self, *, accept_new_host_keys: bool = False, ssh_config: Path | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        accept_new_host_keys: bool = False,
+        ssh_config: Path | None = None,
+        max_stdout: int = MAX_STDOUT_BYTES,
+    ) -> None:
+        self.max_stdout = max_stdout
         self._accept_new = accept_new_host_keys
         self._config_path = (ssh_config or DEFAULT_SSH_CONFIG).expanduser()
         self._config: paramiko.SSHConfig | None = None
@@ -275,41 +286,59 @@ class SshTransport:
 
     # -- commands ------------------------------------------------------------------------------
     def run(
-        self, host: Host, argv: Sequence[str], *, stdin: bytes | None = None, timeout_s: float
+        self,
+        host: Host,
+        argv: Sequence[str],
+        *,
+        stdin: bytes | None = None,
+        timeout_s: float,
+        keep_stdin_open: bool = False,
     ) -> CommandResult:
         """See :meth:`robustctl.transport.base.Transport.run`.
+
+        While the command runs, this transport is registered with :mod:`robustctl.interrupts`, whose
+        ``stop_all`` shuts it down: the connection closes, ``sshd`` closes the command's input, and a
+        streamed probe (``keep_stdin_open``) stops its own process group.
 
         Raises:
             HostUnreachable, HostKeyError: connection or authentication failed.
             CommandTimeout: the command did not finish within ``timeout_s`` (connection included).
+            OutputTooLarge: it printed more than ``max_stdout`` bytes; the channel was closed.
         """
         start = time.monotonic()
         deadline = start + min(timeout_s, host.ssh.command_timeout_s)
         command = remote_command(argv)
-        client = self._client(host)
-        tr = client.get_transport()
-        if tr is None:
-            raise HostUnreachable(host.name, "connection lost")
-        try:
-            chan = tr.open_session(timeout=max(0.1, deadline - time.monotonic()))
-        except (paramiko.SSHException, OSError, EOFError) as exc:
-            self._drop(host.name)
-            raise HostUnreachable(host.name, f"cannot open a session: {exc or 'channel refused'}") from None
-        try:
-            chan.exec_command(command)
-            if stdin:
-                chan.sendall(stdin)
-            chan.shutdown_write()
-            out, err = _drain(chan, deadline)
-            if out is None:
-                raise CommandTimeout(host.name, f"command timed out after {timeout_s:g}s")
-            status = chan.recv_exit_status() if chan.exit_status_ready() else -1
-        except (paramiko.SSHException, OSError, EOFError) as exc:
-            self._drop(host.name)
-            raise HostUnreachable(host.name, f"connection lost during command: {exc}") from None
-        finally:
-            chan.close()
-        return CommandResult(host.name, status, bytes(out), bytes(err or b""), time.monotonic() - start)
+        with interrupts.register_closer(host.name, self.shutdown):
+            client = self._client(host)
+            tr = client.get_transport()
+            if tr is None:
+                raise HostUnreachable(host.name, "connection lost")
+            try:
+                chan = tr.open_session(timeout=max(0.1, deadline - time.monotonic()))
+            except (paramiko.SSHException, OSError, EOFError) as exc:
+                self._drop(host.name)
+                raise HostUnreachable(
+                    host.name, f"cannot open a session: {exc or 'channel refused'}"
+                ) from None
+            try:
+                chan.exec_command(command)
+                if stdin:
+                    chan.sendall(stdin)
+                if not keep_stdin_open:
+                    chan.shutdown_write()
+                drained = _drain(chan, deadline, self.max_stdout)
+                if drained is None:
+                    raise CommandTimeout(host.name, f"command timed out after {timeout_s:g}s")
+                out, err = drained
+                status = chan.recv_exit_status() if chan.exit_status_ready() else -1
+            except OutputLimitExceeded as exc:
+                raise OutputTooLarge(host.name, str(exc)) from None
+            except (paramiko.SSHException, OSError, EOFError) as exc:
+                self._drop(host.name)
+                raise HostUnreachable(host.name, f"connection lost during command: {exc}") from None
+            finally:
+                chan.close()
+        return CommandResult(host.name, status, out, err, time.monotonic() - start)
 
     def _drop(self, name: str) -> None:
         with self._guard:
@@ -334,28 +363,35 @@ class SshTransport:
         self.close()
 
 
-def _drain(chan: paramiko.Channel, deadline: float) -> tuple[bytearray | None, bytearray | None]:
-    """Read stdout and stderr until both end; ``(None, None)`` when ``deadline`` passes first."""
-    out, err = bytearray(), bytearray()
+def _drain(chan: paramiko.Channel, deadline: float, max_stdout: int) -> tuple[bytes, bytes] | None:
+    """Read stdout and stderr until both end: ``(stdout, last of stderr)``; ``None`` when ``deadline``
+    passes first.
+
+    Raises:
+        OutputLimitExceeded: stdout grew past ``max_stdout`` bytes.
+    """
+    out, err = bytearray(), TailBuffer(MAX_STDERR_BYTES)
     while True:
         progressed = False
         while chan.recv_ready():
             out += chan.recv(_READ_CHUNK)
+            if len(out) > max_stdout:
+                raise OutputLimitExceeded(max_stdout)
             progressed = True
         while chan.recv_stderr_ready():
-            err += chan.recv_stderr(_READ_CHUNK)
+            err.add(chan.recv_stderr(_READ_CHUNK))
             progressed = True
         if (
             chan.exit_status_ready()
             and chan.eof_received
             and not (chan.recv_ready() or chan.recv_stderr_ready())
         ):
-            return out, err
+            return bytes(out), err.value()
         if chan.closed and not (chan.recv_ready() or chan.recv_stderr_ready()):
-            return out, err
+            return bytes(out), err.value()
         remaining = deadline - time.monotonic()
         if remaining <= 0:
-            return None, None
+            return None
         if not progressed:
             select.select([chan], [], [], min(remaining, 0.05))
 

@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 
+from robustctl.probes import STREAM_BOOT
 from robustctl.store import MachineState, Store
 from robustctl.testing.fake_nvml import RemappedRows, healthy_gpus
 
@@ -174,3 +177,71 @@ def test_hosts_selection_and_output_file(testbed: Testbed, tmp_path: Path) -> No
     assert code == 0, err
     assert [h["host"] for h in doc["hosts"]] == [testbed.names[0], testbed.names[2]]
     assert json.loads(out.read_text()) == doc
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_interrupt_stops_the_remote_probes_and_exits_130(testbed: Testbed, tmp_path: Path, sig: int) -> None:
+    # The burn runs on two hosts over SSH; the signal closes the connections, each probe's lifeline
+    # (its standard input) ends, and the probe kills its own process group on the host. The hosts'
+    # sshd run here, so their processes are seen here (told apart by the host's probe root).
+    inv = testbed.write_inventory(
+        tmp_path / "inv.yaml",
+        hosts=[0, 1],
+        diagnose={"burn": {"seconds": 120, "size": 64, "threads": 1}, "host_timeout_s": 300},
+    )
+    roots = {str(testbed.hosts[i].root) for i in (0, 1)}
+
+    def remote_burns() -> list[int]:
+        found = []
+        for p in psutil.process_iter(["pid", "cmdline"]):
+            argv = p.info["cmdline"] or []
+            if STREAM_BOOT in argv and "--seconds" in argv:
+                try:
+                    if p.environ().get("ROBUSTCTL_PROBE_ROOT") in roots:
+                        found.append(p.info["pid"])
+                except psutil.Error:
+                    pass
+        return found
+
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "robustctl",
+            "diagnose",
+            "-i",
+            str(inv),
+            "-l",
+            "1",
+            "--all-levels",
+            "--no-record",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={"PATH": "/usr/bin:/bin", "NO_COLOR": "1", "HOME": "/nonexistent"},
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while len(remote_burns()) < 2 and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.1)
+        burns = remote_burns()
+        assert len(burns) == 2, proc.stderr.read() if proc.poll() is not None else "burns never started"
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 130, err
+    lines = [ln for ln in err.splitlines() if "interrupted" in ln]
+    assert len(lines) == 1 and lines[0].startswith(
+        f"robustctl: diagnose interrupted by {signal.Signals(sig).name}; "
+    )
+    assert (
+        lines[0].endswith("stopped what was running on 2 host(s): node01, node02") and "Traceback" not in err
+    )
+    deadline = time.monotonic() + 15
+    while any(psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE for p in burns):
+        assert time.monotonic() < deadline, f"remote burns still running: {burns}"
+        time.sleep(0.1)

@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from robustctl.errors import CommandTimeout, ConfigError, HostKeyError, HostUnreachable
+from robustctl.errors import CommandTimeout, ConfigError, HostKeyError, HostUnreachable, OutputTooLarge
 from robustctl.inventory import Host, load_inventory
+from robustctl.transport.base import MAX_STDERR_BYTES
 from robustctl.transport.ssh import SshTransport, preflight
 
 from .testbed import Testbed
@@ -59,7 +60,8 @@ def test_large_output_on_both_streams_does_not_deadlock(testbed: Testbed, tmp_pa
     t = SshTransport()
     try:
         res = t.run(h, ["python3", "-c", code], timeout_s=60)
-        assert len(res.stdout) == 5_000_000 and len(res.stderr) == 3_000_000
+        # all of stdout (under its bound); stderr: its last MAX_STDERR_BYTES
+        assert len(res.stdout) == 5_000_000 and res.stderr == b"e" * MAX_STDERR_BYTES
     finally:
         t.close()
 
@@ -179,3 +181,19 @@ def test_proxy_jump_through_another_host(testbed: Testbed, tmp_path: Path) -> No
     with pytest.raises(HostUnreachable, match="connection refused"):
         t.run(h, ["true"], timeout_s=20)
     t.close()
+
+
+def test_a_host_that_floods_stdout_is_stopped_at_the_bound(testbed: Testbed, tmp_path: Path) -> None:
+    h = hosts_of(testbed, tmp_path)[2]
+    t = SshTransport(max_stdout=1 << 20)
+    flood = "import sys\nwhile True: sys.stdout.buffer.write(b'x' * 65536)"
+    try:
+        with pytest.raises(OutputTooLarge, match=r"printed more than 1048576 bytes on stdout; stopped"):
+            t.run(h, ["python3", "-c", flood], timeout_s=60)
+        # the connection stays usable, and stderr keeps only its last part
+        res = t.run(
+            h, ["python3", "-c", "import sys; sys.stderr.write('e' * (3 << 20) + 'LAST')"], timeout_s=60
+        )
+        assert len(res.stderr) == MAX_STDERR_BYTES and res.stderr.endswith(b"eLAST")
+    finally:
+        t.close()

@@ -107,6 +107,7 @@ def test_exit_code_table_is_stable() -> None:
         "UNKNOWN": 3,
         "USAGE": 64,
         "CONFIG": 78,
+        "INTERRUPTED": 130,
     }
 
 
@@ -171,7 +172,7 @@ def test_dry_run_plan_connects_to_nothing(tmp_path: Path, capsys: pytest.Capture
     assert plan["kind"] == "diagnose-plan" and plan["schema_version"] == 1
     assert [lv["level"] for lv in plan["levels"]] == [0, 1]
     assert plan["hosts"][0]["ssh"] == "ops@127.0.0.2:2222"
-    assert plan["hosts"][0]["command"].startswith("docker exec -i trainer python3 -")
+    assert plan["hosts"][0]["command"].startswith("docker exec -i trainer python3 -c ")
 
 
 def test_output_file_unwritable_is_config_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -332,7 +332,15 @@ class InterfaceTransport:
         self.addresses = addresses
         self.asked: list[tuple[str, str]] = []
 
-    def run(self, host: Host, argv: Sequence[str], *, stdin: bytes | None = None, timeout_s: float) -> Any:
+    def run(
+        self,
+        host: Host,
+        argv: Sequence[str],
+        *,
+        stdin: bytes | None = None,
+        timeout_s: float,
+        keep_stdin_open: bool = False,
+    ) -> Any:
         from robustctl.diagnose.pairs import ADDRESS_SCRIPT
         from robustctl.transport.base import CommandResult
 
@@ -342,7 +350,7 @@ class InterfaceTransport:
             if answer.startswith("OSError"):
                 return CommandResult(host.name, 1, b"", f"Traceback...\n{answer}\n".encode(), 0.01)
             return CommandResult(host.name, 0, f"{answer}\n".encode(), b"", 0.01)
-        return self.fake.run(host, argv, stdin=stdin, timeout_s=timeout_s)
+        return self.fake.run(host, argv, stdin=stdin, timeout_s=timeout_s, keep_stdin_open=keep_stdin_open)
 
     def close(self) -> None:
         pass

@@ -8,6 +8,7 @@ from robustctl.checks.thresholds import Thresholds
 from robustctl.config import DiagnoseSettings, PythonSettings, SshSettings
 from robustctl.diagnose import DiagnoseSpec, plan_levels
 from robustctl.inventory import Host
+from robustctl.probes import STREAM_BOOT
 
 
 def hosts(n: int) -> tuple[Host, ...]:
@@ -30,9 +31,17 @@ def test_every_level_shows_the_real_argv() -> None:
     cmds = commands(p, 0)
     assert [c["level"] for c in cmds] == [0, 1, 2, 3, 3]
     l0, l1, l2, l3a, l3b = cmds
-    assert l0["command"] == "docker exec -i trainer python3 -"
+    assert shlex.split(str(l0["command"])) == [
+        "docker",
+        "exec",
+        "-i",
+        "trainer",
+        "python3",
+        "-c",
+        STREAM_BOOT,
+    ]
     assert l0["stdin"] == "diagnostics/_prelude.py + bundle.py (host.py --timeout 118, nvml.py --timeout 118)"
-    assert shlex.split(str(l1["command"]))[6:] == ["--seconds", "2", "--size", "256", "--timeout", "118"]
+    assert shlex.split(str(l1["command"]))[7:] == ["--seconds", "2", "--size", "256", "--timeout", "118"]
     argv2 = shlex.split(str(l2["command"]))
     assert argv2[argv2.index("--master-addr") + 1] == "127.0.0.1"
     # node0 is rank 0 of (node0, node1) and rank 1 of (node2, node0); master is the first host's name

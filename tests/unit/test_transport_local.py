@@ -10,7 +10,7 @@ import pytest
 from robustctl.config import PythonSettings, SshSettings
 from robustctl.errors import CommandTimeout, HostUnreachable, ProbeError
 from robustctl.inventory import Host
-from robustctl.probes import parse_document, probe_argv, run_probe
+from robustctl.probes import STREAM_BOOT, parse_document, probe_argv, run_probe
 from robustctl.transport.base import remote_command
 from robustctl.transport.local import LocalTransport
 
@@ -63,7 +63,8 @@ def test_probe_argv_uses_wrapper_and_root() -> None:
         "-i",
         "trainer",
         "python3",
-        "-",
+        "-c",
+        STREAM_BOOT,
         "--root",
         "/host",
         "--timeout",
