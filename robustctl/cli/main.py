@@ -158,8 +158,9 @@ def _interrupted(caught: interrupts.Caught) -> int:
     commands = tuple(dict.fromkeys((*caught.commands, *stopped.commands)))
     what = State.command or "command"
     if commands:
-        shown = ", ".join(commands[:5]) + (", …" if len(commands) > 5 else "")
-        done = f"stopped what was running on {len(commands)} host(s): {shown}"
+        from robustctl.inventory.hostrange import collapse
+
+        done = f"stopped what was running on {len(commands)} host(s): {collapse(list(commands))}"
     else:
         done = "no command was running"
     sys.stderr.write(f"robustctl: {what} interrupted by {signame}; {_plain(done)}\n")
