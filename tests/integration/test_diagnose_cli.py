@@ -238,9 +238,7 @@ def test_interrupt_stops_the_remote_probes_and_exits_130(testbed: Testbed, tmp_p
     assert len(lines) == 1 and lines[0].startswith(
         f"robustctl: diagnose interrupted by {signal.Signals(sig).name}; "
     )
-    assert (
-        lines[0].endswith("stopped what was running on 2 host(s): node[01-02]") and "Traceback" not in err
-    )
+    assert lines[0].endswith("stopped what was running on 2 host(s): node[01-02]") and "Traceback" not in err
     deadline = time.monotonic() + 15
     while any(psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE for p in burns):
         assert time.monotonic() < deadline, f"remote burns still running: {burns}"
