@@ -267,7 +267,7 @@ _LAUNCHER_RE = re.compile(r"\b(?:mpirun|mpiexec|srun|orterun)\b")
 # and ``Reporter::result`` in ``src/common.cu``); a launcher that tags every write it forwards
 # (``mpirun --tag-output``, MPICH ``-prepend-rank``, ``srun -u``) puts the tag at each of those
 # boundaries, glued to the cell before it: ``-1[0]  1626.5  0.64  1.24  0[0]  2302.3 ...``.
-_INLINE_PREFIX_RE = re.compile(r"\[\d+(?:,\d+)*\]<std(?:out|err)>:?|(?<=[0-9A-Za-z/])\[\d+(?:,\d+)*\]:?")
+_INLINE_PREFIX_RE = re.compile(r"\[\d+(?:,\d+)*\]<std(?:out|err)>:?|(?<=[0-9A-Za-z/\]>])\[\d+(?:,\d+)*\]:?")
 # `srun -l` labels (`0:`) left between the cells of a row by the same splitting.
 _LABEL_TOKEN_RE = re.compile(r"^\d+:$")
 
@@ -275,6 +275,8 @@ _LABEL_TOKEN_RE = re.compile(r"^\d+:$")
 def _strip_prefix(line: str) -> str:
     """``line`` without launcher tags: the leading one and any a launcher put inside the line."""
     line = _PREFIX_RE.sub("", line, count=1)
+    if line.startswith("["):  # a second tag (a wrapper script tagging the launcher's output)
+        line = _PREFIX_RE.sub("", line, count=1)
     if "[" in line:
         line = _INLINE_PREFIX_RE.sub(" ", line)
     return line.strip()
@@ -384,8 +386,11 @@ def _parse_row(text: str, line_no: int) -> NcclRow | None:
 
 
 def looks_like_nccl_tests(text: str) -> bool:
-    """True when ``text`` holds an nccl-tests table (a column header, an Avg line or a row)."""
-    for raw in text.splitlines()[:20000]:
+    """True when ``text`` holds an nccl-tests table (a column header, an Avg line or a row, whole or
+    split over lines by a launcher)."""
+    head = text.splitlines()[:20000]
+    split_piece = False
+    for raw in head:
         line = _strip_prefix(raw)
         low = line.lower()
         if "avg bus bandwidth" in low or ("busbw" in low and "algbw" in low):
@@ -394,7 +399,9 @@ def looks_like_nccl_tests(text: str) -> bool:
             return True
         if line and not line.startswith("#") and _parse_row(line, 0) is not None:
             return True
-    return False
+        if not split_piece and line[:1].isdigit() and _row_start(_tokens(line)) is not None:
+            split_piece = True
+    return split_piece and bool(parse_nccl_tests(head).rows)
 
 
 def busbw_factor(collective: str | None, n: int) -> float | None:
@@ -581,6 +588,10 @@ def parse_nccl_tests(text: str | Iterable[str]) -> NcclTestsResult:
         row = _parse_row(line, line_no) if line[0].isdigit() and not _FAILURE_RE.search(line) else None
         if row is not None:
             flush()
+            if row.in_place is None:
+                # Maybe only the first half of a split row: the in-place piece may follow.
+                pending, pending_line, pending_gap, pending_cells = _tokens(line), line_no, 0, 4
+                continue
             keep(row)
             continue
         if line[0].isdigit() or line[0] in "-+.N":
