@@ -243,11 +243,14 @@ def _kernel_log_lines(lines: Iterable[str], options: AnalysisOptions) -> Verdict
     groups: dict[tuple[str, int, str], _XidGroup] = {}
     groups_dropped = 0
     gpus: set[str] = set()
+    no_device = 0  # events whose PCI id was redacted or unrecognisable
     for e in xid.iter_kernel_log(counted()):
         event_count += 1
         if len(shown) < _MAX_EVENTS_IN_DETAILS:
             shown.append(_event_json(e))
-        if len(gpus) < _MAX_GPUS:
+        if e.pci in (xid.DEVICE_REDACTED, xid.DEVICE_UNKNOWN):
+            no_device += 1
+        elif len(gpus) < _MAX_GPUS:
             gpus.add(e.pci)
         key = (e.pci, e.xid, e.info.name)
         group = groups.get(key)
@@ -265,6 +268,8 @@ def _kernel_log_lines(lines: Iterable[str], options: AnalysisOptions) -> Verdict
     }
     if groups_dropped:
         details["events_not_grouped"] = groups_dropped
+    if no_device:
+        details["events_without_device"] = no_device
     if not event_count:
         return Verdict(Status.OK, f"kernel log: no NVIDIA XID events in {n_lines} lines", (), details)
     # One finding per (GPU, XID), in order of first appearance; repeated events are counted.
@@ -280,7 +285,8 @@ def _kernel_log_lines(lines: Iterable[str], options: AnalysisOptions) -> Verdict
         findings.append(
             Finding(
                 info.severity,
-                f"XID {code}{count} on {pci}: {info.name} - {info.category.value} -> {info.action}{who}",
+                f"XID {code}{count} on {_device_label(pci)}: {info.name} - {info.category.value} -> "
+                f"{info.action}{who}",
                 {
                     "xid": code,
                     "pci": pci,
@@ -296,17 +302,32 @@ def _kernel_log_lines(lines: Iterable[str], options: AnalysisOptions) -> Verdict
                     "last": last.timestamp,
                     "message": last.message,
                     "note": info.note,
+                    "device_text": last.device_text,
+                    "redacted": sorted({f for ev in (g.first, last) for f in ev.redacted}),
                 },
                 device=pci,
             )
         )
     status = Status.worst(f.status for f in findings)
     worst = sort_findings(findings)[0]
-    summary = (
-        f"kernel log: {event_count} XID event{'s' if event_count != 1 else ''} on "
-        f"{len(gpus)} GPU{'s' if len(gpus) != 1 else ''}; worst: {worst.message}"
-    )
+    where = f"{len(gpus)} GPU{'s' if len(gpus) != 1 else ''}"
+    if no_device:
+        where = (
+            f"a GPU whose PCI id is redacted or unknown ({no_device} event{'s' if no_device != 1 else ''})"
+            if not gpus
+            else f"{where} (+ {no_device} event{'s' if no_device != 1 else ''} with the PCI id redacted or unknown)"
+        )
+    summary = f"kernel log: {event_count} XID event{'s' if event_count != 1 else ''} on {where}; worst: {worst.message}"
     return Verdict(status, summary, sort_findings(findings), details)
+
+
+def _device_label(pci: str) -> str:
+    """How a finding names the GPU: its PCI id, or what is known when it was redacted."""
+    if pci == xid.DEVICE_REDACTED:
+        return "a GPU with a redacted PCI id"
+    if pci == xid.DEVICE_UNKNOWN:
+        return "a GPU with an unknown PCI id"
+    return pci
 
 
 def _event_json(e: xid.XidEvent) -> dict[str, Any]:
@@ -318,6 +339,8 @@ def _event_json(e: xid.XidEvent) -> dict[str, Any]:
         "message": e.message,
         "timestamp": e.timestamp,
         "host": e.host,
+        "device_text": e.device_text,
+        "redacted": list(e.redacted),
         "name": e.info.name,
         "category": e.info.category.value,
         "action": e.info.action,

@@ -22,6 +22,17 @@ Verdict (:func:`evaluate`), most severe first:
   of it -> CRITICAL. 20% is well above nccl-tests' run-to-run noise (a few %) and is what a lost
   NVLink, a PCIe link trained down or a fallback to a slower path (``NCCL_P2P_DISABLE``, SYS) looks
   like; a small shortfall is reported but does not name the host a suspect;
+- the busbw curve collapses -> WARNING, with or without an expected busbw (:func:`busbw_collapses`):
+  busbw climbs to a peak and then **every** larger message size of the same sweep stays below
+  ``COLLAPSE_RATIO`` (1/2) of the peak, over at least ``COLLAPSE_MIN_SIZES`` (2) sizes, with a peak
+  of at least ``COLLAPSE_MIN_PEAK_GBPS`` (1 GB/s). A healthy sweep rises and plateaus; the normal
+  wobble past the plateau stays well above half the peak (e.g. the 8x H100 alltoall sample: peak
+  137.29 GB/s at 256 MiB, 104.94 at 512 MiB, 113.52 at 8 GiB), so it is not flagged, and neither
+  is one low last size. A several-fold fall at every larger size is the signature of an algorithm
+  or protocol switch (NVLS, PXN, tree/ring), a buffer or registration limit, or a bad link
+  (NVIDIA/nccl#2169 "alltoall throughput drops sharply above 512 MB message size";
+  aws/aws-ofi-nccl#65 "Performance degradation for buffer size starting from ~46MB"). A sweep is
+  the run of rows with the same type/redop/root and growing sizes; a new table starts a new sweep.
 - no table rows -> UNKNOWN.
 
 The figure compared is the **peak** busbw (max over every row, out-of-place and in-place), not the
@@ -44,10 +55,15 @@ from robustctl.models import Status, to_jsonable
 
 __all__ = [
     "BUSBW_FACTOR_FAMILY",
+    "COLLAPSE_MIN_PEAK_GBPS",
+    "COLLAPSE_MIN_SIZES",
+    "COLLAPSE_RATIO",
+    "BusbwCollapse",
     "NcclMeasurement",
     "NcclRank",
     "NcclRow",
     "NcclTestsResult",
+    "busbw_collapses",
     "busbw_factor",
     "evaluate",
     "infer_rank_count",
@@ -246,8 +262,24 @@ _FLAG_RE = {
 _LAUNCHER_RE = re.compile(r"\b(?:mpirun|mpiexec|srun|orterun)\b")
 
 
+# The same tags inside a line. nccl-tests writes a row in pieces (the size/count/type/redop/root
+# columns, then each placement's time/algbw/busbw/#wrong, then the newline: ``Reporter::parameters``
+# and ``Reporter::result`` in ``src/common.cu``); a launcher that tags every write it forwards
+# (``mpirun --tag-output``, MPICH ``-prepend-rank``, ``srun -u``) puts the tag at each of those
+# boundaries, glued to the cell before it: ``-1[0]  1626.5  0.64  1.24  0[0]  2302.3 ...``.
+_INLINE_PREFIX_RE = re.compile(r"\[\d+(?:,\d+)*\]<std(?:out|err)>:?|(?<=[0-9A-Za-z/\]>])\[\d+(?:,\d+)*\]:?")
+# `srun -l` labels (`0:`) left between the cells of a row by the same splitting.
+_LABEL_TOKEN_RE = re.compile(r"^\d+:$")
+
+
 def _strip_prefix(line: str) -> str:
-    return _PREFIX_RE.sub("", line, count=1).strip()
+    """``line`` without launcher tags: the leading one and any a launcher put inside the line."""
+    line = _PREFIX_RE.sub("", line, count=1)
+    if line.startswith("["):  # a second tag (a wrapper script tagging the launcher's output)
+        line = _PREFIX_RE.sub("", line, count=1)
+    if "[" in line:
+        line = _INLINE_PREFIX_RE.sub(" ", line)
+    return line.strip()
 
 
 def _num(tok: str) -> float | None:
@@ -275,8 +307,54 @@ def _measurement(toks: list[str]) -> NcclMeasurement | None:
     return NcclMeasurement(time_us, algbw, busbw, wrong)
 
 
-def _parse_row(text: str, line_no: int) -> NcclRow | None:
+def _tokens(text: str) -> list[str]:
     toks = text.split()
+    if any(t.endswith(":") for t in toks):
+        toks = [t for t in toks if not _LABEL_TOKEN_RE.match(t)]
+    return toks
+
+
+def _is_cell(tok: str) -> bool:
+    """A time/algbw/busbw/#wrong cell: a number or ``N/A``."""
+    return tok.upper() == "N/A" or _NUM_RE.match(tok) is not None
+
+
+def _row_start(toks: list[str]) -> list[str] | None:
+    """The leading tokens of ``toks`` that begin a table row (size, count, type, [redop, [root]],
+    then cells), or ``None`` when ``toks`` does not begin one: the first piece of a row that a
+    launcher split over several lines."""
+    if len(toks) < 3 or not _INT_RE.match(toks[0]) or not _INT_RE.match(toks[1]):
+        return None
+    if not _WORD_RE.match(toks[2]):
+        return None
+    i = 3
+    if i < len(toks) and _WORD_RE.match(toks[i]) and toks[i].upper() != "N/A":
+        i += 1
+        if i < len(toks) and _INT_RE.match(toks[i]):
+            i += 1
+    while i < len(toks) and _is_cell(toks[i]) and i < 16:
+        i += 1
+    return toks[:i]
+
+
+def _head(toks: list[str]) -> list[str]:
+    """The size/count/type[/redop[/root]] tokens at the start of a :func:`_row_start` result."""
+    n = len(toks)
+    while n > 3 and _is_cell(toks[n - 1]):
+        n -= 1
+    return toks[:n]
+
+
+def _cells(toks: list[str]) -> list[str]:
+    """The leading cells of ``toks`` (a continuation piece of a split row)."""
+    n = 0
+    while n < len(toks) and n < 8 and _is_cell(toks[n]):
+        n += 1
+    return toks[:n]
+
+
+def _parse_row(text: str, line_no: int) -> NcclRow | None:
+    toks = _tokens(text)
     if len(toks) < 7 or not _INT_RE.match(toks[0]) or not _INT_RE.match(toks[1]):
         return None
     if not _WORD_RE.match(toks[2]):
@@ -308,8 +386,11 @@ def _parse_row(text: str, line_no: int) -> NcclRow | None:
 
 
 def looks_like_nccl_tests(text: str) -> bool:
-    """True when ``text`` holds an nccl-tests table (a column header, an Avg line or a row)."""
-    for raw in text.splitlines()[:20000]:
+    """True when ``text`` holds an nccl-tests table (a column header, an Avg line or a row, whole or
+    split over lines by a launcher)."""
+    head = text.splitlines()[:20000]
+    split_piece = False
+    for raw in head:
         line = _strip_prefix(raw)
         low = line.lower()
         if "avg bus bandwidth" in low or ("busbw" in low and "algbw" in low):
@@ -318,7 +399,9 @@ def looks_like_nccl_tests(text: str) -> bool:
             return True
         if line and not line.startswith("#") and _parse_row(line, 0) is not None:
             return True
-    return False
+        if not split_piece and line[:1].isdigit() and _row_start(_tokens(line)) is not None:
+            split_piece = True
+    return split_piece and bool(parse_nccl_tests(head).rows)
 
 
 def busbw_factor(collective: str | None, n: int) -> float | None:
@@ -431,6 +514,9 @@ MAX_RANKS = 1_000_000
 
 _MAX_HEADER_KEYS = 100
 
+_MAX_SPLIT_GAP = 16
+"""Lines (other ranks' output) allowed between two pieces of a row a launcher split."""
+
 
 def parse_nccl_tests(text: str | Iterable[str]) -> NcclTestsResult:
     """Parse one nccl-tests output. Never raises; unknown lines are ignored.
@@ -477,6 +563,21 @@ def parse_nccl_tests(text: str | Iterable[str]) -> NcclTestsResult:
             return
         peak_bw = max(peak_bw, _row_peak(row))
 
+    # A row a launcher split over several lines (other ranks' lines may come in between): its
+    # pieces so far, the line it started on and how many lines ago; see _row_start.
+    pending: list[str] = []
+    pending_line = 0
+    pending_gap = 0
+    pending_cells = 0
+
+    def flush() -> None:
+        nonlocal pending
+        if pending:
+            row = _parse_row(" ".join(pending), pending_line)
+            if row is not None:
+                keep(row)
+            pending = []
+
     lines = text.splitlines() if isinstance(text, str) else text
     for line_no, raw in enumerate(lines, start=1):
         line = _strip_prefix(raw.rstrip("\r\n"))
@@ -486,8 +587,35 @@ def parse_nccl_tests(text: str | Iterable[str]) -> NcclTestsResult:
         # header, rank, collective or summary line does.
         row = _parse_row(line, line_no) if line[0].isdigit() and not _FAILURE_RE.search(line) else None
         if row is not None:
+            flush()
+            if row.in_place is None:
+                # Maybe only the first half of a split row: the in-place piece may follow.
+                pending, pending_line, pending_gap, pending_cells = _tokens(line), line_no, 0, 4
+                continue
             keep(row)
             continue
+        if line[0].isdigit() or line[0] in "-+.N":
+            toks = _tokens(line)
+            start = _row_start(toks)
+            if start is not None:
+                flush()
+                pending, pending_line, pending_gap = start, line_no, 0
+                pending_cells = len(start) - len(_head(start))
+                if pending_cells >= 8:
+                    flush()
+                continue
+            cells = _cells(toks)
+            if pending and cells and len(cells) % 4 == 0:
+                pending.extend(cells)
+                pending_cells += len(cells)
+                pending_gap = 0
+                if pending_cells >= 8:
+                    flush()
+                continue
+        if pending:
+            pending_gap += 1
+            if line.startswith("#") or pending_gap > _MAX_SPLIT_GAP:
+                flush()
         body = line.lstrip("#").strip()
         low = body.lower()
         if collective is None:
@@ -546,6 +674,7 @@ def parse_nccl_tests(text: str | Iterable[str]) -> NcclTestsResult:
         if row is not None:
             keep(row)
 
+    flush()
     if collective is None and rows:
         guessed = _collective_from_columns(rows)
         if guessed is not None:
@@ -601,6 +730,110 @@ def parse_nccl_tests(text: str | Iterable[str]) -> NcclTestsResult:
 
 
 # --- verdict -----------------------------------------------------------------------------------
+
+COLLAPSE_RATIO = 0.5
+"""A larger size "collapsed" when its busbw is below this fraction of the sweep's peak."""
+COLLAPSE_MIN_SIZES = 2
+"""Fewest larger sizes, all collapsed, for a collapse finding (one low last size is not one)."""
+COLLAPSE_MIN_PEAK_GBPS = 1.0
+"""Peaks below this (latency-bound sweeps, 0.01 GB/s rounding) are not judged for a collapse."""
+
+
+@dataclass(frozen=True)
+class BusbwCollapse:
+    """A sweep whose busbw falls below half its peak at every larger size.
+
+    Attributes:
+        peak_busbw_gbps: the sweep's peak busbw, GB/s. peak_size_bytes: the size it was measured at.
+        sizes_bytes: the larger sizes, in order. busbw_gbps: their busbw (best validated placement).
+        drop_ratio: peak / the highest busbw after the peak (the smallest fall, > 2).
+        max_drop_ratio: peak / the lowest busbw after the peak (``None`` when that is 0).
+        first_line: table line of the peak row.
+    """
+
+    peak_busbw_gbps: float
+    peak_size_bytes: int
+    sizes_bytes: tuple[int, ...]
+    busbw_gbps: tuple[float, ...]
+    drop_ratio: float
+    max_drop_ratio: float | None
+    first_line: int
+
+
+def _sweeps(rows: Iterable[NcclRow]) -> list[list[NcclRow]]:
+    """Split rows into sweeps: same type/redop/root and strictly growing size."""
+    out: list[list[NcclRow]] = []
+    for row in rows:
+        cur = out[-1] if out else None
+        if (
+            cur is not None
+            and (row.dtype, row.redop, row.root) == (cur[-1].dtype, cur[-1].redop, cur[-1].root)
+            and row.size_bytes > cur[-1].size_bytes
+        ):
+            cur.append(row)
+        else:
+            out.append([row])
+    return out
+
+
+def busbw_collapses(rows: Iterable[NcclRow]) -> list[BusbwCollapse]:
+    """Every sweep of ``rows`` whose busbw collapses past its peak (rule in the module docstring).
+
+    Args:
+        rows: table rows in file order (:attr:`NcclTestsResult.rows`).
+
+    Returns:
+        One :class:`BusbwCollapse` per collapsed sweep, in file order; empty for a healthy curve.
+    """
+    found: list[BusbwCollapse] = []
+    for sweep in _sweeps(rows):
+        bws = [_row_peak(r) for r in sweep]
+        peak = max(bws)
+        p = bws.index(peak)
+        tail = bws[p + 1 :]
+        if peak < COLLAPSE_MIN_PEAK_GBPS or len(tail) < COLLAPSE_MIN_SIZES:
+            continue
+        if any(bw >= COLLAPSE_RATIO * peak for bw in tail):
+            continue
+        top, low = max(tail), min(tail)
+        found.append(
+            BusbwCollapse(
+                peak_busbw_gbps=peak,
+                peak_size_bytes=sweep[p].size_bytes,
+                sizes_bytes=tuple(r.size_bytes for r in sweep[p + 1 :]),
+                busbw_gbps=tuple(tail),
+                drop_ratio=peak / top if top > 0 else math.inf,
+                max_drop_ratio=peak / low if low > 0 else None,
+                first_line=sweep[p].line,
+            )
+        )
+    return found
+
+
+def _collapse_finding(c: BusbwCollapse) -> Finding:
+    sizes = c.sizes_bytes
+    span = _size(sizes[0]) if len(sizes) == 1 else f"{_size(sizes[0])}..{_size(sizes[-1])}"
+    low, high = min(c.busbw_gbps), max(c.busbw_gbps)
+    fall = f"{c.drop_ratio:.1f}x" if math.isfinite(c.drop_ratio) else "to 0"
+    if c.max_drop_ratio is not None and c.max_drop_ratio - c.drop_ratio >= 0.05:
+        fall += f" to {c.max_drop_ratio:.1f}x"
+    return Finding(
+        Status.WARNING,
+        f"busbw collapses past {_size(c.peak_size_bytes)}: peak {c.peak_busbw_gbps:.2f} GB/s at "
+        f"{_size(c.peak_size_bytes)}, then {low:.2f}-{high:.2f} GB/s at every larger size ({span}, "
+        f"{len(sizes)} sizes, {fall} lower); look for an algorithm/protocol switch (NVLS, PXN, "
+        "NCCL_ALGO/NCCL_PROTO) or a degraded link",
+        {
+            "peak_busbw_gbps": c.peak_busbw_gbps,
+            "peak_size_bytes": c.peak_size_bytes,
+            "sizes_bytes": list(sizes),
+            "busbw_gbps": list(c.busbw_gbps),
+            "drop_ratio": c.drop_ratio if math.isfinite(c.drop_ratio) else None,
+            "max_drop_ratio": c.max_drop_ratio,
+            "rule": f"every larger size below {COLLAPSE_RATIO:g} x peak, at least {COLLAPSE_MIN_SIZES} sizes",
+            "line": c.first_line,
+        },
+    )
 
 
 def _tolerance(dtype: str) -> float:
@@ -792,6 +1025,11 @@ def evaluate(
         findings.append(
             Finding(Status.OK, f"peak busbw {peak_bw:.2f} GB/s (no expected value given)", evidence)
         )
+
+    if ranks != 1:
+        collapses = busbw_collapses(result.rows)
+        findings.extend(_collapse_finding(c) for c in collapses)
+        details["busbw_collapses"] = [to_jsonable(c) for c in collapses]
 
     status = Status.worst(f.status for f in findings)
     parts = [name]

@@ -4,11 +4,22 @@ The NVIDIA driver reports GPU faults to the kernel log as ``NVRM: Xid (PCI:DDDD:
 lines. :func:`parse_kernel_log` finds every such line in syslog, ``dmesg`` (``[uptime]`` prefix),
 ``journalctl`` or bare form and :func:`classify` explains the code.
 
-Sources of the catalog (codes, mnemonics, NVIDIA's "Resolution Bucket (Immediate Action)"):
+Lines as people paste them are often redacted before posting: the PCI id (``(PCI:XXXX:XX:XX)``,
+``(PCI:...)``, ``(<redacted>)``, ``(****)``), the pid and process name, the host and the timestamps.
+The code and the message are what matters and are always kept: an event whose device is redacted
+has :attr:`XidEvent.pci` ``"redacted"`` (``"unknown"`` when the parentheses hold something that is
+neither a PCI id nor a redaction), never dropped.
+
+Sources of the catalog (codes, mnemonics, descriptions, NVIDIA's "Resolution Bucket (Immediate
+Action)", the GPUs each code applies to and the driver that introduced it):
 
 - NVIDIA, *Analyzing Xid Errors with the Xid Catalog*,
-  https://docs.nvidia.com/deploy/xid-errors/analyzing-xid-catalog.html (Ampere and newer; the
-  ``resolution`` field below is that page's immediate-action bucket, e.g. ``RESET_GPU``).
+  https://docs.nvidia.com/deploy/xid-errors/analyzing-xid-catalog.html (Ampere and newer: A100,
+  H100, B100, GB200; the ``resolution`` field below is that page's immediate-action bucket, e.g.
+  ``RESET_GPU``; codes 143 and 160-161 came with driver R575, 144-150 and 155-157 with R565, 158-172
+  with later R57x/R58x drivers). Its NVLink5 sub-code table (errorStatus per unit) shows that
+  144-146 and 149-150 are fatal (``RESET_GPU``) for some sub-codes and ``IGNORE`` for others, and
+  that 147 (TREX, "not in production code") and 148 (NVLPW_CTRL) are ``IGNORE`` for every sub-code.
 - NVIDIA, *Xid Errors* (older GPUs, cause columns "HW error / driver error / user app error"),
   https://docs.nvidia.com/deploy/xid-errors/ and *GPU Memory Error Management* (row remapping, 63/64,
   94/95, recovery action flag of XID 154),
@@ -20,11 +31,16 @@ robustctl's category is the decision an SRE of a training fleet takes, which is 
 NVIDIA's per-application view in a few places (documented per entry): a job spans every GPU of the
 host, so a GPU that needs a reset or a repair takes the host out of the job.
 
-- :attr:`XidCategory.HARDWARE` -> ``evict``: memory (48, 63, 64, 92, 94, 95, 140, 171, 172),
-  interconnect (74, 136, 144-150), bus (79), GPU firmware/GSP (119, 120, 143), recovery action (154).
-- :attr:`XidCategory.APPLICATION` -> ``check user code``: 11, 13, 25, 31, 43, 45, 68, 69, 137.
-- :attr:`XidCategory.DRIVER` -> ``reset GPU`` (46, 61, 62, 109, 158, ...) or ``investigate`` (8, 32, ...).
-- :attr:`XidCategory.UNKNOWN` -> ``investigate``: codes outside the catalog.
+- :attr:`XidCategory.HARDWARE` -> ``evict``: memory (48, 63, 64, 92, 94, 95, 140, 157, 171, 172),
+  interconnect (74, 136, 144-146, 149, 150), bus (79, 167), GPU firmware/GSP (110, 119, 120, 143),
+  recovery action (154).
+- :attr:`XidCategory.APPLICATION` -> ``check user code``: 11, 13, 25, 31, 43, 45, 68, 69, 137, and
+  the engine exceptions NVIDIA buckets as ``RESTART_APP`` (copy engines 39-41, 70-72, 75-77, 85,
+  126-135; NVDEC/NVJPG/OFA/NVENC 60, 82-84, 86, 88, 89, 96-105, 139, 142).
+- :attr:`XidCategory.DRIVER` -> ``reset GPU`` (46, 61, 62, 109, 155, 156, 158, 169, ...) or
+  ``investigate`` (8, 32, 37, 38, 147, 148, 159-166, 168, 170, ...); 121 (corrected C2C errors) is
+  hardware but ``investigate``: NVIDIA documents no operational impact.
+- :attr:`XidCategory.UNKNOWN` -> ``investigate``: codes outside the catalog (reported, never dropped).
 """
 
 from __future__ import annotations
@@ -43,6 +59,8 @@ __all__ = [
     "ACTION_NONE",
     "ACTION_RESET_GPU",
     "CATALOG",
+    "DEVICE_REDACTED",
+    "DEVICE_UNKNOWN",
     "XidCategory",
     "XidEvent",
     "XidInfo",
@@ -124,6 +142,11 @@ def _info(
         severity = Status.WARNING
     return XidInfo(xid, name, category, action, mnemonic, resolution, subsystem, severity, note)
 
+
+_NVLINK5_NOTE = (
+    "NVLink5 (B100/GB200): fatal (reset GPU) or ignorable depending on the sub-code "
+    "(errorStatus); decode it with NVIDIA's NVLink5 table"
+)
 
 _H, _A, _D = XidCategory.HARDWARE, XidCategory.APPLICATION, XidCategory.DRIVER
 _EV, _APP, _RST, _INV = ACTION_EVICT, ACTION_CHECK_USER_CODE, ACTION_RESET_GPU, ACTION_INVESTIGATE
@@ -372,20 +395,39 @@ _ENTRIES: tuple[XidInfo, ...] = (
         121,
         "C2C link corrected error",
         _H,
-        _RST,
+        _INV,
         "C2C_ERROR",
         "IGNORE",
         "nvlink",
-        "corrected errors on the Grace C2C link; reset the GPU at a service window",
+        "corrected errors on the C2C NVLink to the Grace CPU (GB200); no operational impact, "
+        "reset the GPU at a service window to retrain the link",
     ),
-    _info(122, "SPI PMU RPC read failure", _H, _INV, "SPI_PMU_RPC_READ_FAIL", "CONTACT_SUPPORT", "firmware"),
+    _info(
+        122,
+        "SPI PMU RPC read failure",
+        _H,
+        _INV,
+        "SPI_PMU_RPC_READ_FAIL",
+        "CONTACT_SUPPORT",
+        "firmware",
+        "NVIDIA lists it as unused on A100/H100/B100/GB200",
+    ),
     _info(
         123, "SPI PMU RPC write failure", _H, _INV, "SPI_PMU_RPC_WRITE_FAIL", "CONTACT_SUPPORT", "firmware"
     ),
     _info(
         124, "SPI PMU RPC erase failure", _H, _INV, "SPI_PMU_RPC_ERASE_FAIL", "CONTACT_SUPPORT", "firmware"
     ),
-    _info(136, "NVLink link training failed", _H, _EV, "ALI_TRAINING_FAIL", "RESET_GPU", "nvlink"),
+    _info(
+        136,
+        "NVLink link training failed",
+        _H,
+        _EV,
+        "ALI_TRAINING_FAIL",
+        "RESET_GPU",
+        "nvlink",
+        "H100; NVIDIA's investigatory action: check the link's signal integrity",
+    ),
     _info(
         137, "NVLink privilege error (illegal peer access)", _A, _APP, "NVLINK_PRIV_ERR", "IGNORE", "nvlink"
     ),
@@ -400,15 +442,76 @@ _ENTRIES: tuple[XidInfo, ...] = (
         "uncorrectable memory error that escaped page offlining/row remapping",
     ),
     _info(143, "GPU initialization error", _H, _EV, "GPU_INIT_ERROR", "RESET_GPU", "firmware"),
-    _info(144, "NVLink SAW error", _H, _EV, "NVLINK_SAW_ERROR", "WORKFLOW_NVLINK5_ERR", "nvlink"),
-    _info(145, "NVLink RLW error", _H, _EV, "NVLINK_RLW_ERROR", "WORKFLOW_NVLINK5_ERR", "nvlink"),
-    _info(146, "NVLink TLW error", _H, _EV, "NVLINK_TLW_ERROR", "WORKFLOW_NVLINK5_ERR", "nvlink"),
-    _info(147, "NVLink TREX error", _H, _EV, "NVLINK_TREX_ERROR", "WORKFLOW_NVLINK5_ERR", "nvlink"),
     _info(
-        148, "NVLink NVLPW_CTRL error", _H, _EV, "NVLINK_NVLPW_CTRL_ERROR", "WORKFLOW_NVLINK5_ERR", "nvlink"
+        144,
+        "NVLink SAW error",
+        _H,
+        _EV,
+        "NVLINK_SAW_ERROR",
+        "WORKFLOW_NVLINK5_ERR",
+        "nvlink",
+        _NVLINK5_NOTE,
     ),
-    _info(149, "NVLink NETIR error", _H, _EV, "NVLINK_NETIR_ERROR", "WORKFLOW_NVLINK5_ERR", "nvlink"),
-    _info(150, "NVLink MSE error", _H, _EV, "NVLINK_MSE_ERROR", "WORKFLOW_NVLINK5_ERR", "nvlink"),
+    _info(
+        145,
+        "NVLink RLW error",
+        _H,
+        _EV,
+        "NVLINK_RLW_ERROR",
+        "WORKFLOW_NVLINK5_ERR",
+        "nvlink",
+        _NVLINK5_NOTE,
+    ),
+    _info(
+        146,
+        "NVLink TLW error",
+        _H,
+        _EV,
+        "NVLINK_TLW_ERROR",
+        "WORKFLOW_NVLINK5_ERR",
+        "nvlink",
+        _NVLINK5_NOTE,
+    ),
+    _info(
+        147,
+        "NVLink TREX error",
+        _H,
+        _INV,
+        "NVLINK_TREX_ERROR",
+        "WORKFLOW_NVLINK5_ERR",
+        "nvlink",
+        "NVIDIA: IGNORE for every sub-code (not in production code)",
+    ),
+    _info(
+        148,
+        "NVLink NVLPW_CTRL error",
+        _H,
+        _INV,
+        "NVLINK_NVLPW_CTRL_ERROR",
+        "WORKFLOW_NVLINK5_ERR",
+        "nvlink",
+        "NVIDIA: IGNORE for every sub-code",
+    ),
+    _info(
+        149,
+        "NVLink NETIR error",
+        _H,
+        _EV,
+        "NVLINK_NETIR_ERROR",
+        "WORKFLOW_NVLINK5_ERR",
+        "nvlink",
+        _NVLINK5_NOTE,
+    ),
+    _info(
+        150,
+        "NVLink MSE error",
+        _H,
+        _EV,
+        "NVLINK_MSE_ERROR",
+        "WORKFLOW_NVLINK5_ERR",
+        "nvlink",
+        _NVLINK5_NOTE,
+    ),
     _info(151, "Key rotation error", _D, _INV, "ROBUST_CHANNEL_KEY_ROTATION_ERROR", "RESTART_VM", "firmware"),
     _info(
         154,
@@ -457,7 +560,200 @@ _ENTRIES: tuple[XidInfo, ...] = (
     ),
 )
 
-CATALOG: dict[int, XidInfo] = {e.xid: e for e in _ENTRIES}
+
+def _engine_exceptions() -> tuple[XidInfo, ...]:
+    """Copy-engine, video and optical-flow engine exceptions: NVIDIA buckets all of them as
+    ``RESTART_APP`` (investigatory ``CONTACT_SUPPORT``)."""
+    engines: dict[int, tuple[str, str]] = {
+        39: ("CE0", "COPY"),
+        40: ("CE1", "COPY"),
+        41: ("CE2", "COPY"),
+        70: ("CE3", "COPY"),
+        71: ("CE4", "COPY"),
+        72: ("CE5", "COPY"),
+        75: ("CE6", "COPY"),
+        76: ("CE7", "COPY"),
+        77: ("CE8", "COPY"),
+        85: ("CE9", "COPY"),
+        60: ("SEC2", "VIDEO"),
+        82: ("NVJPG0", "VIDEO"),
+        83: ("NVDEC1", "VIDEO"),
+        84: ("NVDEC2", "VIDEO"),
+        86: ("OFA0", "VIDEO"),
+        88: ("NVDEC3", "VIDEO"),
+        89: ("NVDEC4", "VIDEO"),
+        96: ("NVDEC5", "VIDEO"),
+        97: ("NVDEC6", "VIDEO"),
+        98: ("NVDEC7", "VIDEO"),
+        99: ("NVJPG1", "VIDEO"),
+        100: ("NVJPG2", "VIDEO"),
+        101: ("NVJPG3", "VIDEO"),
+        102: ("NVJPG4", "VIDEO"),
+        103: ("NVJPG5", "VIDEO"),
+        104: ("NVJPG6", "VIDEO"),
+        105: ("NVJPG7", "VIDEO"),
+        139: ("OFA1", "VIDEO"),
+        142: ("NVENC3", "VIDEO"),
+    }
+    engines.update({126 + i: (f"CE{10 + i}", "COPY") for i in range(10)})
+    out = []
+    for code, (unit, kind) in sorted(engines.items()):
+        name = f"{unit} copy engine exception" if kind == "COPY" else f"{unit} engine exception"
+        out.append(_info(code, name, _A, _APP, f"ROBUST_CHANNEL_{unit}_ERROR", "RESTART_APP", "engine"))
+    return tuple(out)
+
+
+_NEWER_ENTRIES: tuple[XidInfo, ...] = (
+    _info(
+        37,
+        "Driver firmware error (unimplemented firmware method)",
+        _D,
+        _INV,
+        "ROBUST_CHANNEL_FECS_ERR_UNIMP_FIRMWARE_METHOD",
+        "IGNORE",
+        "firmware",
+    ),
+    _info(
+        66,
+        "Illegal access by driver",
+        _D,
+        _INV,
+        "ROBUST_CHANNEL_FECS_ERR_REG_ACCESS_VIOLATION",
+        "IGNORE",
+        "firmware",
+    ),
+    _info(
+        67,
+        "Illegal access by driver",
+        _D,
+        _INV,
+        "ROBUST_CHANNEL_FECS_ERR_VERIF_VIOLATION",
+        "IGNORE",
+        "firmware",
+    ),
+    _info(
+        78,
+        "vGPU start error",
+        _D,
+        _INV,
+        "VGPU_START_ERROR",
+        "UPDATE_SWFW",
+        "firmware",
+        "update the vGPU software",
+    ),
+    _info(
+        80,
+        "Corrupted data sent to GPU (push buffer CRC mismatch)",
+        _A,
+        _APP,
+        "PBDMA_PUSHBUFFER_CRC_MISMATCH",
+        "RESTART_APP",
+        "pcie",
+    ),
+    _info(
+        93,
+        "Non-fatal violation of provisioned InfoROM wear limit",
+        _D,
+        _INV,
+        "INFOROM_ERASE_LIMIT_EXCEEDED",
+        "IGNORE",
+        "firmware",
+        "clear the InfoROM erase limit (nvflash --elsessionclear)",
+    ),
+    _info(141, "CUDA fast path error", _D, _INV, "ROBUST_CHANNEL_FAST_PATH_ERROR", "IGNORE", "engine"),
+    _info(
+        159,
+        "CHI non-data error",
+        _D,
+        _INV,
+        "ROBUST_CHANNEL_CHI_NON_DATA_ERROR",
+        "CHECK_UVM",
+        "nvlink",
+        "B100/GB200, on any C2C-connected GPU; NVIDIA: check UVM",
+    ),
+    _info(160, "Channel retirement event", _D, _INV, "CHANNEL_RETIREMENT_EVENT", "IGNORE", "engine"),
+    _info(161, "Channel retirement failure", _D, _INV, "CHANNEL_RETIREMENT_FAILURE", "IGNORE", "engine"),
+    _info(
+        162,
+        "Power smoothing circuitry re-engaged",
+        _D,
+        ACTION_NONE,
+        "PSHC_REENGAGED",
+        "",
+        "power",
+    ),
+    _info(
+        163,
+        "Power smoothing circuitry disengaged",
+        _D,
+        _INV,
+        "PSHC_DISENGAGED",
+        "",
+        "power",
+        "no GPU reset required; resolve the thermal events, or reload the driver if it timed out",
+    ),
+    _info(
+        164,
+        "Power smoothing circuitry low lifetime",
+        _H,
+        _INV,
+        "PSHC_LOW_LIFETIME",
+        "",
+        "power",
+        "power smoothing will be disabled soon; plan GPU replacement if it is needed",
+    ),
+    _info(
+        165,
+        "Power smoothing circuitry lifetime exhausted",
+        _H,
+        _INV,
+        "PSHC_ZERO_LIFETIME",
+        "",
+        "power",
+        "power smoothing disabled, power swings will occur; replace the GPU if they are not acceptable",
+    ),
+    _info(
+        166,
+        "NVLink encrypted traffic before the link was configured (confidential computing)",
+        _D,
+        _INV,
+        "NVLINK_SECURE_CRYPTO_ERR",
+        "",
+        "nvlink",
+    ),
+    _info(
+        167,
+        "PCIe fatal timeout",
+        _H,
+        _EV,
+        "PCIE_FATAL_TIMEOUT",
+        "",
+        "pcie",
+        "NVIDIA lists no resolution bucket; treated like a lost PCIe link",
+    ),
+    _info(
+        168,
+        "Reduced GPU memory capacity (errors in the write-protected region)",
+        _H,
+        _INV,
+        "REDUCED_GPU_MEMORY_CAPACITY",
+        "",
+        "memory",
+        "seen with ECC disabled: enable ECC (row remapping) or reboot",
+    ),
+    _info(169, "Internal micro-controller halt (SEC2)", _D, _RST, "SEC2_HALT_ERROR", "", "firmware"),
+    _info(
+        170,
+        "NVLink interrupt in confidential-computing mode",
+        _D,
+        _INV,
+        "NVLINK_SECURE_OTHER",
+        "",
+        "nvlink",
+    ),
+)
+
+CATALOG: dict[int, XidInfo] = {e.xid: e for e in (*_ENTRIES, *_engine_exceptions(), *_NEWER_ENTRIES)}
 """Every XID robustctl knows, by code. Read-only by convention."""
 
 
@@ -489,7 +785,9 @@ class XidEvent:
     """One ``NVRM: Xid`` line of a kernel log.
 
     Attributes:
-        pci: the GPU's PCI address as the driver printed it, e.g. ``"0000:10:1c"``.
+        pci: the GPU's PCI address as the driver printed it, lower case, e.g. ``"0000:10:1c"``;
+            :data:`DEVICE_REDACTED` when it was redacted, :data:`DEVICE_UNKNOWN` when absent or
+            unrecognisable.
         xid: the code.
         pid: the process the driver blamed, or ``None`` (``pid='<unknown>'`` or absent).
         process: that process's name, or ``None`` (``name=<unknown>`` or absent).
@@ -498,7 +796,10 @@ class XidEvent:
             else the ``dmesg`` uptime (``"219.470994"``), else ``None``.
         raw: the whole line, as read.
         info: :func:`classify` of the code, refined for XID 154 by the recovery action in the message.
-        host: the host name of a syslog/journal prefix, when present.
+        host: the host name of a syslog/journal prefix, when present (``None`` when redacted).
+        device_text: what stood between the parentheses when it was not a PCI id (at most 64
+            characters), e.g. ``"PCI:XXXX:XX:XX"``; ``None`` for a PCI id.
+        redacted: the fields found redacted, among ``"device"``, ``"pid"``, ``"name"``, ``"host"``.
     """
 
     pci: str
@@ -510,6 +811,8 @@ class XidEvent:
     raw: str
     info: XidInfo
     host: str | None = None
+    device_text: str | None = None
+    redacted: tuple[str, ...] = ()
 
     @property
     def category(self) -> XidCategory:
@@ -527,13 +830,39 @@ class XidEvent:
         return self.info.severity
 
 
-# `NVRM: Xid (PCI:0000:07:00): 48, ...`; also `(0000:01:00)` and MIG `(PCI:0000:07:00 GPU-I:01)`.
+# `NVRM: Xid (PCI:0000:07:00): 48, ...`; also `(0000:01:00)`, MIG `(PCI:0000:07:00 GPU-I:01)` and
+# whatever a redaction left between the parentheses (`(PCI:XXXX:XX:XX)`, `(<redacted>)`, `(****)`,
+# `(PCI:...)`, `()`), or no parentheses at all (`NVRM: Xid <redacted>: 79`, `NVRM: Xid: 79`).
 _XID_RE = re.compile(
-    r"NVRM: Xid \((?:PCI:)?(?P<pci>[0-9A-Fa-f]{1,8}:[0-9A-Fa-f]{1,2}:[0-9A-Fa-f]{1,2}(?:\.[0-7])?)"
-    r"(?P<extra>[^)]*)\):\s*(?P<xid>\d+)\s*(?:,\s*(?P<rest>.*))?$"
+    r"NVRM:\s*Xid\b\s*(?:\((?P<dev>(?:[^()]|\([^()]{0,64}\)){0,200})\)|(?P<bare>[^:,\d][^:,]{0,64}?))?"
+    r"\s*:\s*(?P<xid>\d{1,9})\b\s*(?:,\s*(?P<rest>.*))?$"
 )
-_PID_RE = re.compile(r"^pid\s*=\s*'?(?P<pid><unknown>|\d+)'?\s*(?:,\s*|$)")
-_NAME_RE = re.compile(r"^name\s*=\s*(?P<name><unknown>|[^,]*?)\s*(?:,\s*|$)")
+_PCI_RE = re.compile(
+    r"^\s*(?:PCI:)?(?P<pci>[0-9A-Fa-f]{1,8}:[0-9A-Fa-f]{1,2}:[0-9A-Fa-f]{1,2}(?:\.[0-7])?)(?![0-9A-Za-z:])"
+)
+_REDACTION_SHAPE_RE = re.compile(
+    r"[\sxX*#?._:\-]*|[0-9a-fA-FxX*#?]{1,8}:[0-9a-fA-FxX*#?]{1,2}:[0-9a-fA-FxX*#?]{1,2}(?:\.\S)?\s*"
+)
+_REDACTION_WORD_RE = re.compile(
+    r"<[^<>]{0,40}>|\[[^\[\]]{0,40}\]|\{[^{}]{0,40}\}|\b(?:redact|remov|hidden|hide|mask|scrub|anonymi[sz]"
+    r"|omit|censor|elided|sanitiz|xxx)",
+    re.IGNORECASE,
+)
+
+
+def _looks_redacted(value: str) -> bool:
+    """True for what people put in place of a field before posting a log: ``XXXX:XX:XX``, ``****``,
+    ``...``, ``<redacted>``, ``[REMOVED]``, ``{hidden}``, ``masked``. Looks at 128 characters at most."""
+    head = value[:128]
+    return _REDACTION_SHAPE_RE.fullmatch(head) is not None or _REDACTION_WORD_RE.search(head) is not None
+
+
+DEVICE_REDACTED = "redacted"
+""":attr:`XidEvent.pci` of an event whose PCI id was redacted (``XXXX:XX:XX``, ``<redacted>``, ``****``)."""
+DEVICE_UNKNOWN = "unknown"
+""":attr:`XidEvent.pci` of an event whose device is neither a PCI id nor a redaction (or absent)."""
+_PID_RE = re.compile(r"^pid\s*[=:]\s*'?(?P<pid>[^,']*)'?\s*(?:,\s*|$)")
+_NAME_RE = re.compile(r"^name\s*[=:]\s*(?P<name>[^,]*?)\s*(?:,\s*|$)")
 # syslog: `Dec  2 11:38:47 worker4 kernel:`; ISO (rsyslog/journal -o short-iso):
 # `2024-05-19T07:08:57.123+00:00 host kernel:`; journal without a host: `May 18 19:02:39 kernel:`.
 _SYSLOG_RE = re.compile(
@@ -564,22 +893,54 @@ def _refine_154(info: XidInfo, message: str) -> XidInfo:
     return replace(info, name=f"GPU recovery action changed to {target}")
 
 
+def _device(dev: str | None) -> tuple[str, str | None]:
+    """``(pci, raw)`` of the text between the parentheses: a lower-case PCI id,
+    :data:`DEVICE_REDACTED` or :data:`DEVICE_UNKNOWN`; ``raw`` is the text when it is not a PCI id."""
+    if dev is None or not dev.strip():
+        return (DEVICE_REDACTED if dev is not None else DEVICE_UNKNOWN), dev
+    m = _PCI_RE.match(dev)
+    if m is not None:
+        return m.group("pci").lower(), None
+    body = dev.strip()
+    if body[:4].upper() == "PCI:":
+        body = body[4:]
+    if _looks_redacted(body):
+        return DEVICE_REDACTED, dev.strip()
+    return DEVICE_UNKNOWN, dev.strip()
+
+
+def _redacted_field(value: str) -> bool:
+    return bool(value) and value.lower() != "<unknown>" and _looks_redacted(value)
+
+
 def _parse_line(line: str) -> XidEvent | None:
     m = _XID_RE.search(line)
     if m is None:
         return None
     xid = int(m.group("xid"))
+    dev = m.group("dev")
+    if dev is None and m.group("bare") is not None:
+        dev = m.group("bare")
+    pci, device_text = _device(dev)
     rest = (m.group("rest") or "").strip()
     pid: int | None = None
     process: str | None = None
+    redacted: list[str] = ["device"] if pci == DEVICE_REDACTED else []
     pm = _PID_RE.match(rest)
     if pm is not None:
-        pid = None if pm.group("pid") == "<unknown>" else int(pm.group("pid"))
+        value = pm.group("pid").strip()
+        if value.isdigit() and len(value) <= 9:
+            pid = int(value)
+        elif value != "<unknown>":
+            redacted.append("pid")
         rest = rest[pm.end() :]
     nm = _NAME_RE.match(rest)
     if nm is not None:
         name = nm.group("name")
-        process = None if name in ("<unknown>", "") else name
+        if _redacted_field(name):
+            redacted.append("name")
+        else:
+            process = None if name in ("<unknown>", "") else name
         rest = rest[nm.end() :]
     prefix = line[: m.start()]
     timestamp: str | None = None
@@ -588,6 +949,9 @@ def _parse_line(line: str) -> XidEvent | None:
     if sm is not None:
         timestamp = sm.group("ts")
         host = sm.group("host")
+        if host is not None and _redacted_field(host):
+            host = None
+            redacted.append("host")
     um = _UPTIME_RE.search(line[: m.start() + len("NVRM:")])
     if timestamp is None and um is not None:
         timestamp = um.group("uptime")
@@ -595,7 +959,7 @@ def _parse_line(line: str) -> XidEvent | None:
     if xid == 154:
         info = _refine_154(info, rest)
     return XidEvent(
-        pci=m.group("pci").lower(),
+        pci=pci,
         xid=xid,
         pid=pid,
         process=process,
@@ -604,6 +968,8 @@ def _parse_line(line: str) -> XidEvent | None:
         raw=line,
         info=info,
         host=host,
+        device_text=device_text[:64] if device_text else None,
+        redacted=tuple(redacted),
     )
 
 

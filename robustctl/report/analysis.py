@@ -27,6 +27,15 @@ _WIDE = 120
 """Consoles narrower than this get one line per XID group / DCGM test instead of a table."""
 
 
+def _pci(e: Mapping[str, Any], device: str | None) -> str:
+    """The PCI column of an XID finding; a redacted or unknown device is said so, never blank."""
+    pci = str(e.get("pci", device or "-"))
+    if pci in ("redacted", "unknown"):
+        raw = e.get("device_text")
+        return f"(PCI id {pci}" + (f": {raw})" if raw else ")")
+    return pci
+
+
 def _pids(e: Mapping[str, Any]) -> str:
     pids = ", ".join(str(p) for p in e.get("pids", [])) or "-"
     procs = ", ".join(str(p) for p in e.get("processes", [])) or "-"
@@ -176,7 +185,7 @@ def _render_kernel_log(a: ArtefactAnalysis, console: Console, *, verbose: bool) 
             e = f.evidence
             count = f" x{e.get('count')}" if e.get("count", 1) != 1 else ""
             console.print(
-                f"  {styled(f.status)} {escape(str(e.get('pci', f.device or '-')))} XID {escape(e.get('xid', '-'))}{count}: "
+                f"  {styled(f.status)} {escape(_pci(e, f.device))} XID {escape(e.get('xid', '-'))}{count}: "
                 f"{escape(str(e.get('name', '')))} - {escape(e.get('category', ''))} -> {escape(e.get('action', ''))}; "
                 f"pid/process {escape(_pids(e))}; last {escape(str(e.get('last') or '-'))}"
             )
@@ -190,7 +199,7 @@ def _render_kernel_log(a: ArtefactAnalysis, console: Console, *, verbose: bool) 
             e = f.evidence
             t.add_row(
                 styled(f.status),
-                escape(str(e.get("pci", f.device or "-"))),
+                escape(_pci(e, f.device)),
                 escape(e.get("xid", "-")),
                 escape(e.get("count", 1)),
                 escape(e.get("category", "")),
