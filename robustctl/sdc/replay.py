@@ -208,8 +208,8 @@ def _float_or_none(text: str) -> float | None:
 
 @dataclass(frozen=True)
 class _Node:
-    loss: tuple[str, ...]
-    digest: str
+    loss: tuple[str, ...] | None  # None: this machine printed no result line (others may have)
+    digest: str | None
     consistent: bool
 
 
@@ -240,7 +240,7 @@ def run_node(
         )
     parsed = parse_result_line(res.stdout)
     if parsed is None:
-        raise ProbeError(host.name, "command printed no robustctl_replay result line")
+        return _Node(None, None, True)
     if isinstance(parsed, str):
         raise ProbeError(host.name, parsed)
     return _Node(parsed[0], parsed[1], True)
@@ -278,10 +278,13 @@ def run_group(
         more = f" (and {len(bad) - 1} more machine(s))" if len(bad) > 1 else ""
         return GroupRun(group.phase, group.name, group.machines, ran=False, error=f"{o.host.name}: {what}{more}",
                         elapsed_s=elapsed)  # fmt: skip
-    nodes = [o.value for o in res.outcomes if o.value is not None]
+    nodes = [o.value for o in res.outcomes if o.value is not None and o.value.loss is not None]
+    if not nodes:
+        return GroupRun(group.phase, group.name, group.machines, ran=False, elapsed_s=elapsed,
+                        error=f"{hosts[0].name}: no machine of the group printed a robustctl_replay result line")  # fmt: skip
     first = nodes[0]
     same = all(n.loss == first.loss and n.digest == first.digest and n.consistent for n in nodes)
-    return GroupRun(group.phase, group.name, group.machines, ran=True, loss=first.loss, digest=first.digest,
+    return GroupRun(group.phase, group.name, group.machines, ran=True, loss=first.loss or (), digest=first.digest,
                     consistent=same, elapsed_s=elapsed)  # fmt: skip
 
 
