@@ -32,7 +32,7 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from robustctl.diagnose.levels import budget_s
 from robustctl.diagnose.pairs import lookup_addresses
@@ -304,11 +304,10 @@ def run_round(
     deadline = t0 + spec.round_deadline_s
 
     def work(group: ReplayGroup, group_deadline: float) -> GroupRun:
-        return run_group(spec, pool, group, addresses, missing, group_deadline)
-
-    def done(o: Any) -> None:
-        if on_group is not None and o.ok and o.value is not None:
-            on_group(o.value)
+        run = run_group(spec, pool, group, addresses, missing, group_deadline)
+        if on_group is not None:  # here, not in on_done: done before the round returns
+            on_group(run)
+        return run
 
     outcomes = fan_out_units(
         list(groups),
@@ -317,7 +316,6 @@ def run_round(
         unit_timeout_s=spec.settings.host_timeout_s,
         deadline=deadline,
         retries=0,
-        on_done=done,
         on_deadline=pool.shutdown,
     )
     runs: list[GroupRun] = []
