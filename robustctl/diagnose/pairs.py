@@ -43,6 +43,7 @@ if TYPE_CHECKING:
     from robustctl.config import DiagnoseSettings
     from robustctl.diagnose.engine import Engine
     from robustctl.inventory import Host
+    from robustctl.transport.pool import TransportPool
 
 CHECK = "allreduce.pair"
 LOCAL_ADDRESS = "127.0.0.1"
@@ -133,12 +134,20 @@ def parse_address(stdout: bytes) -> str:
 
 
 def resolve_addresses(engine: Engine, hosts: Sequence[Host]) -> tuple[dict[str, str], dict[str, str]]:
+    """Each host's rendezvous address: ``({name: address}, {name: why there is none})``
+    (:func:`lookup_addresses` with the engine's transports, settings and deadline)."""
+    return lookup_addresses(engine.pool, hosts, engine.settings, engine.deadline)
+
+
+def lookup_addresses(
+    pool: TransportPool, hosts: Sequence[Host], settings: DiagnoseSettings, deadline: float
+) -> tuple[dict[str, str], dict[str, str]]:
     """Each host's rendezvous address: ``({name: address}, {name: why there is none})``.
 
     Asks the hosts only when ``diagnose.allreduce.interface`` is set (one short command each,
-    bounded by :data:`ADDRESS_TIMEOUT_S` and the global deadline).
+    bounded by :data:`ADDRESS_TIMEOUT_S` and ``deadline``, a ``time.monotonic()`` instant).
     """
-    interface = engine.settings.allreduce.interface
+    interface = settings.allreduce.interface
     found: dict[str, str] = {}
     ask: list[Host] = []
     for h in hosts:
@@ -151,9 +160,9 @@ def resolve_addresses(engine: Engine, hosts: Sequence[Host]) -> tuple[dict[str, 
     if not ask or interface is None:
         return found, missing
 
-    def lookup(host: Host, deadline: float) -> str:
-        timeout = max(0.5, min(ADDRESS_TIMEOUT_S, deadline - time.monotonic()))
-        res = engine.pool.for_host(host).run(host, address_argv(host, interface), timeout_s=timeout)
+    def lookup(host: Host, host_deadline: float) -> str:
+        timeout = max(0.5, min(ADDRESS_TIMEOUT_S, host_deadline - time.monotonic()))
+        res = pool.for_host(host).run(host, address_argv(host, interface), timeout_s=timeout)
         if res.exit_status != 0:
             raise ProbeError(host.name, res.stderr_tail() or f"exit status {res.exit_status}")
         try:
@@ -164,12 +173,12 @@ def resolve_addresses(engine: Engine, hosts: Sequence[Host]) -> tuple[dict[str, 
     res = fan_out(
         ask,
         lookup,
-        concurrency=engine.settings.concurrency,
-        host_timeout_s=min(ADDRESS_TIMEOUT_S, engine.settings.host_timeout_s),
-        deadline=engine.deadline,
-        retries=engine.settings.retries,
-        backoff_s=engine.settings.retry_backoff_s,
-        on_deadline=engine.pool.shutdown,
+        concurrency=settings.concurrency,
+        host_timeout_s=min(ADDRESS_TIMEOUT_S, settings.host_timeout_s),
+        deadline=deadline,
+        retries=settings.retries,
+        backoff_s=settings.retry_backoff_s,
+        on_deadline=pool.shutdown,
     )
     for o in res.outcomes:
         if o.ok and o.value is not None:
