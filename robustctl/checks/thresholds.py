@@ -28,7 +28,7 @@ when a sub-collection is missing.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -48,6 +48,9 @@ MAX_COUNT = 1 << 53
 NVML's 64-bit counters never come near it."""
 MAX_ITEMS = 256
 """Most entries of a list threshold (ignore patterns, XID codes, throttle reasons)."""
+MAX_XID = 65535
+"""Largest XID code accepted in ``xid_ignore`` (NVIDIA's catalog ends below 200; room is left for
+new codes)."""
 
 THROTTLE_REASONS: dict[str, int] = {
     "gpu_idle": 0x1,
@@ -178,7 +181,7 @@ class Thresholds(BaseModel):
     )
 
     # --- host.xid --------------------------------------------------------------------------------
-    xid_ignore: tuple[int, ...] = Field(
+    xid_ignore: tuple[Annotated[int, Field(ge=0, le=MAX_XID)], ...] = Field(
         (),
         max_length=MAX_ITEMS,
         description="XID codes not reported at all. Every other XID is judged by robustctl.analysis.xid "

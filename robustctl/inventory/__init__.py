@@ -255,7 +255,7 @@ def _first_error(exc: ValidationError, smap: SourceMap, environ: Mapping[str, st
     elif err["type"] == "missing":
         msg = "required key is missing"
     else:
-        msg = err["msg"]
+        msg = err["msg"].removeprefix("Value error, ")
         if "input" in err and not isinstance(err["input"], (dict, list)):
             msg += f" (got {_short(repr(err['input']))})"
     more = f" (+{len(errors) - 1} more errors)" if len(errors) > 1 else ""
