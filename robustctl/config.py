@@ -5,6 +5,12 @@ Precedence, lowest first: built-in defaults < the inventory file < environment v
 validation errors are reported as ``FILE:LINE: key.path: message`` through
 :func:`robustctl.inventory.load_inventory`.
 
+A setting that could not take effect is refused, not ignored: ``address`` or ``ssh`` on a
+``transport: local`` host, a ``scheduler.slurm``/``scheduler.kubernetes`` section under another
+``kind``, ``diagnose.allreduce.use_nccl_tests`` when no host has GPUs, ``.nan``/``.inf``. Every
+number has an upper bound (its description or the ``MAX_*`` constant below says why).
+tests/unit/test_config_effect.py holds one case per option and mode that shows it changes what runs.
+
 Inventory YAML (every key optional except ``hosts``)::
 
     ssh:                       # defaults for every host, overridable per host entry
