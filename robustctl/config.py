@@ -5,6 +5,12 @@ Precedence, lowest first: built-in defaults < the inventory file < environment v
 validation errors are reported as ``FILE:LINE: key.path: message`` through
 :func:`robustctl.inventory.load_inventory`.
 
+A setting that could not take effect is refused, not ignored: ``address`` or ``ssh`` on a
+``transport: local`` host, a ``scheduler.slurm``/``scheduler.kubernetes`` section under another
+``kind``, ``diagnose.allreduce.use_nccl_tests`` when no host has GPUs, ``.nan``/``.inf``. Every
+number has an upper bound (its description or the ``MAX_*`` constant below says why).
+tests/unit/test_config_effect.py holds one case per option and mode that shows it changes what runs.
+
 Inventory YAML (every key optional except ``hosts``)::
 
     ssh:                       # defaults for every host, overridable per host entry
@@ -39,15 +45,35 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from robustctl.checks.thresholds import Thresholds
 
 
 class StrictModel(BaseModel):
-    """Base of every config model: unknown keys are errors, instances are immutable."""
+    """Base of every config model: unknown keys are errors, instances are immutable.
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    ``.nan`` and ``.inf`` (YAML floats) are refused everywhere: a NaN compares false with everything,
+    so a NaN limit would silently switch its rule off.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+
+MAX_WORLD_SIZE = 1_000_000
+"""Largest world size (tp·cp·ep·dp·pp) of a job's layout, in the inventory or a ``--layout``. The
+largest training jobs run on the order of 10^5 GPUs; a bound one order above keeps every per-rank
+table (groups, machines) within a few hundred MB, where an unbounded value
+(``tp=99999999999999999999``) would exhaust memory."""
+MAX_HOST_RANKS = 64
+"""Most ranks (processes) on one machine: the bound of ``gpus_per_host`` (the largest GPU servers
+hold 8-16 GPUs; a CPU-only host runs a few gloo ranks)."""
+MAX_CONCURRENCY = 4096
+"""Most hosts or pairs worked on at once: one thread and one connection each on the control side."""
+MAX_MESSAGE_BYTES = 8 << 30
+"""Largest all-reduce message (8 GiB, nccl-tests' usual ``-e 8G``): each rank holds it twice."""
+MAX_MESSAGE_SIZES = 64
+"""Most all-reduce message sizes per run (powers of two from 4 B to 8 GiB are 32)."""
 
 
 Seconds = Annotated[float, Field(gt=0, le=86_400)]
@@ -112,10 +138,26 @@ class HostEntry(StrictModel):
     state: HostState = HostState.ACTIVE
     ssh: SshOverrides | None = None
     python: PythonSettings | None = None
-    gpus_per_host: int | None = Field(None, ge=0, le=64)
+    gpus_per_host: int | None = Field(None, ge=0, le=MAX_HOST_RANKS)
     probe_root: str | None = Field(
         None, description="Root prefix for probes' system-file reads (e.g. /host)."
     )
+
+    @model_validator(mode="after")
+    def _local_has_no_connection(self) -> HostEntry:
+        """Refuse connection settings a ``transport: local`` host would ignore (it is this machine)."""
+        if self.transport == "local":
+            if self.address not in (None, "local"):
+                raise ValueError(
+                    f"address {self.address!r} would be ignored: a transport: local host is this "
+                    "machine (leave address out, or use transport: ssh)"
+                )
+            if self.ssh is not None:
+                raise ValueError(
+                    "ssh settings would be ignored: a transport: local host is reached without SSH "
+                    "(remove ssh:, or use transport: ssh)"
+                )
+        return self
 
 
 class BurnSettings(StrictModel):
@@ -123,20 +165,46 @@ class BurnSettings(StrictModel):
 
     seconds: Seconds = Field(10.0, description="Load duration per device.")
     size: int | None = Field(None, ge=16, le=65536, description="Matrix size N; default 4096 GPU, 1024 CPU.")
-    threads: int | None = Field(None, ge=1, description="CPU threads for a CPU burn (torch.set_num_threads).")
+    threads: int | None = Field(
+        None,
+        ge=1,
+        le=1024,
+        description="CPU threads for a CPU burn (torch.set_num_threads); at most 1024, more than "
+        "any current server's hardware threads. A GPU burn ignores it.",
+    )
     concurrency: int | None = Field(
-        None, ge=1, description="Hosts burning at once; default: diagnose.concurrency."
+        None,
+        ge=1,
+        le=MAX_CONCURRENCY,
+        description="Hosts burning at once; default: diagnose.concurrency (same bound, 4096).",
     )
 
 
 class AllreduceSettings(StrictModel):
     """Level 2/3 (all-reduce bandwidth) settings."""
 
-    sizes: list[Annotated[int, Field(ge=4)]] | None = Field(None, description="Message sizes in bytes.")
+    sizes: list[Annotated[int, Field(ge=4, le=MAX_MESSAGE_BYTES)]] | None = Field(
+        None,
+        min_length=1,
+        max_length=MAX_MESSAGE_SIZES,
+        description="Message sizes in bytes: at most 64 sizes, each 4 B to 8 GiB (a rank holds a "
+        "message twice, in GPU or host memory); default: the probe's sweep.",
+    )
     iters: int = Field(5, ge=1, le=10_000)
     warmup: int = Field(1, ge=0, le=1_000)
-    nproc: int | None = Field(None, ge=2, description="Ranks per host for L2; default: GPUs, or 2 on CPU.")
-    master_port: int = Field(29500, ge=1024, le=65000, description="First TCP port for rendezvous.")
+    nproc: int | None = Field(
+        None,
+        ge=2,
+        le=MAX_HOST_RANKS,
+        description="Ranks per host for L2; default: GPUs, or 2 on CPU. At most 64 (one process each).",
+    )
+    master_port: int = Field(
+        29500,
+        ge=1024,
+        le=65000,
+        description="L3: pair i rendezvous on port master_port + 1 + i (wrapping below 65536). L2's "
+        "ranks rendezvous on a free loopback port the probe picks, so L2 does not use it.",
+    )
     interface: str | None = Field(
         None,
         min_length=1,
@@ -146,17 +214,34 @@ class AllreduceSettings(StrictModel):
         "default: the inventory address (or name) as is.",
     )
     use_nccl_tests: bool = Field(False, description="Run nccl-tests' all_reduce_perf for L2 where installed.")
-    concurrency: int | None = Field(None, ge=1, description="Hosts/pairs at once; default: concurrency.")
+    concurrency: int | None = Field(
+        None,
+        ge=1,
+        le=MAX_CONCURRENCY,
+        description="L2 hosts / L3 pairs at once; default: diagnose.concurrency (same bound, 4096).",
+    )
 
 
 class DiagnoseSettings(StrictModel):
     """Fan-out and level settings of ``robustctl diagnose``."""
 
-    concurrency: int = Field(64, ge=1, le=4096, description="Hosts contacted at once.")
-    host_timeout_s: Seconds = Field(120.0, description="Per host, per level deadline.")
-    deadline_s: Seconds = Field(900.0, description="Global deadline of the whole run.")
-    retries: int = Field(2, ge=0, le=10, description="Extra connection attempts on connection errors.")
-    retry_backoff_s: float = Field(0.5, ge=0, le=60, description="Base of the jittered exponential backoff.")
+    concurrency: int = Field(
+        64, ge=1, le=MAX_CONCURRENCY, description="Hosts contacted at once (diagnose and stacks)."
+    )
+    host_timeout_s: Seconds = Field(
+        120.0,
+        description="Per host, per level deadline of diagnose (stacks: its --timeout plus 30 s). "
+        "An SSH host's probes also stop within its ssh.command_timeout_s.",
+    )
+    deadline_s: Seconds = Field(
+        900.0, description="Global deadline of the whole diagnose run, and of each stacks collection."
+    )
+    retries: int = Field(
+        2, ge=0, le=10, description="Extra connection attempts on connection errors (diagnose and stacks)."
+    )
+    retry_backoff_s: float = Field(
+        0.5, ge=0, le=60, description="Base of the jittered exponential backoff (diagnose and stacks)."
+    )
     peer_confirm: bool = Field(
         True,
         description="Re-measure peer-relative outliers once, one host at a time, before naming them.",
@@ -173,16 +258,26 @@ class ParallelLayout(StrictModel):
     share a TP group, and a machine of G GPUs holds G consecutive ranks.
     """
 
-    tp: int = Field(1, ge=1, description="Tensor-parallel size.")
-    pp: int = Field(1, ge=1, description="Pipeline-parallel size.")
-    dp: int = Field(1, ge=1, description="Data-parallel size.")
-    cp: int = Field(1, ge=1, description="Context-parallel size.")
-    ep: int = Field(1, ge=1, description="Expert-parallel size.")
+    tp: int = Field(1, ge=1, le=MAX_WORLD_SIZE, description="Tensor-parallel size.")
+    pp: int = Field(1, ge=1, le=MAX_WORLD_SIZE, description="Pipeline-parallel size.")
+    dp: int = Field(1, ge=1, le=MAX_WORLD_SIZE, description="Data-parallel size.")
+    cp: int = Field(1, ge=1, le=MAX_WORLD_SIZE, description="Context-parallel size.")
+    ep: int = Field(1, ge=1, le=MAX_WORLD_SIZE, description="Expert-parallel size.")
     order: str = Field(
         "tp-cp-ep-dp-pp",
         pattern=r"^(tp|cp|ep|dp|pp)(-(tp|cp|ep|dp|pp)){4}$",
         description="Rank order, fastest-varying dimension first (each of tp, cp, ep, dp, pp once).",
     )
+
+    @model_validator(mode="after")
+    def _bounded_world(self) -> ParallelLayout:
+        """Refuse a layout of more than :data:`MAX_WORLD_SIZE` ranks (the same cap as ``--layout``)."""
+        if self.world_size > MAX_WORLD_SIZE:
+            raise ValueError(
+                f"tp x cp x ep x dp x pp is {self.world_size} ranks, more than the largest world size "
+                f"{MAX_WORLD_SIZE}"
+            )
+        return self
 
     @property
     def world_size(self) -> int:
@@ -224,7 +319,10 @@ class JobSpec(StrictModel):
     )
     layout: ParallelLayout = Field(default_factory=ParallelLayout)
     ranks_per_host: int | None = Field(
-        None, ge=1, description="Ranks (GPUs) per machine; default gpus_per_host."
+        None,
+        ge=1,
+        le=MAX_HOST_RANKS,
+        description="Ranks (GPUs) per machine; default gpus_per_host. At most 64, as gpus_per_host.",
     )
     process: RankProcessSpec | None = None
 
@@ -309,6 +407,17 @@ class SchedulerSettings(StrictModel):
     slurm: SlurmSettings | None = None
     kubernetes: KubernetesSettings | None = None
 
+    @model_validator(mode="after")
+    def _section_of_kind(self) -> SchedulerSettings:
+        """Refuse a back end's sub-section when ``kind`` names another back end (it would be ignored)."""
+        for name in ("slurm", "kubernetes"):
+            if getattr(self, name) is not None and self.kind != name:
+                raise ValueError(
+                    f"scheduler.{name} would be ignored: scheduler.kind is {self.kind!r} "
+                    f"(set kind: {name}, or remove the {name}: section)"
+                )
+        return self
+
 
 Fraction = Annotated[float, Field(gt=0, le=1)]
 
@@ -351,7 +460,9 @@ class InventoryFile(StrictModel):
 
     ssh: SshSettings = Field(default_factory=SshSettings)
     python: PythonSettings = Field(default_factory=PythonSettings)
-    gpus_per_host: int = Field(0, ge=0, le=64, description="Expected GPUs per host (0: CPU-only hosts).")
+    gpus_per_host: int = Field(
+        0, ge=0, le=MAX_HOST_RANKS, description="Expected GPUs per host (0: CPU-only hosts); at most 64."
+    )
     hosts: list[HostEntry] = Field(min_length=1)
     thresholds: Thresholds = Field(default_factory=Thresholds)
     diagnose: DiagnoseSettings = Field(default_factory=DiagnoseSettings)

@@ -160,6 +160,15 @@ def probe_argv(host: Host, args: Sequence[str] = ()) -> list[str]:
     return [*host.python.wrapper, host.python.path, "-c", STREAM_BOOT, *common, *args]
 
 
+def command_deadline(host: Host, deadline: float) -> float:
+    """The deadline of one command on ``host``: ``deadline``, or sooner when the host's
+    ``ssh.command_timeout_s`` ends first (SSH hosts; the transport stops the command then, so the
+    probe's own ``--timeout`` must end before it, to report what it has)."""
+    if host.transport == "ssh":
+        return min(deadline, time.monotonic() + host.ssh.command_timeout_s)
+    return deadline
+
+
 def run_probe(
     transport: Transport, host: Host, name: str, args: Sequence[str] = (), *, deadline: float
 ) -> ProbeDocument:

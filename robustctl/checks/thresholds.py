@@ -28,7 +28,7 @@ when a sub-collection is missing.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -42,6 +42,15 @@ def severity_status(severity: Severity) -> Status | None:
     """The :class:`Status` a :data:`Severity` setting gives, or None for ``"ignore"``."""
     return {"warning": Status.WARNING, "critical": Status.CRITICAL}.get(severity)
 
+
+MAX_COUNT = 1 << 53
+"""Upper bound of every error-counter threshold: the largest integer a JSON reader keeps exact (2^53);
+NVML's 64-bit counters never come near it."""
+MAX_ITEMS = 256
+"""Most entries of a list threshold (ignore patterns, XID codes, throttle reasons)."""
+MAX_XID = 65535
+"""Largest XID code accepted in ``xid_ignore`` (NVIDIA's catalog ends below 200; room is left for
+new codes)."""
 
 THROTTLE_REASONS: dict[str, int] = {
     "gpu_idle": 0x1,
@@ -66,9 +75,14 @@ class Thresholds(BaseModel):
     (``host.clock``), ``xid_*`` (``host.xid``), ``nic_*``/``ib_*`` (``host.nic``, ``host.ib``),
     ``gpu_temp_*`` … ``nvlink_*`` (``nvml.*``), ``burn_*`` (``burn.*``), ``allreduce_*``
     (``allreduce.*``), ``peer_*`` (the peer-relative rule of ``robustctl.checks.peer``).
+
+    Every number has an upper bound far above any real value (a 1 PiB filesystem, a load of 10 000
+    per CPU, a year of clock skew, a 10 Tb/s NIC, 200 °C, counters of :data:`MAX_COUNT`) and every
+    list at most :data:`MAX_ITEMS` entries, so what the file holds is bounded; ``.nan`` and
+    ``.inf`` are refused (a NaN limit compares false with everything and would switch its rule off).
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     # --- host.disk -------------------------------------------------------------------------------
     disk_warn_free_pct: float = Field(
@@ -87,6 +101,7 @@ class Thresholds(BaseModel):
     )
     disk_crit_free_gib: float | None = Field(
         None,
+        le=1_048_576,
         ge=0,
         description="CRITICAL below this many GiB free whatever the percentage (e.g. 1 for small "
         "/dev/shm or /tmp filesystems). None (default): off, so a container's small but empty "
@@ -94,10 +109,12 @@ class Thresholds(BaseModel):
     )
     disk_ignore_mounts: tuple[str, ...] = Field(
         (),
+        max_length=MAX_ITEMS,
         description="fnmatch patterns of mount points not judged at all (space and read-only).",
     )
     readonly_allowed_mounts: tuple[str, ...] = Field(
         ("/usr", "/nix/store", "/snap/*", "/boot/efi", "/etc/*", "/run/*", "/var/run/*"),
+        max_length=MAX_ITEMS,
         description="fnmatch patterns of mount points that may legitimately be read-only (container "
         "bind mounts of /etc files, immutable /usr). Any other read-only local filesystem is CRITICAL: "
         "the classic failure is ext4 remounting itself read-only after I/O errors (errors=remount-ro). "
@@ -121,6 +138,7 @@ class Thresholds(BaseModel):
     )
     memory_min_total_gib: float | None = Field(
         None,
+        le=1_048_576,
         ge=0,
         description="CRITICAL when MemTotal is below this (a missing DIMM). None: off. Source: AzNHC "
         "check_hw_physmem (expected total minus 5%).",
@@ -129,16 +147,18 @@ class Thresholds(BaseModel):
     # --- host.load -------------------------------------------------------------------------------
     load_warn_per_cpu: float | None = Field(
         8.0,
+        le=10_000,
         gt=0,
         description="WARNING when the 5-minute load average per CPU exceeds this. High on purpose: "
         "CPU-bound work (a test suite, the previous burn) raises load without any fault, while a "
         "pile-up of hung tasks drives it far higher. None: off. Source: robustctl default.",
     )
     load_crit_per_cpu: float | None = Field(
-        None, gt=0, description="CRITICAL above this 5-minute load per CPU. None: off."
+        None, le=10_000, gt=0, description="CRITICAL above this 5-minute load per CPU. None: off."
     )
     procs_blocked_warn: int | None = Field(
         32,
+        le=4_194_304,
         ge=1,
         description="WARNING when at least this many tasks are in uninterruptible sleep (D state, "
         "/proc/stat procs_blocked): the signature of a hung NFS mount or a wedged GPU driver, unlike "
@@ -148,19 +168,22 @@ class Thresholds(BaseModel):
     # --- host.clock ------------------------------------------------------------------------------
     clock_warn_skew_s: float | None = Field(
         2.0,
+        le=31_536_000,
         gt=0,
         description="WARNING when the host clock lies more than this many seconds outside the "
         "control side's [sent, received] window. None: off. Source: chrony makestep 1 s, plus margin.",
     )
     clock_crit_skew_s: float | None = Field(
         None,
+        le=31_536_000,
         gt=0,
         description="CRITICAL beyond this skew (e.g. 300: Kerberos' default tolerance). None: off.",
     )
 
     # --- host.xid --------------------------------------------------------------------------------
-    xid_ignore: tuple[int, ...] = Field(
+    xid_ignore: tuple[Annotated[int, Field(ge=0, le=MAX_XID)], ...] = Field(
         (),
+        max_length=MAX_ITEMS,
         description="XID codes not reported at all. Every other XID is judged by robustctl.analysis.xid "
         "(hardware and reset-GPU XIDs CRITICAL, application/investigate XIDs WARNING). Source: AzNHC "
         "azure_gpu_xid.nhc checks 48 56 57 58 62 63 64 65 68 69 73 74 79 80 81 92 119 120.",
@@ -168,21 +191,26 @@ class Thresholds(BaseModel):
 
     # --- host.nic / host.ib ----------------------------------------------------------------------
     nic_ignore: tuple[str, ...] = Field(
-        (), description="fnmatch patterns of network interface names not judged (e.g. 'eno2')."
+        (),
+        max_length=MAX_ITEMS,
+        description="fnmatch patterns of network interface names not judged (e.g. 'eno2').",
     )
     nic_min_speed_mbps: int | None = Field(
         None,
+        le=10_000_000,
         ge=1,
         description="CRITICAL when a physical NIC that is up reports a lower speed (a link that "
         "negotiated down). None: off. Source: NHC check_hw_eth.",
     )
     ib_ignore: tuple[str, ...] = Field(
         (),
+        max_length=MAX_ITEMS,
         description="fnmatch patterns of InfiniBand ports not judged, as 'device' or 'device/port' "
         "(e.g. 'mlx5_bond_*', 'mlx5_4/1').",
     )
     ib_min_rate_gbps: float | None = Field(
         None,
+        le=10_000,
         gt=0,
         description="CRITICAL when an active IB port's rate is below this, e.g. 400 for NDR. None: off. "
         "Source: AzNHC conf 'check_hw_ib 400 mlx5_ib0:1'.",
@@ -191,17 +219,22 @@ class Thresholds(BaseModel):
     # --- nvml.* ----------------------------------------------------------------------------------
     gpu_temp_warn_c: float = Field(
         85.0,
+        ge=0,
+        le=200,
         description="WARNING at or above this GPU temperature (°C). At stop time GPUs idle near 30-45 °C. "
         "Source: gcm gpu_temperature examples (80/85 °C).",
     )
     gpu_temp_crit_c: float = Field(
         90.0,
+        ge=0,
+        le=200,
         description="CRITICAL at or above this temperature, or at or above the GPU's own NVML slowdown "
         "threshold when the probe reports it. Source: NVML NVML_TEMPERATURE_THRESHOLD_SLOWDOWN "
         "(H100/A100 about 87-92 °C).",
     )
     ecc_uncorrected_volatile_max: int = Field(
         0,
+        le=MAX_COUNT,
         ge=0,
         description="CRITICAL when volatile (since driver load) uncorrectable ECC errors exceed this: the "
         "GPU needs at least a reset. Source: AzNHC azure_gpu_ecc.nhc (uncorrectable SRAM > 0), NVIDIA "
@@ -209,6 +242,7 @@ class Thresholds(BaseModel):
     )
     ecc_uncorrected_aggregate_max: int | None = Field(
         None,
+        le=MAX_COUNT,
         ge=0,
         description="WARNING when lifetime uncorrectable ECC errors exceed this. None (default): off, "
         "because aggregate counts survive repairs and row remapping (AzNHC tolerates 20,000,000 DRAM "
@@ -216,6 +250,7 @@ class Thresholds(BaseModel):
     )
     ecc_corrected_volatile_max: int | None = Field(
         10000,
+        le=MAX_COUNT,
         ge=0,
         description="WARNING when volatile correctable ECC errors exceed this. Source: AzNHC "
         "azure_gpu_ecc.nhc SRAM correctable threshold 10000 (applied here to the total).",
@@ -232,6 +267,7 @@ class Thresholds(BaseModel):
     )
     row_remap_uncorrectable_max: int = Field(
         512,
+        le=MAX_COUNT,
         ge=0,
         description="CRITICAL above this many rows remapped for uncorrectable errors. Source: AzNHC "
         "azure_gpu_ecc.nhc (> 512).",
@@ -243,23 +279,27 @@ class Thresholds(BaseModel):
     )
     retired_pages_total_crit: int = Field(
         63,
+        le=MAX_COUNT,
         ge=1,
         description="CRITICAL at or above this many retired pages (SBE + DBE). Source: DCGM "
         "DCGM_LIMIT_MAX_RETIRED_PAGES = 63.",
     )
     retired_pages_dbe_warn: int = Field(
         15,
+        le=MAX_COUNT,
         ge=1,
         description="WARNING at or above this many pages retired for double-bit errors. Source: DCGM "
         "DCGM_LIMIT_MAX_RETIRED_PAGES_SOFT_LIMIT = 15.",
     )
     throttle_critical_reasons: tuple[str, ...] = Field(
         ("hw_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown"),
+        max_length=MAX_ITEMS,
         description="Clock event reasons that are CRITICAL (hardware forcing clocks down by 2x or more). "
         f"Names: {', '.join(THROTTLE_REASONS)}. Source: AzNHC azure_gpu_clock_throttling.nhc, NVML docs.",
     )
     throttle_warning_reasons: tuple[str, ...] = Field(
         ("sw_thermal_slowdown",),
+        max_length=MAX_ITEMS,
         description="Clock event reasons that are a WARNING. Idle, application clocks, SW power cap, "
         "sync boost and display clocks are normal and never judged.",
     )
@@ -281,6 +321,7 @@ class Thresholds(BaseModel):
     )
     nvlink_error_max: int | None = Field(
         0,
+        le=MAX_COUNT,
         ge=0,
         description="WARNING when a link's replay or recovery error counter exceeds this (cumulative "
         "counters, so not CRITICAL by default). None: off. Source: DCGM DCGM_LIMIT_MAX_NVLINK_ERROR, "
@@ -288,6 +329,7 @@ class Thresholds(BaseModel):
     )
     nvlink_crc_error_max: int | None = Field(
         None,
+        le=MAX_COUNT,
         ge=0,
         description="WARNING when a link's CRC flit/data error counter exceeds this. None (default): off, "
         "DCGM: 'CRC errors only matter at rates of 100+ per second'.",
@@ -296,6 +338,7 @@ class Thresholds(BaseModel):
     # --- burn.* ----------------------------------------------------------------------------------
     burn_max_mismatches: int = Field(
         0,
+        le=MAX_COUNT,
         ge=0,
         description="CRITICAL when a device produced more wrong matmul results than this (silent data "
         "corruption). Source: gpu-burn / DCGM diag (any miscompare fails).",
@@ -308,6 +351,7 @@ class Thresholds(BaseModel):
     )
     burn_min_tflops: float | None = Field(
         None,
+        le=1_000_000,
         gt=0,
         description="Absolute floor per device (TFLOP/s); below it CRITICAL. None (default): only the "
         "peer-relative rule applies, because the right floor depends on GPU model and dtype.",
@@ -323,6 +367,7 @@ class Thresholds(BaseModel):
     # --- allreduce.* -----------------------------------------------------------------------------
     allreduce_min_busbw_gbps: float | None = Field(
         None,
+        le=1_000_000,
         gt=0,
         description="Absolute busbw floor (GB/s, 1e9) at the largest message size; below it CRITICAL. "
         "None (default): peer-relative only. Source: AzNHC check_nccl_allreduce (e.g. 460 on ND H100).",
@@ -337,6 +382,7 @@ class Thresholds(BaseModel):
     # --- peer rule -------------------------------------------------------------------------------
     peer_min_peers: int = Field(
         3,
+        le=1_000_000,
         ge=2,
         description="The peer-relative rule needs at least this many values (a median of 2 cannot tell "
         "which one is slow); with fewer it names no outlier. See robustctl.checks.peer.",

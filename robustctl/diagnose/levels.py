@@ -22,7 +22,7 @@ from robustctl.checks.allreduce import peak_busbw
 from robustctl.checks.peer import peer_outliers
 from robustctl.errors import ProbeError
 from robustctl.models import CheckResult, Status
-from robustctl.probes import ProbeDocument, run_probe, run_probes
+from robustctl.probes import ProbeDocument, command_deadline, run_probe, run_probes
 from robustctl.transport.fanout import fan_out
 
 if TYPE_CHECKING:
@@ -47,6 +47,11 @@ def budget_s(deadline: float) -> str:
 def budget_of(host_timeout_s: float) -> str:
     """The ``--timeout`` a probe gets when its whole per-host budget is left (dry-run plan)."""
     return f"{max(1.0, host_timeout_s - ANSWER_MARGIN_S):.0f}"
+
+
+def command_budget_s(host: Host, seconds: float) -> float:
+    """``seconds`` of per-host budget, capped by an SSH host's ``ssh.command_timeout_s`` (dry-run plan)."""
+    return min(seconds, host.ssh.command_timeout_s) if host.transport == "ssh" else seconds
 
 
 def l1_timeout_s(s: DiagnoseSettings) -> float:
@@ -96,6 +101,7 @@ def level0(engine: Engine, hosts: list[Host]) -> str | None:
 
     def work(host: Host, deadline: float) -> list[CheckResult]:
         out: list[CheckResult] = []
+        deadline = command_deadline(host, deadline)
         try:
             docs = run_probes(
                 engine.pool.for_host(host),
@@ -176,6 +182,7 @@ def measured_level(
     by_name = {h.name: h for h in hosts}
 
     def work(host: Host, deadline: float) -> list[CheckResult]:
+        deadline = command_deadline(host, deadline)
         doc, checks = engine.probe_checks(
             host, probe, [*args(host), "--timeout", budget_s(deadline)], deadline, level
         )
@@ -205,6 +212,7 @@ def measured_level(
         again: dict[str, dict[str, float]] = {}
 
         def remeasure(host: Host, deadline: float) -> None:
+            deadline = command_deadline(host, deadline)
             doc = run_probe(
                 engine.pool.for_host(host),
                 host,
@@ -221,7 +229,8 @@ def measured_level(
             concurrency=1,
             host_timeout_s=host_timeout_s,
             deadline=engine.deadline,
-            retries=0,
+            retries=engine.settings.retries,
+            backoff_s=engine.settings.retry_backoff_s,
         )
         retried = again
     for key, slow in flagged.items():

@@ -36,7 +36,7 @@ from robustctl.checks.peer import peer_outliers
 from robustctl.diagnose.levels import allreduce_args, budget_s
 from robustctl.errors import ProbeError
 from robustctl.models import CheckResult, Outcome, Status
-from robustctl.probes import ProbeDocument, run_probe
+from robustctl.probes import ProbeDocument, command_deadline, run_probe
 from robustctl.transport.fanout import fan_out, fan_out_units
 
 if TYPE_CHECKING:
@@ -99,8 +99,12 @@ def schedule_rounds(pairs: Sequence[tuple[str, str]]) -> list[list[tuple[str, st
 
 
 def pair_ports(pairs: Sequence[tuple[str, str]], s: DiagnoseSettings) -> dict[tuple[str, str], int]:
-    """Rendezvous port of each pair: ``master_port + 1 + i`` (distinct, so rounds never collide)."""
-    return {p: s.allreduce.master_port + 1 + i for i, p in enumerate(pairs)}
+    """Rendezvous port of each pair: ``master_port + 1 + i``, wrapping back to ``master_port + 1``
+    past 65535 (at least 535 distinct ports, since ``master_port`` ≤ 65000; pairs of one round are
+    on different hosts, so only pairs of local-transport hosts, which share 127.0.0.1, could meet)."""
+    first = s.allreduce.master_port + 1
+    span = 65536 - first
+    return {p: first + i % span for i, p in enumerate(pairs)}
 
 
 # -- addresses -------------------------------------------------------------------------------------
@@ -286,14 +290,23 @@ def run_pair(
     master = addresses[h0.name]
 
     def rank(host: Host, rank_deadline: float) -> ProbeDocument:
+        rank_deadline = command_deadline(host, rank_deadline)
         r = 0 if host is h0 else 1
         args = pair_args(
             s, rank=r, master=master, port=port, bind=addresses[host.name], timeout=budget_s(rank_deadline)
         )
         return run_probe(engine.pool.for_host(host), host, "allreduce", args, deadline=rank_deadline)
 
+    # A rank that could not connect is retried (diagnose.retries) while its partner waits at the
+    # rendezvous: a connection error happens before the probe starts.
     res = fan_out(
-        [h0, h1], rank, concurrency=2, host_timeout_s=s.host_timeout_s, deadline=deadline, retries=0
+        [h0, h1],
+        rank,
+        concurrency=2,
+        host_timeout_s=s.host_timeout_s,
+        deadline=deadline,
+        retries=s.retries,
+        backoff_s=s.retry_backoff_s,
     )
     answers: list[ProbeDocument | str] = [
         o.value if o.ok and o.value is not None else f"{o.host.name}: {o.error or o.outcome.value}"

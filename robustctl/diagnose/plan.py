@@ -3,7 +3,8 @@
 The command lines come from the builders the levels use (:mod:`robustctl.diagnose.levels`,
 :mod:`robustctl.diagnose.pairs`), so the plan shows each host's real argv per level. Two things are
 known only at run time and are said so: a probe's ``--timeout`` is the per-host budget left minus
-a margin (the plan shows the full budget's value, the most it can be), and with
+a margin, capped by an SSH host's ``ssh.command_timeout_s`` (the plan shows the full budget's
+value, the most it can be), and with
 ``diagnose.allreduce.interface`` the L3 rendezvous address is the one the host reports then.
 """
 
@@ -17,6 +18,7 @@ from robustctl.diagnose.levels import (
     MAX_LEVEL,
     budget_of,
     burn_args,
+    command_budget_s,
     intra_args,
     l1_timeout_s,
 )
@@ -58,7 +60,9 @@ def plan_levels(request: DiagnoseSpec) -> dict[str, Any]:
     for h in hosts:
         commands: list[dict[str, Any]] = []
         if 0 in runs:
-            bundle = ", ".join(f"{p}.py --timeout {budget_of(s.host_timeout_s)}" for p in L0_PROBES)
+            bundle = ", ".join(
+                f"{p}.py --timeout {budget_of(command_budget_s(h, s.host_timeout_s))}" for p in L0_PROBES
+            )
             commands.append(
                 {
                     "level": 0,
@@ -68,10 +72,10 @@ def plan_levels(request: DiagnoseSpec) -> dict[str, Any]:
                 }
             )
         if 1 in runs:
-            args = [*burn_args(s), "--timeout", budget_of(l1_timeout_s(s))]
+            args = [*burn_args(s), "--timeout", budget_of(command_budget_s(h, l1_timeout_s(s)))]
             commands.append(_probe(1, "burn", h, args))
         if 2 in runs:
-            args = [*intra_args(s), "--timeout", budget_of(s.host_timeout_s)]
+            args = [*intra_args(s), "--timeout", budget_of(command_budget_s(h, s.host_timeout_s))]
             commands.append(_probe(2, "allreduce", h, args))
         if pairs and interface is not None and static_address(h, interface) is None:
             commands.append(
@@ -93,7 +97,7 @@ def plan_levels(request: DiagnoseSpec) -> dict[str, Any]:
                 master=master,
                 port=ports[pair],
                 bind=_address(h, interface),
-                timeout=budget_of(s.host_timeout_s),
+                timeout=budget_of(command_budget_s(h, s.host_timeout_s)),
             )
             entry = _probe(3, "allreduce", h, args)
             entry.update(pair=f"{pair[0]}<->{pair[1]}", rank=rank, peer=pair[1 - rank])

@@ -188,6 +188,7 @@ def load_inventory(path: Path, *, environ: dict[str, str] | None = None) -> Inve
     except ValidationError as exc:
         raise ConfigError(_first_error(exc, smap, env)) from None
     hosts = tuple(_resolve_hosts(model, smap))
+    _refuse_unusable(model, hosts, smap)
     by_name = {h.name: h for h in hosts}
     jobs = {
         name: _resolve_job(name, spec, by_name, model.gpus_per_host, smap.where(("jobs", name)))
@@ -202,6 +203,20 @@ def load_inventory(path: Path, *, environ: dict[str, str] | None = None) -> Inve
         scheduler=model.scheduler,
         policy=model.policy,
     )
+
+
+def _refuse_unusable(model: InventoryFile, hosts: Sequence[Host], smap: SourceMap) -> None:
+    """Refuse a setting no host of the inventory can act on (it would be silently ignored).
+
+    Raises:
+        ConfigError: ``FILE:LINE: key.path: why``.
+    """
+    if model.diagnose.allreduce.use_nccl_tests and not any(h.gpus > 0 for h in hosts):
+        loc = ("diagnose", "allreduce", "use_nccl_tests")
+        raise ConfigError(
+            f"{smap.where(loc)}: {_dotted(loc)}: nccl-tests need GPUs, but no host has gpus_per_host > 0 "
+            "(set gpus_per_host, or remove use_nccl_tests)"
+        )
 
 
 def _resolve_job(name: str, spec: JobSpec, hosts: Mapping[str, Host], gpus_per_host: int, where: str) -> Job:
@@ -240,7 +255,7 @@ def _first_error(exc: ValidationError, smap: SourceMap, environ: Mapping[str, st
     elif err["type"] == "missing":
         msg = "required key is missing"
     else:
-        msg = err["msg"]
+        msg = err["msg"].removeprefix("Value error, ")
         if "input" in err and not isinstance(err["input"], (dict, list)):
             msg += f" (got {_short(repr(err['input']))})"
     more = f" (+{len(errors) - 1} more errors)" if len(errors) > 1 else ""

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 from pydantic import ValidationError
 
-from robustctl.config import ParallelLayout
+from robustctl.config import MAX_WORLD_SIZE, ParallelLayout
 from robustctl.errors import UsageError
 from robustctl.inventory.hostrange import compact_ranges
 
@@ -41,11 +41,6 @@ DIMS = ("tp", "cp", "ep", "dp", "pp")
 """The parallel dimensions robustctl knows."""
 
 _KEYS = {*DIMS, "order"}
-
-MAX_WORLD_SIZE = 1_000_000
-"""Largest world size (tp·cp·ep·dp·pp) a ``--layout`` may describe. The largest training jobs run on
-the order of 10^5 GPUs; a bound one order above keeps every per-rank table (groups, machines) within a
-few hundred MB, where an unbounded value (``tp=99999999999999999999``) would exhaust memory."""
 
 
 def parse_layout(text: str, *, world_size: int | None = None) -> ParallelLayout:

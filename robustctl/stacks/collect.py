@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 from robustctl.errors import ConfigError, InventoryError
 from robustctl.inventory.hostrange import compact_ranges
 from robustctl.models import Outcome, Status
-from robustctl.probes import ProbeDocument, beside_interpreter, run_probe
+from robustctl.probes import ProbeDocument, beside_interpreter, command_deadline, run_probe
 from robustctl.stacks.model import DumpParseError, ProcessDump, ProcessRole, ThreadStack
 from robustctl.stacks.parse import infer_role, parse_pyspy_json
 from robustctl.transport.fanout import HostOutcome, fan_out
@@ -78,9 +78,11 @@ class CollectSettings:
 
     @classmethod
     def from_diagnose(cls, diagnose: DiagnoseSettings, **overrides: Any) -> CollectSettings:
-        """Settings taking the inventory's fan-out knobs (concurrency, retries, backoff), then ``overrides``."""
+        """Settings taking the inventory's fan-out knobs (concurrency, retries, backoff, the global
+        deadline ``deadline_s`` of each collection), then ``overrides``."""
         base: dict[str, Any] = {
             "concurrency": diagnose.concurrency,
+            "deadline_s": diagnose.deadline_s,
             "retries": diagnose.retries,
             "retry_backoff_s": diagnose.retry_backoff_s,
         }
@@ -310,6 +312,7 @@ def collect_stacks(
     deadline = t0 + s.deadline_s if s.deadline_s is not None else None
 
     def work(host: Host, host_deadline: float) -> _HostValue:
+        host_deadline = command_deadline(host, host_deadline)
         expected = expected_of[host.name]
         budget = max(1.0, min(s.probe_timeout_s, host_deadline - time.monotonic() - 3.0))
         args = [*common, "--ranks", compact_ranges(expected), "--timeout", f"{budget:.1f}"]

@@ -306,7 +306,8 @@ class SshTransport:
             OutputTooLarge: it printed more than ``max_stdout`` bytes; the channel was closed.
         """
         start = time.monotonic()
-        deadline = start + min(timeout_s, host.ssh.command_timeout_s)
+        limit = min(timeout_s, host.ssh.command_timeout_s)
+        deadline = start + limit
         command = remote_command(argv)
         with interrupts.register_closer(host.name, self.shutdown):
             client = self._client(host)
@@ -328,7 +329,7 @@ class SshTransport:
                     chan.shutdown_write()
                 drained = _drain(chan, deadline, self.max_stdout)
                 if drained is None:
-                    raise CommandTimeout(host.name, f"command timed out after {timeout_s:g}s")
+                    raise CommandTimeout(host.name, f"command timed out after {limit:g}s")
                 out, err = drained
                 status = chan.recv_exit_status() if chan.exit_status_ready() else -1
             except OutputLimitExceeded as exc:

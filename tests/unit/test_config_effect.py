@@ -1,0 +1,1380 @@
+"""Every inventory option changes what runs, in every mode it applies to, or is refused at load.
+
+One table, :data:`CASES`: each case loads an inventory with the option at its default and at a
+changed value, observes what would run (the dry-run plan's per-host command lines, the argv a
+:class:`~robustctl.testing.FakeTransport` records for each level and for stacks, the SSH transport's
+connection settings, the engine's outcomes, the check outcomes, the rails of an evict plan, the
+scheduler back end's commands) and asserts that the two observations differ as they should.
+:func:`test_every_option_has_a_case` fails when a config field is added without a case.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import shlex
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, get_args, get_origin
+
+import pytest
+import yaml
+from pydantic import BaseModel
+
+from robustctl.actions import ActionContext, open_context
+from robustctl.actions.evict import EvictSpec, plan_evict
+from robustctl.checks.registry import CheckContext
+from robustctl.checks.thresholds import Thresholds
+from robustctl.config import InventoryFile
+from robustctl.diagnose import DiagnoseSpec, plan_levels, run_levels
+from robustctl.diagnose.engine import evaluate_probe
+from robustctl.errors import ConfigError, HostUnreachable
+from robustctl.inventory import Host, Inventory, load_inventory
+from robustctl.models import Status
+from robustctl.probes import load_probe
+from robustctl.stacks.collect import CollectSettings, collect_stacks
+from robustctl.store import MachineState, Store, StoreLocked
+from robustctl.testing.fake_kube import FakeKubeApiServer
+from robustctl.testing.fake_nvml import (
+    Ecc,
+    EccCounts,
+    FakeNvml,
+    NvLink,
+    Pcie,
+    RemappedRows,
+    RetiredPages,
+    healthy_gpus,
+)
+from robustctl.testing.fake_transport import FakeTransport
+from robustctl.transport.pool import TransportPool
+
+BASE: dict[str, Any] = {
+    "gpus_per_host": 2,
+    "hosts": [{"name": "node[1-4]", "address": "127.0.0.[2-5]"}],
+    "jobs": {
+        "j": {
+            "hosts": "node[1-4]",
+            "layout": {"tp": 2, "pp": 2, "dp": 2},
+            "process": {"match": "train.py"},
+        }
+    },
+    "policy": {"max_cluster_fraction": 1.0, "max_job_fraction": 1.0, "circuit_breaker_fraction": 1.0},
+}
+"""Four SSH hosts of two GPUs, one job over them (W = 8), rails open unless a case closes them."""
+
+Mutate = Callable[[dict[str, Any]], None]
+
+
+def at(path: str, value: Any) -> Mutate:
+    """Set ``path`` (dots; ``[0]`` for the first list item, e.g. ``hosts[0].probe_root``) to ``value``."""
+
+    def mutate(data: dict[str, Any]) -> None:
+        node: Any = data
+        parts = path.replace("[0]", ".0").split(".")
+        for p in parts[:-1]:
+            key: Any = int(p) if p.isdigit() else p
+            if isinstance(node, dict) and key not in node:
+                node[key] = {}
+            node = node[key]
+        node[int(parts[-1]) if parts[-1].isdigit() else parts[-1]] = value
+
+    return mutate
+
+
+def write(tmp: Path, data: Mapping[str, Any], name: str) -> Path:
+    path = tmp / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(dict(data), sort_keys=False))
+    return path
+
+
+def load(tmp: Path, *mutations: Mutate, name: str = "inv") -> Inventory:
+    data = copy.deepcopy(BASE)
+    for m in mutations:
+        m(data)
+    return load_inventory(write(tmp, data, name), environ={})
+
+
+def both(tmp: Path, change: Mutate, observe: Callable[[Inventory], Any], *base: Mutate) -> tuple[Any, Any]:
+    """``observe`` on the inventory with ``base`` mutations, then with ``change`` on top."""
+    d = observe(load(tmp, *base, name="default"))
+    c = observe(load(tmp, *base, change, name="changed"))
+    assert d != c, "the option changed nothing"
+    return d, c
+
+
+# -- observers ------------------------------------------------------------------------------------
+
+
+def spec(inv: Inventory, max_level: int = 3) -> DiagnoseSpec:
+    return DiagnoseSpec(
+        hosts=tuple(inv.select()),
+        settings=inv.diagnose,
+        thresholds=inv.thresholds,
+        max_level=max_level,
+        all_levels=True,
+    )
+
+
+def plan_argv(level: int, probe: str | None = None) -> Callable[[Inventory], dict[str, list[list[str]]]]:
+    """Each host's command lines (argv) of ``level`` in the dry-run plan."""
+
+    def observe(inv: Inventory) -> dict[str, list[list[str]]]:
+        plan = plan_levels(spec(inv))
+        return {
+            row["host"]: [
+                shlex.split(c["command"]) + ([c["stdin"]] if c["probe"] == "bundle" else [])
+                for c in row["commands"]
+                if c["level"] == level and (probe is None or c["probe"] == probe)
+            ]
+            for row in plan["hosts"]
+        }
+
+    return observe
+
+
+def run_fake(inv: Inventory, fake: FakeTransport | None = None, max_level: int = 3) -> FakeTransport:
+    fake = fake or FakeTransport()
+    run_levels(spec(inv, max_level), TransportPool(override=fake))
+    return fake
+
+
+LEVEL_PROBE = {0: "host", 1: "burn", 2: "allreduce", 3: "allreduce"}
+
+
+def sent(level: int) -> Callable[[Inventory], list[tuple[str, list[str]]]]:
+    """What the engine sends at ``level`` (FakeTransport's record): (host, argv without --timeout)."""
+
+    def observe(inv: Inventory) -> list[tuple[str, list[str]]]:
+        fake = run_fake(inv, max_level=level)
+        calls = [(h, a) for h, p, a in fake.calls if p == LEVEL_PROBE[level]]
+        if level == 2:
+            calls = [(h, a) for h, a in calls if "--rank" not in a]
+        if level == 3:
+            calls = [(h, a) for h, a in calls if "--rank" in a]
+        return sorted((h, without_timeout(a)) for h, a in calls)
+
+    return observe
+
+
+def sent_timeout(level: int) -> Callable[[Inventory], list[int]]:
+    """The probes' ``--timeout`` values the engine sends at ``level``, rounded to tens of seconds."""
+
+    def observe(inv: Inventory) -> list[int]:
+        fake = run_fake(inv, max_level=level)
+        calls = [a for _, p, a in fake.calls if p == LEVEL_PROBE[level]]
+        if level == 3:
+            calls = [a for a in calls if "--rank" in a]
+        return sorted({round(float(flag(a, "--timeout")), -1) for a in calls})
+
+    return observe
+
+
+def plan_timeout(level: int) -> Callable[[Inventory], set[str]]:
+    def observe(inv: Inventory) -> set[str]:
+        out = set()
+        for cmds in plan_argv(level)(inv).values():
+            for argv in cmds:
+                out.add(
+                    argv[-1].split("--timeout ")[1].split(",")[0] if level == 0 else flag(argv, "--timeout")
+                )
+        return out
+
+    return observe
+
+
+def without_timeout(argv: Sequence[str]) -> list[str]:
+    out = list(argv)
+    if "--timeout" in out:
+        i = out.index("--timeout")
+        del out[i : i + 2]
+    return out
+
+
+def flag(argv: Sequence[str], name: str) -> str:
+    return argv[list(argv).index(name) + 1]
+
+
+def stacks_sent(inv: Inventory) -> list[tuple[str, list[str]]]:
+    """The stacks probe's argv per host (hang mode and --slow share the collection)."""
+    fake = FakeTransport()
+    job = inv.job("j")
+    collect_stacks(job, TransportPool(override=fake), settings=CollectSettings.from_diagnose(inv.diagnose))
+    return sorted((h, without_timeout(a)) for h, p, a in fake.calls if p == "stacks")
+
+
+def endpoint(host: str = "node1", ssh_config: str = "") -> Callable[[Inventory], Any]:
+    """The SSH transport's connection settings for ``host`` (built without connecting)."""
+
+    def observe(inv: Inventory) -> Any:
+        from robustctl.transport.ssh import SshTransport
+
+        cfg = Path(inv.source).with_name("ssh_config")
+        cfg.write_text(ssh_config)
+        return SshTransport(ssh_config=cfg).endpoint(inv.by_name(host))
+
+    return observe
+
+
+# -- the table ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Case:
+    """One option in one mode: ``run(tmp_path)`` asserts the option changes what runs there."""
+
+    key: str
+    mode: str
+    run: Callable[[Path], None]
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "key", self.key.replace("[0]", "[]"))  # the option, not the entry
+
+    @property
+    def id(self) -> str:
+        return f"{self.key}@{self.mode}"
+
+
+CASES: list[Case] = []
+
+
+def case(key: str, mode: str) -> Callable[[Callable[[Path], None]], Callable[[Path], None]]:
+    def register(fn: Callable[[Path], None]) -> Callable[[Path], None]:
+        CASES.append(Case(key, mode, fn))
+        return fn
+
+    return register
+
+
+def simple(key: str, mode: str, change: Mutate, observe: Callable[[Inventory], Any], *base: Mutate) -> None:
+    """A case that asserts only that the observation differs (plus what ``observe`` checks)."""
+
+    def run(tmp: Path) -> None:
+        both(tmp, change, observe, *base)
+
+    CASES.append(Case(key, mode, run))
+
+
+def expect(
+    key: str,
+    mode: str,
+    change: Mutate,
+    observe: Callable[[Inventory], Any],
+    check: Callable[[Any, Any], bool],
+    *base: Mutate,
+) -> None:
+    """A case that also asserts ``check(default_observation, changed_observation)``."""
+
+    def run(tmp: Path) -> None:
+        d, c = both(tmp, change, observe, *base)
+        assert check(d, c), (d, c)
+
+    CASES.append(Case(key, mode, run))
+
+
+def has(token: str) -> Callable[[Any, Any], bool]:
+    """The token appears in the changed observation only."""
+    return lambda d, c: token not in repr(d) and token in repr(c)
+
+
+# ---- hosts[] --------------------------------------------------------------------------------------
+
+expect("hosts[].name", "plan", at("hosts", [{"name": "gpu[1-4]", "address": "127.0.0.[2-5]"}]),
+       lambda inv: [r["host"] for r in plan_levels(spec(inv, 0))["hosts"]],
+       lambda d, c: c == ["gpu1", "gpu2", "gpu3", "gpu4"], at("jobs", {}))  # fmt: skip
+expect("hosts[].address", "plan+L3", at("hosts[0].address", "127.0.0.[12-15]"), plan_argv(3),
+       has("127.0.0.12"))  # fmt: skip
+expect("hosts[].address", "ssh", at("hosts[0].address", "127.0.0.[12-15]"), endpoint(),
+       lambda d, c: c.hostname == "127.0.0.12")  # fmt: skip
+expect("hosts[].transport", "plan+L3", at("hosts[0].transport", "local"), plan_argv(3),
+       lambda d, c: "127.0.0.1" in repr(c) and "127.0.0.2" not in repr(c), at("hosts[0].address", None))  # fmt: skip
+
+
+@case("hosts[].transport", "routing")
+def _transport_routes(tmp: Path) -> None:
+    d, c = load(tmp, name="d"), load(tmp, at("hosts[0].transport", "local"), at("hosts[0].address", None))
+    pool = TransportPool()
+    from robustctl.transport.local import LocalTransport
+
+    assert not isinstance(pool.for_host(d.hosts[0]), LocalTransport)
+    assert isinstance(pool.for_host(c.hosts[0]), LocalTransport)
+
+
+expect("hosts[].state", "diagnose targets", at("hosts", [
+    {"name": "node[1-3]", "address": "127.0.0.[2-4]"},
+    {"name": "node4", "address": "127.0.0.5", "state": "standby"}]),
+       lambda inv: [h.name for h in inv.select()], lambda d, c: "node4" not in c)  # fmt: skip
+
+
+@case("hosts[].state", "evict")
+def _state_evict(tmp: Path) -> None:
+    from robustctl.actions.evict import current_state
+
+    def state(inv: Inventory) -> str:
+        path = Path(inv.source)
+        ctx = open_context(path, path.with_suffix(".db"))
+        try:
+            return current_state(ctx, "node4").value
+        finally:
+            ctx.close()
+
+    two = [{"name": "node[1-3]", "address": "127.0.0.[2-4]"},
+           {"name": "node4", "address": "127.0.0.5", "state": "evicted"}]  # fmt: skip
+    assert both(tmp, at("hosts", two), state) == ("active", "evicted")  # what evict/return plan from
+
+
+@case("hosts[].labels", "inventory show")
+def _labels_shown(tmp: Path) -> None:
+    # informational: nothing but `inventory show` reads labels (see INFORMATIONAL)
+    from robustctl.commands.inventory import InventoryShowRequest, run_inventory_show
+
+    path = write(tmp, {**BASE, "hosts": [{"name": "node[1-4]", "labels": {"rack": "r7"}}]}, "inv")
+    shown = run_inventory_show(InventoryShowRequest(path=path))
+    assert all(dict(r.labels) == {"rack": "r7"} for r in shown.hosts)
+    from rich.console import Console
+
+    from robustctl.report.inventory import render_inventory
+
+    console = Console(record=True, width=200)
+    render_inventory(shown, console)
+    assert "rack=r7" in console.export_text()
+
+
+for _lvl in (0, 1, 2, 3):
+    expect("hosts[].probe_root", f"plan L{_lvl}", at("hosts[0].probe_root", "/host"), plan_argv(_lvl),
+           has("/host"))  # fmt: skip
+    expect("hosts[].probe_root", f"L{_lvl}", at("hosts[0].probe_root", "/host"), sent(_lvl),
+           lambda d, c: all(flag(a, "--root") == "/host" for _, a in c))  # fmt: skip
+expect("hosts[].probe_root", "stacks", at("hosts[0].probe_root", "/host"), stacks_sent,
+       lambda d, c: all(flag(a, "--root") == "/host" for _, a in c))  # fmt: skip
+
+# python: top level and per host entry
+_PY = {"path": "/opt/py/bin/python3", "wrapper": ["docker", "exec", "-i", "trainer"]}
+for _where in ("python", "hosts[0].python"):
+    for _lvl in (0, 1, 2, 3):
+        expect(f"{_where}.path", f"plan L{_lvl}", at(_where, {"path": _PY["path"]}), plan_argv(_lvl),
+               has(_PY["path"]))  # fmt: skip
+        expect(f"{_where}.wrapper", f"plan L{_lvl}", at(_where, {"wrapper": _PY["wrapper"]}),
+               plan_argv(_lvl), has("trainer"))  # fmt: skip
+    expect(f"{_where}.path", "L1", at(_where, {"path": _PY["path"]}), sent(1),
+           lambda d, c: all(_PY["path"] in a for _, a in c))  # fmt: skip
+    expect(f"{_where}.wrapper", "stacks", at(_where, {"wrapper": _PY["wrapper"]}), stacks_sent,
+           lambda d, c: all(a[:4] == _PY["wrapper"] for _, a in c))  # fmt: skip
+    expect(f"{_where}.path", "L3 interface address", at(_where, {"path": _PY["path"]}),
+           plan_argv(3, "address"), has(_PY["path"]), at("diagnose.allreduce.interface", "ib0"))  # fmt: skip
+    expect(f"{_where}.wrapper", "L3 interface address", at(_where, {"wrapper": _PY["wrapper"]}),
+           plan_argv(3, "address"), has("trainer"), at("diagnose.allreduce.interface", "ib0"))  # fmt: skip
+
+
+# gpus_per_host: the expected count every check is given, top level and per host
+def _l0_count_status(inv: Inventory) -> list[Status]:
+    nvml = nvml_data(n=2)
+    fake = FakeTransport(answers={h.name: {"nvml": nvml} for h in inv.hosts})
+    rep = run_levels(spec(inv, 0), TransportPool(override=fake))
+    return [c.status for h in rep.hosts for c in h.checks if c.name == "nvml.count"]
+
+
+for _where in ("gpus_per_host", "hosts[0].gpus_per_host"):
+    expect(_where, "L0 nvml.count", at(_where, 4), _l0_count_status,
+           lambda d, c: Status.CRITICAL in c and Status.CRITICAL not in d, at("jobs", {}))  # fmt: skip
+    expect(_where, "plan", at(_where, 4), lambda inv: [r["gpus"] for r in plan_levels(spec(inv))["hosts"]],
+           lambda d, c: 4 in c, at("jobs", {}))  # fmt: skip
+
+
+@case("gpus_per_host", "jobs (ranks per host)")
+def _gpus_ranks(tmp: Path) -> None:
+    d = stacks_sent(load(tmp, name="d"))
+    c = stacks_sent(load(tmp, at("gpus_per_host", 1), at("jobs.j.layout", {"tp": 2, "pp": 2}), name="c"))
+    assert flag(dict(d)["node2"], "--ranks") == "2-3" and flag(dict(c)["node2"], "--ranks") == "1"
+
+
+@case("gpus_per_host", "L1 burn.verify")
+def _gpus_burn(tmp: Path) -> None:
+    cpu = {"available": True, "cuda_available": False, "cuda_reason": "no CUDA", "devices": [
+        {"index": 0, "name": "cpu", "kind": "cpu", "tflops": 1.0, "mismatches": 0, "checked": 3}]}  # fmt: skip
+
+    def verify(inv: Inventory) -> list[Status]:
+        fake = FakeTransport(answers={h.name: {"burn": cpu} for h in inv.hosts})
+        rep = run_levels(spec(inv, 1), TransportPool(override=fake))
+        return [c.status for h in rep.hosts for c in h.checks if c.name == "burn.verify"]
+
+    d, c = both(tmp, at("gpus_per_host", 0), verify, at("jobs", {}))
+    assert set(d) == {Status.UNKNOWN} and Status.UNKNOWN not in c  # GPUs expected, CPU burned
+
+
+# ---- ssh (top level) and hosts[].ssh (per host) ---------------------------------------------------
+
+_KEY = "-----BEGIN OPENSSH PRIVATE KEY-----\nAAAA\n-----END OPENSSH PRIVATE KEY-----\n"
+SSH_VALUES: dict[str, tuple[Any, Callable[[Any], bool]]] = {
+    "user": ("trainer", lambda e: e.user == "trainer"),
+    "port": (2222, lambda e: e.port == 2222),
+    "identity_file": ("/keys/id_test", lambda e: e.identity_files == ("/keys/id_test",)),
+    "known_hosts": ("/keys/known_hosts", lambda e: str(e.known_hosts) == "/keys/known_hosts"),
+    "proxy_jump": ("jump@127.0.0.9:2200", lambda e: e.proxy_jump == "jump@127.0.0.9:2200"),
+    "connect_timeout_s": (3.0, lambda e: e.connect_timeout_s == 3.0),
+    "accept_new_host_keys": (True, lambda e: e.accept_new),
+    "use_ssh_config": (False, lambda e: e.user is None and e.port == 22),
+}
+_SSH_CONFIG = "Host 127.0.0.*\n  User cfguser\n  Port 2200\n"
+for _field, (_value, _check) in SSH_VALUES.items():
+    _cfg = _SSH_CONFIG if _field == "use_ssh_config" else ""
+    _obs = endpoint(ssh_config=_cfg)
+    expect(f"ssh.{_field}", "ssh endpoint", at(f"ssh.{_field}", _value), _obs,
+           lambda d, c, _check=_check: _check(c))  # fmt: skip
+
+    def _per_host(tmp: Path, _field: str = _field, _value: Any = _value, _cfg: str = _cfg,
+                  _check: Any = _check) -> None:  # fmt: skip
+        _, c = both(tmp, at("hosts[0].ssh", {_field: _value}), endpoint("node1", _cfg))
+        assert _check(c)
+        one = [{"name": "node1", "address": "127.0.0.2", "ssh": {_field: _value}},
+               {"name": "node[2-4]", "address": "127.0.0.[3-5]"}]  # fmt: skip
+        inv = load(tmp, at("hosts", one), name="split")
+        # this entry's host takes the override, the other entry's keeps the top-level value
+        assert _check(endpoint("node1", _cfg)(inv)) and not _check(endpoint("node2", _cfg)(inv))
+
+    CASES.append(Case(f"hosts[].ssh.{_field}", "ssh endpoint, this entry only", _per_host))
+
+
+@case("ssh.identity_file", "preflight")
+def _identity_preflight(tmp: Path) -> None:
+    from robustctl.transport.ssh import preflight
+
+    key = tmp / "id_test"
+    key.write_text(_KEY)
+    preflight(load(tmp, at("ssh.identity_file", str(key))).hosts)
+    with pytest.raises(ConfigError, match="id_missing"):
+        preflight(load(tmp, at("ssh.identity_file", str(tmp / "id_missing"))).hosts)
+
+
+expect("ssh.user", "plan", at("ssh.user", "trainer"),
+       lambda inv: [r["ssh"] for r in plan_levels(spec(inv, 0))["hosts"]], has("trainer@127.0.0.2"))  # fmt: skip
+expect("ssh.port", "plan", at("ssh.port", 2222),
+       lambda inv: [r["ssh"] for r in plan_levels(spec(inv, 0))["hosts"]], has("127.0.0.2:2222"))  # fmt: skip
+for _where in ("ssh.command_timeout_s", "hosts[0].ssh.command_timeout_s"):
+    _key = _where.replace("[0]", "[]")
+    for _lvl in (0, 1, 2, 3):
+        expect(_key, f"plan L{_lvl}", at(_where, 30.0), plan_timeout(_lvl), lambda d, c: c == {"28"})
+        expect(_key, f"L{_lvl}", at(_where, 30.0), sent_timeout(_lvl), lambda d, c: c == [30.0])
+expect("ssh.command_timeout_s", "stacks", at("ssh.command_timeout_s", 10.0),
+       lambda inv: sorted({round(float(flag(a, "--timeout"))) for _, p, a in _stacks_calls(inv)}),
+       lambda d, c: c == [7] and d == [30])  # fmt: skip
+
+
+def _stacks_calls(inv: Inventory) -> list[tuple[str, str, list[str]]]:
+    fake = FakeTransport()
+    collect_stacks(
+        inv.job("j"), TransportPool(override=fake), settings=CollectSettings.from_diagnose(inv.diagnose)
+    )
+    return fake.calls
+
+
+# ---- diagnose: fan-out, deadlines, retries --------------------------------------------------------
+
+
+class Gate(FakeTransport):
+    """A FakeTransport that counts commands in flight; the first ones are held (≤ 5 s) until
+    ``target`` are in flight at once, so a fan-out that allows ``target`` shows it."""
+
+    def __init__(self, target: int) -> None:
+        super().__init__()
+        self.target, self.now, self.peak, self.reached = target, 0, 0, False
+        self.cond = threading.Condition()
+
+    def run(self, host: Host, argv: Sequence[str], **kw: Any) -> Any:
+        with self.cond:
+            self.now += 1
+            self.peak = max(self.peak, self.now)
+            self.reached = self.reached or self.now >= self.target
+            self.cond.notify_all()
+            self.cond.wait_for(lambda: self.reached, timeout=5.0)
+        try:
+            return super().run(host, argv, **kw)
+        finally:
+            with self.cond:
+                self.now -= 1
+
+
+def peak(level: int, target: Callable[[Inventory], int]) -> Callable[[Inventory], int]:
+    """The most commands in flight at once at ``level`` (L3: pairs, two commands each)."""
+
+    def observe(inv: Inventory) -> int:
+        from robustctl.diagnose.engine import LEVELS, Engine, _NoProgress
+
+        gate = Gate(target(inv))
+        s = spec(inv, level)
+
+        engine = Engine(s, TransportPool(override=gate), _NoProgress())
+        LEVELS[level](engine, list(s.hosts))
+        return gate.peak
+
+    return observe
+
+
+def _conc(inv: Inventory) -> int:
+    return min(inv.diagnose.concurrency, 4)
+
+
+expect(
+    "diagnose.concurrency", "L0", at("diagnose.concurrency", 1), peak(0, _conc), lambda d, c: (d, c) == (4, 1)
+)
+expect(
+    "diagnose.concurrency", "L1", at("diagnose.concurrency", 1), peak(1, _conc), lambda d, c: (d, c) == (4, 1)
+)
+expect(
+    "diagnose.concurrency", "L2", at("diagnose.concurrency", 1), peak(2, _conc), lambda d, c: (d, c) == (4, 1)
+)
+expect("diagnose.concurrency", "L3", at("diagnose.concurrency", 1),
+       peak(3, lambda inv: 2 * min(inv.diagnose.concurrency, 2)), lambda d, c: (d, c) == (4, 2))  # fmt: skip
+expect("diagnose.burn.concurrency", "L1", at("diagnose.burn.concurrency", 2),
+       peak(1, lambda inv: inv.diagnose.burn.concurrency or 4), lambda d, c: (d, c) == (4, 2))  # fmt: skip
+expect("diagnose.allreduce.concurrency", "L2", at("diagnose.allreduce.concurrency", 2),
+       peak(2, lambda inv: inv.diagnose.allreduce.concurrency or 4), lambda d, c: (d, c) == (4, 2))  # fmt: skip
+expect("diagnose.allreduce.concurrency", "L3", at("diagnose.allreduce.concurrency", 1),
+       peak(3, lambda inv: 2 * (inv.diagnose.allreduce.concurrency or 2)), lambda d, c: (d, c) == (4, 2))  # fmt: skip
+simple("diagnose.concurrency", "stacks", at("diagnose.concurrency", 7),
+       lambda inv: CollectSettings.from_diagnose(inv.diagnose).concurrency)  # fmt: skip
+expect("diagnose.concurrency", "plan", at("diagnose.concurrency", 7),
+       lambda inv: plan_levels(spec(inv))["concurrency"], lambda d, c: c == 7)  # fmt: skip
+
+
+@case("diagnose.concurrency", "stacks fan-out")
+def _stacks_concurrency(tmp: Path) -> None:
+    for value, want in ((None, 4), (1, 1)):
+        inv = load(tmp, *([at("diagnose.concurrency", value)] if value else []))
+        gate = Gate(want)
+        collect_stacks(
+            inv.job("j"), TransportPool(override=gate), settings=CollectSettings.from_diagnose(inv.diagnose)
+        )
+        assert gate.peak == want
+
+
+for _lvl in (0, 1, 2, 3):
+    # L1's budget is max(host_timeout_s, 3 x burn + 60 s): raise it to see it there
+    _v = 300.0 if _lvl == 1 else 30.0
+    expect("diagnose.host_timeout_s", f"L{_lvl}", at("diagnose.host_timeout_s", _v), sent_timeout(_lvl),
+           lambda d, c, _v=_v: c == [_v])  # fmt: skip
+    expect("diagnose.host_timeout_s", f"plan L{_lvl}", at("diagnose.host_timeout_s", _v), plan_timeout(_lvl),
+           lambda d, c, _v=_v: c == {f"{_v - 2:.0f}"})  # fmt: skip
+    expect("diagnose.deadline_s", f"L{_lvl}", at("diagnose.deadline_s", 30.0), sent_timeout(_lvl),
+           lambda d, c: c == [30.0])  # fmt: skip
+expect("diagnose.deadline_s", "plan", at("diagnose.deadline_s", 30.0),
+       lambda inv: plan_levels(spec(inv))["deadline_s"], lambda d, c: c == 30.0)  # fmt: skip
+expect("diagnose.deadline_s", "stacks", at("diagnose.deadline_s", 30.0),
+       lambda inv: CollectSettings.from_diagnose(inv.diagnose).deadline_s, lambda d, c: c == 30.0)  # fmt: skip
+
+
+@case("diagnose.host_timeout_s", "engine")
+def _host_timeout_engine(tmp: Path) -> None:
+    def outcome(inv: Inventory) -> str:
+        fake = FakeTransport(delay_s={"node1": 1.5})
+        rep = run_levels(spec(inv, 0), TransportPool(override=fake))
+        return rep.hosts[0].outcome.value
+
+    assert both(tmp, at("diagnose.host_timeout_s", 1.0), outcome) == ("ok", "timed_out")
+
+
+def flaky(fails: int, attempts: list[int] | None = None) -> Callable[[Sequence[str]], Any]:
+    """An answer that raises HostUnreachable ``fails`` times, then answers ``{}``; counts attempts."""
+    n = attempts if attempts is not None else [0]
+    lock = threading.Lock()
+
+    def answer(argv: Sequence[str]) -> Any:
+        with lock:
+            n[0] += 1
+            if n[0] <= fails:
+                raise HostUnreachable("node1", "connection refused")
+        return {}
+
+    return answer
+
+
+class AddressFake(FakeTransport):
+    """Answers the L3 interface-address command with the host's address; node1's first try fails."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tries = 0
+
+    def run(self, host: Host, argv: Sequence[str], **kw: Any) -> Any:
+        from robustctl.transport.base import CommandResult
+
+        if argv and argv[-1] == "ib0":
+            if host.name == "node1":
+                self.tries += 1
+                if self.tries == 1:
+                    raise HostUnreachable(host.name, "connection refused")
+            return CommandResult(host.name, 0, f"{host.address}\n".encode(), b"", 0.0)
+        return super().run(host, argv, **kw)
+
+
+def attempts(level: int, probe: str, *, interface: bool = False) -> Callable[[Inventory], int]:
+    """How often node1's ``probe`` (or interface lookup) of ``level`` is tried when its first try cannot connect."""
+
+    def observe(inv: Inventory) -> int:
+        n = [0]
+        fake: FakeTransport = FakeTransport(answers={"node1": {probe: flaky(1, n)}})
+        if interface:
+            fake = AddressFake()
+        s = spec(inv, level)
+        from robustctl.diagnose.engine import LEVELS, Engine, _NoProgress
+
+        engine = Engine(s, TransportPool(override=fake), _NoProgress())
+        LEVELS[level](engine, list(s.hosts))
+        return fake.tries if isinstance(fake, AddressFake) else n[0]
+
+    return observe
+
+
+_NO_BACKOFF = at("diagnose.retry_backoff_s", 0.0)
+for _lvl, _probe in ((0, "host"), (1, "burn"), (2, "allreduce"), (3, "allreduce")):
+    # L3: node1 is in two pairs; only its first command cannot connect
+    _want = (3, 2) if _lvl == 3 else (2, 1)
+    expect("diagnose.retries", f"L{_lvl}", at("diagnose.retries", 0), attempts(_lvl, _probe),
+           lambda d, c, _want=_want: (d, c) == _want, _NO_BACKOFF)  # fmt: skip
+expect("diagnose.retries", "L3 interface address", at("diagnose.retries", 0), attempts(3, "", interface=True),
+       lambda d, c: (d, c) == (2, 1), _NO_BACKOFF, at("diagnose.allreduce.interface", "ib0"))  # fmt: skip
+
+
+@case("diagnose.retries", "peer re-measure")
+def _retries_remeasure(tmp: Path) -> None:
+    def tries(inv: Inventory) -> int:
+        n = [0]
+
+        def node4(argv: Sequence[str]) -> Any:
+            n[0] += 1
+            if n[0] == 2:  # the re-measure's first try cannot connect
+                raise HostUnreachable("node4", "connection refused")
+            return _burn(500)
+
+        answers: dict[str, dict[str, Any]] = {h.name: {"burn": _burn(700)} for h in inv.hosts}
+        answers["node4"] = {"burn": node4}
+        run_levels(spec(inv, 1), TransportPool(override=FakeTransport(answers=answers)))
+        return n[0]
+
+    assert both(tmp, at("diagnose.retries", 0), tries, _NO_BACKOFF, at("jobs", {})) == (3, 2)
+
+
+@case("diagnose.retries", "stacks")
+def _retries_stacks(tmp: Path) -> None:
+    def outcome(inv: Inventory) -> list[str]:
+        fake = FakeTransport(answers={"node1": {"stacks": flaky(1)}})
+        settings = CollectSettings.from_diagnose(inv.diagnose)
+        col = collect_stacks(inv.job("j"), TransportPool(override=fake), settings=settings)
+        return [h.outcome.value for h in col.hosts if h.host == "node1"]
+
+    d, c = both(tmp, at("diagnose.retries", 0), outcome, _NO_BACKOFF)
+    assert d == ["ok"] and c == ["unreachable"]
+
+
+@case("diagnose.retry_backoff_s", "fan-out (every level and stacks)")
+def _backoff(tmp: Path) -> None:
+    import robustctl.transport.fanout as fanout
+
+    seen: list[float] = []
+    real = fanout.backoff_delay
+
+    def spy(attempt: int, base_s: float, rng: Any = None) -> float:
+        seen.append(base_s)
+        return real(attempt, 0.0, rng)
+
+    fanout.backoff_delay = spy  # type: ignore[assignment]
+    try:
+        for value in (None, 7.0):
+            inv = load(tmp, *([at("diagnose.retry_backoff_s", value)] if value else []))
+            fake = FakeTransport(answers={"node1": {"host": flaky(1), "stacks": flaky(1)}})
+            run_levels(spec(inv, 0), TransportPool(override=fake))
+            collect_stacks(
+                inv.job("j"),
+                TransportPool(override=fake),
+                settings=CollectSettings.from_diagnose(inv.diagnose),
+            )
+    finally:
+        fanout.backoff_delay = real  # type: ignore[assignment]
+    assert seen == [0.5, 0.5, 7.0, 7.0]
+
+
+def _peer(
+    level: int, probe: str, slow: dict[str, Any], again: dict[str, Any], others: dict[str, Any] | None = None
+) -> Callable[[Inventory], Any]:
+    """node4 measures ``slow``, then ``again`` when re-measured alone; the other hosts ``others``
+    (default ``again``): (peer checks of node4, probes run on node4)."""
+
+    def observe(inv: Inventory) -> Any:
+        n = [0]
+
+        def node4(argv: Sequence[str]) -> Any:
+            n[0] += 1
+            return slow if n[0] == 1 else again
+
+        answers = {h.name: {probe: others or again} for h in inv.hosts}
+        answers["node4"] = {probe: node4}
+        s = spec(inv, level)
+        from robustctl.diagnose.engine import LEVELS, Engine, _NoProgress
+
+        engine = Engine(s, TransportPool(override=FakeTransport(answers=answers)), _NoProgress())
+        LEVELS[level](engine, list(s.hosts))
+        return [(c.name, c.status) for c in engine.state["node4"].checks if c.name.endswith(".peer")], n[0]
+
+    return observe
+
+
+def _burn(tflops: float) -> dict[str, Any]:
+    return {"available": True, "cuda_available": True, "devices": [
+        {"index": i, "name": "H100", "kind": "cuda", "tflops": tflops, "mismatches": 0, "checked": 3}
+        for i in range(2)]}  # fmt: skip
+
+
+def _ar(busbw: float) -> dict[str, Any]:
+    rows = [{"size_bytes": 1 << 20, "busbw_gbps": busbw, "algbw_gbps": busbw, "correct": True, "time_s": 0.1}]
+    return {"available": True, "mode": "intra", "backend": "nccl", "world_size": 2, "results": rows,
+            "correct": True, "error": None}  # fmt: skip
+
+
+expect("diagnose.peer_confirm", "L1", at("diagnose.peer_confirm", False), _peer(1, "burn", _burn(500), _burn(700)),
+       lambda d, c: d == ([("burn.peer", Status.OK)], 2) and c == ([("burn.peer", Status.CRITICAL)], 1))  # fmt: skip
+expect("diagnose.peer_confirm", "L2", at("diagnose.peer_confirm", False),
+       _peer(2, "allreduce", _ar(50), _ar(100)),
+       lambda d, c: d == ([("allreduce.peer", Status.OK)], 2) and c == ([("allreduce.peer", Status.CRITICAL)], 1))  # fmt: skip
+expect("thresholds.burn_peer_ratio", "L1 fleet", at("thresholds.burn_peer_ratio", 0.5),
+       _peer(1, "burn", _burn(500), _burn(500), _burn(700)),
+       lambda d, c: d == ([("burn.peer", Status.CRITICAL)], 2) and c == ([], 1))  # fmt: skip
+expect("thresholds.allreduce_peer_ratio", "L2 fleet", at("thresholds.allreduce_peer_ratio", 0.4),
+       _peer(2, "allreduce", _ar(50), _ar(50), _ar(100)),
+       lambda d, c: d == ([("allreduce.peer", Status.CRITICAL)], 2) and c == ([], 1))  # fmt: skip
+expect("thresholds.peer_min_peers", "L2 fleet", at("thresholds.peer_min_peers", 5),
+       _peer(2, "allreduce", _ar(50), _ar(50), _ar(100)),
+       lambda d, c: d == ([("allreduce.peer", Status.CRITICAL)], 2) and c == ([], 1))  # fmt: skip
+
+
+@case("thresholds.allreduce_peer_ratio", "L3 blame")
+def _l3_ratio(tmp: Path) -> None:
+    def blame(inv: Inventory) -> list[Status]:
+        def pair(host: str) -> Callable[[Sequence[str]], Any]:
+            def answer(argv: Sequence[str]) -> Any:
+                # pairs 1 and 2 of the ring, (node2, node3) and (node3, node4): node3 is slow
+                slow = "--master-port" in argv and flag(argv, "--master-port") in ("29502", "29503")
+                return _ar(50 if slow else 100)
+
+            return answer
+
+        fake = FakeTransport(answers={h.name: {"allreduce": pair(h.name)} for h in inv.hosts})
+        rep = run_levels(spec(inv, 3), TransportPool(override=fake))
+        return [c.status for h in rep.hosts for c in h.checks if c.name == "allreduce.pair"]
+
+    d, c = both(tmp, at("thresholds.allreduce_peer_ratio", 0.4), blame, at("diagnose.peer_confirm", False))
+    assert Status.CRITICAL in d and Status.CRITICAL not in c
+
+
+# ---- diagnose.burn / diagnose.allreduce: argv of L1-L3 --------------------------------------------
+
+for _mode, _obs in (("plan", plan_argv(1)), ("L1", sent(1))):
+    expect("diagnose.burn.seconds", _mode, at("diagnose.burn.seconds", 3), _obs, has("'--seconds', '3'"))
+    expect("diagnose.burn.size", _mode, at("diagnose.burn.size", 256), _obs, has("'--size', '256'"))
+    expect("diagnose.burn.threads", _mode, at("diagnose.burn.threads", 4), _obs, has("'--threads', '4'"))
+expect("diagnose.burn.seconds", "L1 budget", at("diagnose.burn.seconds", 100), sent_timeout(1),
+       lambda d, c: c == [360.0], at("ssh.command_timeout_s", 1000.0))  # fmt: skip
+for _lvl in (2, 3):
+    for _mode, _obs in (("plan", plan_argv(_lvl, "allreduce")), ("", sent(_lvl))):
+        _m = f"{_mode} L{_lvl}".strip()
+        expect("diagnose.allreduce.sizes", _m, at("diagnose.allreduce.sizes", [1024, 4096]), _obs,
+               has("'--sizes', '1024,4096'"))  # fmt: skip
+        expect("diagnose.allreduce.iters", _m, at("diagnose.allreduce.iters", 9), _obs, has("'--iters', '9'"))
+        expect(
+            "diagnose.allreduce.warmup", _m, at("diagnose.allreduce.warmup", 3), _obs, has("'--warmup', '3'")
+        )
+for _mode, _obs in (("plan L2", plan_argv(2)), ("L2", sent(2))):
+    expect("diagnose.allreduce.nproc", _mode, at("diagnose.allreduce.nproc", 4), _obs, has("'--nproc', '4'"))
+    expect("diagnose.allreduce.use_nccl_tests", _mode, at("diagnose.allreduce.use_nccl_tests", True), _obs,
+           has("--nccl-tests"))  # fmt: skip
+for _mode, _obs in (("plan L3", plan_argv(3)), ("L3", sent(3))):
+    expect("diagnose.allreduce.master_port", _mode, at("diagnose.allreduce.master_port", 40000), _obs,
+           has("'--master-port', '40001'"))  # fmt: skip
+    expect("diagnose.allreduce.interface", _mode, at("diagnose.allreduce.interface", "ib0"),
+           plan_argv(3, "address") if _mode.startswith("plan") else
+           (lambda inv: sorted({p for _, p, _a in run_fake(inv, max_level=3).calls})),
+           lambda d, c: "ib0" in repr(c) or c != d)  # fmt: skip
+
+
+@case("diagnose.allreduce.master_port", "L2 (not used: the probe picks a free port)")
+def _master_port_l2(tmp: Path) -> None:
+    d = plan_argv(2)(load(tmp, name="d"))
+    c = plan_argv(2)(load(tmp, at("diagnose.allreduce.master_port", 40000), name="c"))
+    assert d == c and all("--master-port" not in a for cmds in c.values() for a in cmds)
+    from robustctl.config import AllreduceSettings
+
+    assert "L2 does not use it" in (AllreduceSettings.model_fields["master_port"].description or "")
+
+
+@case("diagnose.allreduce.master_port", "L3 ports stay below 65536")
+def _ports_wrap(tmp: Path) -> None:
+    from robustctl.config import DiagnoseSettings
+    from robustctl.diagnose.pairs import pair_ports, ring_pairs
+
+    ports = pair_ports(
+        ring_pairs([f"n{i}" for i in range(2000)]), DiagnoseSettings(allreduce={"master_port": 65000})
+    )
+    assert max(ports.values()) == 65535 and min(ports.values()) == 65001
+
+
+@case("diagnose.allreduce.use_nccl_tests", "refused without GPUs")
+def _nccl_tests_refused(tmp: Path) -> None:
+    with pytest.raises(
+        ConfigError, match=r"changed\.yaml:\d+: diagnose\.allreduce\.use_nccl_tests: nccl-tests need GPUs"
+    ):
+        load(
+            tmp,
+            at("gpus_per_host", 0),
+            at("jobs", {}),
+            at("diagnose.allreduce.use_nccl_tests", True),
+            name="changed",
+        )
+
+
+# ---- thresholds: each one changes a check outcome ------------------------------------------------
+
+_nvml = load_probe("nvml")
+
+
+def nvml_data(n: int = 8, **gpu0: Any) -> dict[str, Any]:
+    gpus = list(healthy_gpus(n))
+    gpus[0] = dataclasses.replace(gpus[0], **gpu0)
+    doc = _nvml.Document("nvml")
+    _nvml.run_library(FakeNvml(gpus), "nvml", doc)
+    return dict(doc.data)
+
+
+def disk(mount: str, free_pct: float, total_gib: float = 1000, ro: bool = False) -> dict[str, Any]:
+    total = int(total_gib * (1 << 30))
+    return {"mount": mount, "device": "/dev/x", "fstype": "ext4", "read_only": ro, "total_bytes": total,
+            "free_bytes": int(total * free_pct / 100), "free_pct": free_pct, "inodes_total": 1000,
+            "inodes_free": 900, "inodes_free_pct": 90.0, "error": None}  # fmt: skip
+
+
+def mem(pct: float, total_gib: float = 256) -> dict[str, Any]:
+    total = int(total_gib * (1 << 30))
+    return {"memory": {"total_bytes": total, "available_bytes": int(total * pct / 100), "available_pct": pct}}
+
+
+def load_avg(per_cpu: float, blocked: int = 0) -> dict[str, Any]:
+    return {"load": {"load1": 1, "load5": per_cpu * 8, "load15": 1, "cpu_count": 8,
+                     "load5_per_cpu": per_cpu, "procs_blocked": blocked}}  # fmt: skip
+
+
+def nic(name: str, state: str = "up", carrier: int = 1, speed: int = 100000) -> dict[str, Any]:
+    return {"nics": [{"name": name, "operstate": state, "carrier": carrier, "speed_mbps": speed, "mtu": 9000,
+                      "admin_up": True}]}  # fmt: skip
+
+
+def ib(state: str = "ACTIVE", rate: float = 400.0) -> dict[str, Any]:
+    return {"infiniband": [{"device": "mlx5_0", "port": 1, "state": state, "phys_state": "LinkUp",
+                            "rate_gbps": rate}]}  # fmt: skip
+
+
+_XID = {"xid": {"source": "dmesg", "path": None, "matches": 1, "truncated": False,
+                "lines": ["[  1.0] NVRM: Xid (PCI:0000:07:00): 48, pid='<unknown>', name=<unknown>, DBE"]}}  # fmt: skip
+_CLOCK = CheckContext(control_time=1000.0, round_trip_s=0.2)
+_EIGHT = CheckContext(expected_gpus=8)
+
+
+def burn_doc(tflops: Sequence[float], mismatches: int = 0, cuda: bool = True) -> dict[str, Any]:
+    devs = [{"index": i, "name": "H100", "kind": "cuda" if cuda else "cpu", "dtype": "bfloat16", "size": 4096,
+             "iterations": 100, "checked": 101, "mismatches": mismatches if i == 0 else 0,
+             "mismatched_elements": 0, "non_finite": 0, "max_abs_error": 0.0, "max_rel_error": 0.0,
+             "tolerance": 0.9, "tflops": t, "error": None} for i, t in enumerate(tflops)]  # fmt: skip
+    return {"available": True, "backend": "torch", "dtype": "bfloat16", "size": 4096, "cuda_available": cuda,
+            "cuda_reason": None if cuda else "no CUDA", "devices": devs}  # fmt: skip
+
+
+THRESHOLD_CASES: dict[str, tuple[Any, str, dict[str, Any], CheckContext]] = {
+    # field: (changed value, probe, observation, context); the default and changed outcomes differ
+    "disk_warn_free_pct": (5.0, "host", {"disks": [disk("/", 8)]}, _CLOCK),
+    "disk_crit_free_pct": (3.0, "host", {"disks": [disk("/", 4)]}, _CLOCK),
+    "disk_crit_free_gib": (1.0, "host", {"disks": [disk("/dev/shm", 50, total_gib=1.5)]}, _CLOCK),
+    "disk_ignore_mounts": (["/scratch*"], "host", {"disks": [disk("/scratch", 1)]}, _CLOCK),
+    "readonly_allowed_mounts": (["/"], "host", {"disks": [disk("/", 50, ro=True)]}, _CLOCK),
+    "memory_warn_available_pct": (5.0, "host", mem(8), _CLOCK),
+    "memory_crit_available_pct": (2.0, "host", mem(3), _CLOCK),
+    "memory_min_total_gib": (240.0, "host", mem(50, 200), _CLOCK),
+    "load_warn_per_cpu": (10.0, "host", load_avg(9), _CLOCK),
+    "load_crit_per_cpu": (2.2, "host", load_avg(2.5), _CLOCK),
+    "procs_blocked_warn": (50, "host", load_avg(0.5, 40), _CLOCK),
+    "clock_warn_skew_s": (10.0, "host", {"clock": {"time": 995.0}}, _CLOCK),
+    "clock_crit_skew_s": (300.0, "host", {"clock": {"time": 1400.0}}, _CLOCK),
+    "xid_ignore": ([48], "host", _XID, _CLOCK),
+    "nic_ignore": (["eth1"], "host", nic("eth1", "down", 0), _CLOCK),
+    "nic_min_speed_mbps": (25000, "host", nic("eth4", speed=10000), _CLOCK),
+    "ib_ignore": (["mlx5_0"], "host", ib("INIT"), _CLOCK),
+    "ib_min_rate_gbps": (400.0, "host", ib(rate=200.0), _CLOCK),
+    "gpu_temp_warn_c": (86.5, "nvml", nvml_data(temperature_c=86), _EIGHT),
+    "gpu_temp_crit_c": (95.0, "nvml", nvml_data(temperature_c=91, temperature_slowdown_c=None), _EIGHT),
+    "ecc_uncorrected_volatile_max": (
+        5,
+        "nvml",
+        nvml_data(ecc=Ecc(volatile=EccCounts(uncorrected=1))),
+        _EIGHT,
+    ),
+    "ecc_uncorrected_aggregate_max": (
+        5,
+        "nvml",
+        nvml_data(ecc=Ecc(aggregate=EccCounts(uncorrected=10))),
+        _EIGHT,
+    ),
+    "ecc_corrected_volatile_max": (
+        50000,
+        "nvml",
+        nvml_data(ecc=Ecc(volatile=EccCounts(corrected=20000))),
+        _EIGHT,
+    ),
+    "row_remap_pending": ("warning", "nvml", nvml_data(remapped_rows=RemappedRows(pending=True)), _EIGHT),
+    "row_remap_failure": ("ignore", "nvml", nvml_data(remapped_rows=RemappedRows(failure=True)), _EIGHT),
+    "row_remap_uncorrectable_max": (
+        1000,
+        "nvml",
+        nvml_data(remapped_rows=RemappedRows(uncorrectable=600)),
+        _EIGHT,
+    ),
+    "retired_pages_pending": ("warning", "nvml", nvml_data(retired_pages=RetiredPages(pending=True)), _EIGHT),
+    "retired_pages_total_crit": (
+        100,
+        "nvml",
+        nvml_data(retired_pages=RetiredPages(single_bit=tuple(range(70)))),
+        _EIGHT,
+    ),
+    "retired_pages_dbe_warn": (
+        20,
+        "nvml",
+        nvml_data(retired_pages=RetiredPages(double_bit=tuple(range(16)))),
+        _EIGHT,
+    ),
+    "throttle_critical_reasons": (
+        ["hw_thermal_slowdown"],
+        "nvml",
+        nvml_data(clocks_event_reasons=0x8),
+        _EIGHT,
+    ),
+    "throttle_warning_reasons": ([], "nvml", nvml_data(clocks_event_reasons=0x20), _EIGHT),
+    "pcie_width_degraded": ("warning", "nvml", nvml_data(pcie=Pcie(current_width=8)), _EIGHT),
+    "pcie_gen_degraded": (
+        "critical",
+        "nvml",
+        nvml_data(pcie=Pcie(current_gen=3), clocks_event_reasons=0),
+        _EIGHT,
+    ),
+    "nvlink_inactive": ("warning", "nvml", nvml_data(nvlink=(NvLink(active=False),)), _EIGHT),
+    "nvlink_error_max": (10, "nvml", nvml_data(nvlink=(NvLink(replay=5),)), _EIGHT),
+    "nvlink_crc_error_max": (10, "nvml", nvml_data(nvlink=(NvLink(crc_flit=50),)), _EIGHT),
+    "burn_max_mismatches": (5, "burn", burn_doc([700, 700], mismatches=1), _EIGHT),
+    "burn_require_gpu": (False, "burn", burn_doc([1.0], cuda=False), _EIGHT),
+    "burn_min_tflops": (500.0, "burn", burn_doc([100, 100]), _EIGHT),
+    "burn_peer_ratio": (0.8, "burn", burn_doc([700, 700, 700, 600]), _EIGHT),
+    "allreduce_min_busbw_gbps": (200.0, "allreduce", _ar(100), _EIGHT),
+    "peer_min_peers": (5, "burn", burn_doc([700, 700, 700, 600]), _EIGHT),
+}
+
+
+def _outcome(
+    th: Thresholds, probe: str, data: dict[str, Any], ctx: CheckContext
+) -> list[tuple[str, str, str | None]]:
+    return sorted((r.name, r.status.value, r.device) for r in evaluate_probe(probe, data, th, 0, ctx))
+
+
+for _field, (_value, _probe, _data, _ctx) in THRESHOLD_CASES.items():
+    expect(f"thresholds.{_field}", f"{_probe} checks", at(f"thresholds.{_field}", _value),
+           lambda inv, _p=_probe, _d=_data, _c=_ctx: _outcome(inv.thresholds, _p, _d, _c),
+           lambda d, c: True)  # fmt: skip
+
+
+# ---- jobs ---------------------------------------------------------------------------------------
+
+
+def evict_targets(modes: Sequence[str] = ("tp", "pp", "dp", "cp", "ep")) -> Callable[[Inventory], Any]:
+    """The machines an over-evicting plan from node1 takes, per mode (the inventory's job ``j``)."""
+
+    def observe(inv: Inventory) -> Any:
+        path = Path(inv.source)
+        ctx = open_context(path, path.with_suffix(".db"))
+        try:
+            return {m: plan_evict(EvictSpec(hosts="node1", job="j", over_evict=m, reason="x"), ctx).targets
+                    for m in modes}  # fmt: skip
+        finally:
+            ctx.close()
+
+    return observe
+
+
+_L = "jobs.j.layout"
+expect("jobs.*.hosts", "stacks", at("jobs.j.hosts", "node4,node3,node2,node1"), stacks_sent,
+       lambda d, c: dict(c)["node4"] != dict(d)["node4"])  # fmt: skip
+expect("jobs.*.hosts", "evict", at("jobs.j.hosts", "node1,node3,node2,node4"), evict_targets(("pp",)),
+       lambda d, c: c == {"pp": ("node1", "node2")})  # fmt: skip
+simple("jobs.*.layout.tp", "evict", at(_L, {"tp": 4, "pp": 2, "dp": 1}), evict_targets())
+simple("jobs.*.layout.pp", "evict", at(_L, {"tp": 2, "pp": 4, "dp": 1}), evict_targets())
+simple("jobs.*.layout.dp", "evict", at(_L, {"tp": 2, "pp": 1, "dp": 4}), evict_targets())
+simple("jobs.*.layout.cp", "evict", at(_L, {"tp": 2, "cp": 2, "pp": 2}), evict_targets())
+simple("jobs.*.layout.ep", "evict", at(_L, {"tp": 2, "ep": 2, "pp": 2}), evict_targets())
+simple("jobs.*.layout.order", "evict", at(f"{_L}.order", "pp-dp-ep-cp-tp"), evict_targets())
+expect("jobs.*.ranks_per_host", "stacks", at("jobs.j.ranks_per_host", 1), stacks_sent,
+       lambda d, c: flag(c[1][1], "--ranks") == "1" and flag(d[1][1], "--ranks") == "2-3",
+       at(_L, {"tp": 2, "pp": 2, "dp": 2}), at("jobs.j.hosts", "node[1-4]"))  # fmt: skip
+# ranks_per_host needs a layout of 4 ranks when it is 1: give the changed inventory its own
+CASES[-1] = Case(CASES[-1].key, CASES[-1].mode, lambda tmp: _ranks_per_host(tmp))
+
+
+def _ranks_per_host(tmp: Path) -> None:
+    d = stacks_sent(load(tmp, name="d"))
+    c = stacks_sent(load(tmp, at("jobs.j.ranks_per_host", 1), at(_L, {"tp": 2, "pp": 2}), name="c"))
+    assert flag(dict(d)["node2"], "--ranks") == "2-3" and flag(dict(c)["node2"], "--ranks") == "1"
+
+
+for _f, _v in (("match", "megatron"), ("rank_env", "PMI_RANK"), ("local_rank_env", "MPI_LOCALRANKID"),
+               ("rank_cmdline", r"--rank[= ](\d+)")):  # fmt: skip
+    expect(
+        f"jobs.*.process.{_f}",
+        "stacks",
+        at(f"jobs.j.process.{_f}", _v),
+        stacks_sent,
+        has(_v.replace("\\", "\\\\")),
+    )
+
+
+# ---- scheduler ----------------------------------------------------------------------------------
+
+
+def slurm_run(inv: Inventory) -> tuple[Any, ...]:
+    """What the Slurm back end built from the inventory runs for ``sinfo``: (argv[0], SLURM_CONF, timeout)."""
+    from robustctl.schedulers import make_scheduler
+    from robustctl.schedulers.slurm import CommandOutput
+
+    got: list[tuple[Any, ...]] = []
+
+    def runner(argv: Sequence[str], env: Mapping[str, str], timeout: float) -> Any:
+        got.append((argv[0], env.get("SLURM_CONF"), timeout))
+        return CommandOutput(0, "", "")
+
+    with Store.open(Path(inv.source).with_suffix(".db")) as store:
+        sched = make_scheduler(inv.scheduler, inventory=inv, store=store)
+    sched = dataclasses.replace(sched, runner=runner)  # type: ignore[type-var]
+    sched.run(["sinfo"])
+    return (*got[0], sched.requeue_settle_s)
+
+
+_SLURM = at("scheduler", {"kind": "slurm"})
+expect(
+    "scheduler.kind",
+    "back end",
+    _SLURM,
+    lambda inv: inv.scheduler.kind and _kind(inv),
+    lambda d, c: c == "Slurm",
+)
+expect("scheduler.timeout_s", "slurm commands", at("scheduler.timeout_s", 7.0), slurm_run,
+       lambda d, c: c[2] == 7.0, _SLURM)  # fmt: skip
+expect("scheduler.slurm.conf", "slurm commands", at("scheduler.slurm", {"conf": "/etc/slurm/x.conf"}), slurm_run,
+       lambda d, c: c[1] == "/etc/slurm/x.conf", _SLURM)  # fmt: skip
+expect("scheduler.slurm.bin_dir", "slurm commands", at("scheduler.slurm", {"bin_dir": "/opt/slurm/bin"}),
+       slurm_run, lambda d, c: c[0] == "/opt/slurm/bin/sinfo", _SLURM)  # fmt: skip
+expect("scheduler.slurm.requeue_settle_s", "slurm requeue", at("scheduler.slurm", {"requeue_settle_s": 4.0}),
+       slurm_run, lambda d, c: c[3] == 4.0, _SLURM)  # fmt: skip
+
+
+def _kind(inv: Inventory) -> str:
+    from robustctl.schedulers import make_scheduler
+
+    with Store.open(Path(inv.source).with_suffix(".db")) as store:
+        return type(make_scheduler(inv.scheduler, inventory=inv, store=store)).__name__
+
+
+@case("scheduler.slurm", "refused under another kind")
+def _slurm_refused(tmp: Path) -> None:
+    with pytest.raises(
+        ConfigError, match=r"changed\.yaml:\d+: scheduler: .*scheduler\.slurm would be ignored"
+    ):
+        load(tmp, at("scheduler", {"kind": "inventory", "slurm": {"conf": "/x"}}), name="changed")
+
+
+@pytest.fixture
+def kube() -> Iterator[FakeKubeApiServer]:
+    with FakeKubeApiServer() as server:
+        for i in range(1, 5):
+            server.add_node(f"node{i}", labels={"robustctl.io/job": "j"}, address=f"127.0.0.{i + 1}")
+        server.add_job("default", "j", completions=4, labels={"robustctl.io/job": "j"},
+                       node_selector={"robustctl.io/job": "j"})  # fmt: skip
+        yield server
+
+
+K8S_CASES: dict[str, tuple[Any, Callable[[Any, FakeKubeApiServer], Any], Callable[[Any, Any], bool]]] = {}
+"""``field: (changed value, act(scheduler, server) -> observation, check(default, changed))``."""
+
+
+def _drain(s: Any, k: FakeKubeApiServer) -> Any:
+    s.drain(["node1"], "x")
+    n = k.node("node1")
+    return [(t["key"], t["effect"]) for t in n["spec"]["taints"]], dict(n["metadata"].get("labels") or {})
+
+
+def _standby(s: Any, k: FakeKubeApiServer) -> Any:
+    s.hold_standby(["node2"], "x")
+    return [t["key"] for t in k.node("node2")["spec"]["taints"]]
+
+
+def _job_hosts(s: Any, k: FakeKubeApiServer) -> Any:
+    try:
+        return s.job_hosts("j")
+    except Exception as exc:  # a setting that finds no pods says so
+        return type(exc).__name__
+
+
+def _grace(s: Any, k: FakeKubeApiServer) -> Any:
+    s.drain(["node1"], "x")
+    return [r.body for r in k.requests_to("POST", "/eviction$")]
+
+
+K8S_CASES.update({
+    "evict_taint_key": ("example.com/bad", _drain, lambda d, c: "example.com/bad" in repr(c)),
+    "evict_taint_effect": ("NoExecute", _drain, lambda d, c: "NoExecute" in repr(c)),
+    "state_label": ("example.com/state", _drain, lambda d, c: "example.com/state" in repr(c)),
+    "standby_taint_key": ("example.com/spare", _standby, lambda d, c: c == ["example.com/spare"]),
+    "namespace": ("other", _job_hosts, lambda d, c: isinstance(c, str) and isinstance(d, list)),
+    "job_label": ("example.com/job", _job_hosts, lambda d, c: isinstance(c, str) and isinstance(d, list)),
+    "pods_per_host": (2, _job_hosts, lambda d, c: isinstance(c, str) and isinstance(d, list)),
+    "index_label": ("example.com/index", _job_hosts, lambda d, c: isinstance(c, str) and isinstance(d, list)),
+    "grace_period_s": (7, _grace, lambda d, c: "gracePeriodSeconds" in repr(c)),
+})  # fmt: skip
+
+
+def _k8s(tmp: Path, kube: FakeKubeApiServer, sub: Mapping[str, Any], name: str) -> Any:
+    from robustctl.schedulers import make_scheduler
+
+    kc = kube.write_kubeconfig(tmp / "kubeconfig")
+    inv = load(tmp, at("scheduler", {"kind": "kubernetes", "timeout_s": 5,
+                                     "kubernetes": {"kubeconfig": str(kc), **sub}}), name=name)  # fmt: skip
+    store = Store.open(tmp / f"{name}.db")
+    return make_scheduler(inv.scheduler, inventory=inv, store=store)
+
+
+@pytest.mark.parametrize("field", sorted(K8S_CASES))
+def test_kubernetes_option_changes_what_the_back_end_does(
+    field: str, kube: FakeKubeApiServer, tmp_path: Path
+) -> None:
+    value, act, check = K8S_CASES[field]
+    d = act(_k8s(tmp_path, kube, {}, "d"), kube)
+    with FakeKubeApiServer() as fresh:  # the default run changed the first server's nodes
+        for i in range(1, 5):
+            fresh.add_node(f"node{i}", labels={"robustctl.io/job": "j"}, address=f"127.0.0.{i + 1}")
+        fresh.add_job("default", "j", completions=4, labels={"robustctl.io/job": "j"},
+                      node_selector={"robustctl.io/job": "j"})  # fmt: skip
+        c = act(_k8s(tmp_path, fresh, {field: value}, "c"), fresh)
+    assert d != c and check(d, c), (d, c)
+
+
+@pytest.mark.parametrize("field", ["kubeconfig", "context", "eviction_timeout_s", "eviction_retry_s"])
+def test_kubernetes_connection_and_pacing_options_reach_the_back_end(
+    field: str, kube: FakeKubeApiServer, tmp_path: Path
+) -> None:
+    if field == "kubeconfig":
+        with pytest.raises(ConfigError, match="nowhere"):
+            _k8s(tmp_path, kube, {"kubeconfig": str(tmp_path / "nowhere")}, "c")
+        return
+    if field == "context":
+        with pytest.raises(ConfigError, match="scheduler.kubernetes"):
+            _k8s(tmp_path, kube, {"context": "no-such-context"}, "c")
+        return
+    s = _k8s(tmp_path, kube, {field: 0.25}, "c")
+    assert getattr(s.settings, field) == 0.25
+
+
+# ---- policy -------------------------------------------------------------------------------------
+
+
+def rails(hosts: str = "node1", job: str | None = None, earlier: Sequence[str] = (),
+          ago_s: float = 0.0, suspects: Sequence[str] = ()) -> Callable[[Inventory], list[str]]:  # fmt: skip
+    """The rails an evict plan of ``hosts`` fails, after ``earlier`` evictions ``ago_s`` seconds ago."""
+
+    def observe(inv: Inventory) -> list[str]:
+        path = Path(inv.source)
+        ctx: ActionContext = open_context(path, path.with_suffix(".db"))
+        try:
+            for h in earlier:
+                ctx.store.set_state(h, MachineState.EVICTED, "earlier")
+            for h in suspects:
+                ctx.store.set_state(h, MachineState.SUSPECT, "monitoring")
+            ctx.clock = lambda: time.time() + ago_s
+            plan = plan_evict(EvictSpec(hosts=hosts, job=job, reason="x"), ctx)
+            return [r.rule for r in plan.failed_rails]
+        finally:
+            ctx.close()
+
+    return observe
+
+
+expect("policy.max_job_fraction", "evict rails", at("policy.max_job_fraction", 0.25), rails("node1,node2", "j"),
+       lambda d, c: c == ["max-job-fraction"])  # fmt: skip
+expect("policy.max_cluster_fraction", "evict rails", at("policy.max_cluster_fraction", 0.25),
+       rails("node1,node2"), lambda d, c: c == ["max-cluster-fraction"])  # fmt: skip
+expect("policy.max_evictions_per_hour", "evict rails", at("policy.max_evictions_per_hour", 2),
+       rails("node3", earlier=("node1", "node2")), lambda d, c: c == ["max-evictions-per-hour"])  # fmt: skip
+expect("policy.circuit_breaker_fraction", "evict rails", at("policy.circuit_breaker_fraction", 0.25),
+       rails("node3", suspects=("node1", "node2")), lambda d, c: c == ["circuit-breaker"])  # fmt: skip
+expect("policy.window_s", "evict rails", at("policy.window_s", 86400.0),
+       rails("node2", earlier=("node1",), ago_s=7200), lambda d, c: c == ["max-cluster-fraction"],
+       at("policy.max_cluster_fraction", 0.25))  # fmt: skip
+
+
+@case("policy.lock_timeout_s", "action lock")
+def _lock_timeout(tmp: Path) -> None:
+    def takes_lock(inv: Inventory) -> bool:
+        path = Path(inv.source)
+        other = Store.open(tmp / "shared.db")
+        other.lock("evict", timeout_s=0)
+        threading.Timer(0.5, other.unlock).start()
+        ctx = open_context(path, tmp / "shared.db")
+        try:
+            ctx.lock("evict")
+            return True
+        except StoreLocked:
+            return False
+        finally:
+            ctx.close()
+            time.sleep(0.6)
+            other.close()
+
+    assert both(tmp, at("policy.lock_timeout_s", 0.0), takes_lock) == (True, False)
+
+
+def standby_size(inv: Inventory) -> tuple[float, float, int]:
+    from robustctl.commands.standby import StandbySizeRequest, run_standby_size
+
+    path = Path(inv.source)
+    res = run_standby_size(StandbySizeRequest(machines=1000, daily_failure_rate=0.002, inventory=path,
+                                              state=path.with_suffix(".db")))  # fmt: skip
+    return res.repair_window_days, res.quantile, res.standbys
+
+
+expect("policy.standby_repair_window_days", "standby size", at("policy.standby_repair_window_days", 7.0),
+       standby_size, lambda d, c: c[0] == 7.0 and c[2] > d[2])  # fmt: skip
+expect("policy.standby_quantile", "standby size", at("policy.standby_quantile", 0.5), standby_size,
+       lambda d, c: c[1] == 0.5 and c[2] < d[2])  # fmt: skip
+
+
+# ---- refusals -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("entry", "why"),
+    [
+        (
+            {"name": "n1", "transport": "local", "address": "127.0.0.2"},
+            "address '127.0.0.2' would be ignored",
+        ),
+        ({"name": "n1", "transport": "local", "ssh": {"user": "x"}}, "ssh settings would be ignored"),
+    ],
+)
+def test_local_hosts_refuse_connection_settings_with_file_line(
+    entry: dict[str, Any], why: str, tmp_path: Path
+) -> None:
+    path = write(tmp_path, {"hosts": [{"name": "n0", "transport": "local"}, entry]}, "inv")
+    with pytest.raises(ConfigError) as exc:
+        load_inventory(path, environ={})
+    assert str(exc.value).startswith(f"{path}:4: hosts[1]: {why}")  # line 4: the entry's first key
+    assert exc.value.exit_code == 78
+    load_inventory(
+        write(tmp_path, {"hosts": [{"name": "n1", "transport": "local", "address": "local"}]}, "ok")
+    )
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "thresholds: {gpu_temp_warn_c: .nan}\n",
+        "thresholds: {burn_min_tflops: .inf}\n",
+        "diagnose: {retry_backoff_s: .nan}\n",
+        "jobs: {j: {hosts: n1, layout: {tp: 1000, pp: 1000, dp: 1000}}}\n",
+        "diagnose: {allreduce: {sizes: [17179869184]}}\n",
+        "diagnose: {burn: {threads: 100000}}\n",
+    ],
+)
+def test_unbounded_or_nan_values_are_refused(text: str, tmp_path: Path) -> None:
+    path = tmp_path / "inv.yaml"
+    path.write_text("hosts: [{name: n1, address: 127.0.0.2}]\n" + text)
+    with pytest.raises(ConfigError, match=rf"^{path}:2: "):
+        load_inventory(path, environ={})
+
+
+# ---- the table's own tests ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("c", CASES, ids=[c.id for c in CASES])
+def test_option_takes_effect(c: Case, tmp_path: Path) -> None:
+    c.run(tmp_path)
+
+
+INFORMATIONAL = {
+    # read by nothing but `inventory show` (asserted shown by the hosts[].labels case)
+    "hosts[].labels",
+}
+
+
+def leaves(model: type[BaseModel], prefix: str = "") -> Iterator[tuple[str, Any]]:
+    """Every leaf option of ``model``: (dotted key, pydantic FieldInfo); lists ``[]``, dicts ``*``."""
+    for name, info in model.model_fields.items():
+        key = f"{prefix}{name}"
+        ann = info.annotation
+        wrapper = ""
+        inner = ann
+        for _ in range(3):
+            args = [a for a in get_args(inner) if a is not type(None)]
+            origin = get_origin(inner)
+            if origin in (list,) and args and isinstance(args[0], type) and issubclass(args[0], BaseModel):
+                wrapper, inner = "[]", args[0]
+            elif (
+                origin is dict
+                and len(args) == 2
+                and isinstance(args[1], type)
+                and issubclass(args[1], BaseModel)
+            ):
+                wrapper, inner = ".*", args[1]
+            elif len(args) == 1 and origin is not list and origin is not tuple and origin is not dict:
+                inner = args[0]
+            else:
+                break
+        if isinstance(inner, type) and issubclass(inner, BaseModel):
+            yield from leaves(inner, f"{key}{wrapper}.")
+        else:
+            yield key, info
+
+
+def test_every_option_has_a_case() -> None:
+    keys = {k for k, _ in leaves(InventoryFile)}
+    covered = {c.key for c in CASES}
+    covered |= {f"thresholds.{f}" for f in THRESHOLD_CASES}
+    covered |= {f"scheduler.kubernetes.{f}" for f in K8S_CASES}
+    covered |= {
+        f"scheduler.kubernetes.{f}"
+        for f in ("kubeconfig", "context", "eviction_timeout_s", "eviction_retry_s")
+    }
+    missing = sorted(keys - covered - INFORMATIONAL)
+    assert not missing, f"options without a case in test_config_effect.py: {missing}"
+    assert not (covered - keys - {"scheduler.slurm"}), sorted(covered - keys)
+
+
+def annotated_metadata(tp: Any) -> list[Any]:
+    """The ``Annotated`` metadata anywhere inside a type (``Seconds | None``, ``tuple[Annotated[int, ...], ...]``)."""
+    out = list(getattr(tp, "__metadata__", ()))
+    for a in get_args(tp):
+        out += annotated_metadata(a)
+    return out
+
+
+def test_every_number_has_an_upper_bound() -> None:
+    unbounded = []
+    for key, info in leaves(InventoryFile):
+        ann = repr(info.annotation)
+        if not any(t in ann for t in ("int", "float")) or "str" in ann:
+            continue
+        metas = list(info.metadata) + annotated_metadata(info.annotation)
+        for m in list(metas):
+            metas.extend(getattr(m, "metadata", ()))
+        if not any(getattr(m, "le", None) is not None or getattr(m, "lt", None) is not None for m in metas):
+            unbounded.append(key)
+    assert not unbounded, unbounded
