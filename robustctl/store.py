@@ -509,6 +509,7 @@ class Store:
         Raises:
             StoreError: the store cannot be written.
         """
+        host = _clean(host)
         with self._tx() as c:
             row = c.execute("SELECT state, readiness FROM machines WHERE host=?", (host,)).fetchone()
             old_state, old_ready = (row[0], row[1]) if row else (None, Readiness.UNCHECKED.value)
@@ -542,6 +543,7 @@ class Store:
             StoreError: the store cannot be written.
         """
         allowed = {s.value for s in allowed_from}
+        host = _clean(host)
         with self._tx() as c:
             row = c.execute("SELECT state, readiness FROM machines WHERE host=?", (host,)).fetchone()
             old_state, old_ready = (row[0], row[1]) if row else (None, Readiness.UNCHECKED.value)
