@@ -214,11 +214,21 @@ class AuditRecord:
 
 
 def default_path(environ: Mapping[str, str] | None = None) -> Path:
-    """``$ROBUSTCTL_STATE``, else ``$XDG_STATE_HOME/robustctl/state.db``, else ``~/.local/state/robustctl/state.db``."""
+    """``$ROBUSTCTL_STATE``, else ``$XDG_STATE_HOME/robustctl/state.db``, else ``~/.local/state/robustctl/state.db``.
+
+    Raises:
+        StoreError: ``~`` cannot be expanded (``~nouser/x.db``, or no ``$HOME`` and no password entry).
+    """
     env = os.environ if environ is None else environ
     if env.get("ROBUSTCTL_STATE"):
-        return Path(env["ROBUSTCTL_STATE"]).expanduser()
-    base = env.get("XDG_STATE_HOME") or str(Path("~/.local/state").expanduser())
+        try:
+            return Path(env["ROBUSTCTL_STATE"]).expanduser()
+        except RuntimeError as exc:  # "~nouser/...": no such user
+            raise StoreError(f"$ROBUSTCTL_STATE={env['ROBUSTCTL_STATE']!r}: {exc}") from None
+    try:
+        base = env.get("XDG_STATE_HOME") or str(Path("~/.local/state").expanduser())
+    except RuntimeError as exc:  # no $HOME and no password entry
+        raise StoreError(f"no state store: {exc}; set $ROBUSTCTL_STATE or pass --state") from None
     return Path(base) / "robustctl" / "state.db"
 
 
