@@ -31,6 +31,15 @@ action plans and applies, so two robustctl processes never act at once; the kern
 holder dies (no stale locks). A second process waits up to ``lock_timeout_s`` and then refuses
 (:class:`StoreLocked`, naming the holder's pid, host and action).
 
+Text: whatever reaches the store (a ``--reason``, a host's finding, a job name) is kept as given, control
+characters and markup included (the renderers escape it), with two exceptions: a lone surrogate (what Python
+makes of bytes that are not UTF-8 on the command line or in a host's JSON) is stored as its escape
+``\\udcff``, since SQLite text is UTF-8; and a field longer than :data:`MAX_TEXT` characters is cut
+there with a note. The commands refuse a longer ``--reason`` outright
+(:func:`robustctl.commands.actions.check_reason`); the cut bounds everything else. The path is passed
+to SQLite percent-encoded, so a ``?``, ``#`` or ``%`` in ``--state`` names a file, never a URI
+parameter or another file.
+
 Errors: any SQLite failure (read-only file or file system, disk or database full, corrupt file) is a
 :class:`StoreError` (a :class:`~robustctl.errors.ConfigError`, exit 78) naming the file; since the
 audit record is the first write of an action, a store that cannot be written stops the action before
@@ -50,6 +59,7 @@ import socket
 import sqlite3
 import stat
 import time
+import urllib.parse
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -75,6 +85,12 @@ __all__ = [
 
 SCHEMA_VERSION = 1
 """Version of the store's schema; :meth:`Store.open` migrates older files forward."""
+
+MAX_TEXT = 65_536
+"""Longest text stored in one field, in characters; longer text is cut there (with a note saying how
+long it was). Far above any reason or finding line a person reads (``--reason`` is refused past
+:data:`robustctl.commands.actions.MAX_REASON_BYTES`), it keeps a runaway message from growing the
+file by megabytes per row."""
 
 
 class MachineState(str, enum.Enum):
@@ -198,11 +214,21 @@ class AuditRecord:
 
 
 def default_path(environ: Mapping[str, str] | None = None) -> Path:
-    """``$ROBUSTCTL_STATE``, else ``$XDG_STATE_HOME/robustctl/state.db``, else ``~/.local/state/robustctl/state.db``."""
+    """``$ROBUSTCTL_STATE``, else ``$XDG_STATE_HOME/robustctl/state.db``, else ``~/.local/state/robustctl/state.db``.
+
+    Raises:
+        StoreError: ``~`` cannot be expanded (``~nouser/x.db``, or no ``$HOME`` and no password entry).
+    """
     env = os.environ if environ is None else environ
     if env.get("ROBUSTCTL_STATE"):
-        return Path(env["ROBUSTCTL_STATE"]).expanduser()
-    base = env.get("XDG_STATE_HOME") or str(Path("~/.local/state").expanduser())
+        try:
+            return Path(env["ROBUSTCTL_STATE"]).expanduser()
+        except RuntimeError as exc:  # "~nouser/...": no such user
+            raise StoreError(f"$ROBUSTCTL_STATE={env['ROBUSTCTL_STATE']!r}: {exc}") from None
+    try:
+        base = env.get("XDG_STATE_HOME") or str(Path("~/.local/state").expanduser())
+    except RuntimeError as exc:  # no $HOME and no password entry
+        raise StoreError(f"no state store: {exc}; set $ROBUSTCTL_STATE or pass --state") from None
     return Path(base) / "robustctl" / "state.db"
 
 
@@ -308,7 +334,7 @@ class Store:
         try:
             if not read_only:
                 p.parent.mkdir(parents=True, exist_ok=True)
-            uri = f"file:{p}?mode=ro" if read_only else f"file:{p}"
+            uri = _uri(p) + ("?mode=ro" if read_only else "")
             conn = sqlite3.connect(uri, uri=True, timeout=busy_timeout_s, isolation_level=None)
         except (OSError, sqlite3.Error) as exc:
             raise StoreError(_describe(p, exc)) from None
@@ -388,7 +414,11 @@ class Store:
 
     def _query(self, sql: str, args: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         try:
-            return list(self._conn.execute(sql, tuple(args)).fetchall())
+            return list(
+                self._conn.execute(
+                    sql, tuple(_clean(a) if isinstance(a, str) else a for a in args)
+                ).fetchall()
+            )
         except sqlite3.Error as exc:
             raise StoreError(_describe(self.path, exc)) from None
 
@@ -489,6 +519,7 @@ class Store:
         Raises:
             StoreError: the store cannot be written.
         """
+        host = _clean(host)
         with self._tx() as c:
             row = c.execute("SELECT state, readiness FROM machines WHERE host=?", (host,)).fetchone()
             old_state, old_ready = (row[0], row[1]) if row else (None, Readiness.UNCHECKED.value)
@@ -522,6 +553,7 @@ class Store:
             StoreError: the store cannot be written.
         """
         allowed = {s.value for s in allowed_from}
+        host = _clean(host)
         with self._tx() as c:
             row = c.execute("SELECT state, readiness FROM machines WHERE host=?", (host,)).fetchone()
             old_state, old_ready = (row[0], row[1]) if row else (None, Readiness.UNCHECKED.value)
@@ -546,12 +578,12 @@ class Store:
             "INSERT INTO machines(host, state, readiness, reason, updated_at) VALUES (?, ?, ?, ?, ?) "
             "ON CONFLICT(host) DO UPDATE SET state=excluded.state, readiness=excluded.readiness, "
             "reason=excluded.reason, updated_at=excluded.updated_at",
-            (host, state.value, readiness, reason, now),
+            (_clean(host), state.value, readiness, _text(reason), now),
         )
         c.execute(
             "INSERT INTO machine_history(host, at, from_state, to_state, readiness, reason, who, audit_id) "
             "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-            (host, now, old_state, state.value, readiness, reason, self.who, audit_id),
+            (_clean(host), now, old_state, state.value, readiness, _text(reason), self.who, audit_id),
         )
 
     def history(self, host: str | None = None, *, since: float | None = None) -> list[HistoryRow]:
@@ -592,7 +624,7 @@ class Store:
                 "INSERT INTO sched_nodes(host, state, reason, updated_at) VALUES (?, ?, ?, ?) "
                 "ON CONFLICT(host) DO UPDATE SET state=excluded.state, reason=excluded.reason, "
                 "updated_at=excluded.updated_at",
-                (host, state, reason, self.clock()),
+                (_clean(host), _text(state), _text(reason), self.clock()),
             )
 
     # --- job host lists --------------------------------------------------------------------------
@@ -605,10 +637,10 @@ class Store:
     def set_job_hosts(self, job: str, hosts: Sequence[str]) -> None:
         """Replace the job's host list. Raises StoreError."""
         with self._tx() as c:
-            c.execute("DELETE FROM job_hosts WHERE job=?", (job,))
+            c.execute("DELETE FROM job_hosts WHERE job=?", (_clean(job),))
             c.executemany(
                 "INSERT INTO job_hosts(job, idx, host) VALUES (?, ?, ?)",
-                [(job, i, h) for i, h in enumerate(hosts)],
+                [(_clean(job), i, _clean(h)) for i, h in enumerate(hosts)],
             )
 
     # --- audit -----------------------------------------------------------------------------------
@@ -634,13 +666,13 @@ class Store:
                     self.clock(),
                     self.who,
                     os.getpid(),
-                    action,
+                    _text(action),
                     json.dumps(list(targets)),
-                    reason,
-                    evidence,
+                    _text(reason),
+                    _text(evidence) if evidence is not None else None,
                     json.dumps(plan, sort_keys=True) if plan is not None else None,
-                    status,
-                    message,
+                    _text(status),
+                    _text(message),
                     int(forced),
                 ),
             )
@@ -651,7 +683,7 @@ class Store:
         with self._tx() as c:
             c.execute(
                 "INSERT INTO audit_steps(audit_id, idx, description, status, started_at) VALUES (?, ?, ?, ?, ?)",
-                (audit_id, index, description, "running", self.clock()),
+                (audit_id, index, _text(description), "running", self.clock()),
             )
 
     def audit_step_end(self, audit_id: int, index: int, status: str, detail: str) -> None:
@@ -659,7 +691,7 @@ class Store:
         with self._tx() as c:
             c.execute(
                 "UPDATE audit_steps SET status=?, detail=?, finished_at=? WHERE audit_id=? AND idx=?",
-                (status, detail, self.clock(), audit_id, index),
+                (_text(status), _text(detail), self.clock(), audit_id, index),
             )
 
     def audit_finish(self, audit_id: int, status: str, message: str) -> None:
@@ -667,7 +699,7 @@ class Store:
         with self._tx() as c:
             c.execute(
                 "UPDATE audit SET status=?, message=?, finished_at=? WHERE id=?",
-                (status, message, self.clock(), audit_id),
+                (_text(status), _text(message), self.clock(), audit_id),
             )
 
     def audit(self, *, since: float | None = None, audit_id: int | None = None) -> list[AuditRecord]:
@@ -712,6 +744,29 @@ class Store:
             )
             for r in rows
         ]
+
+
+def _uri(path: Path) -> str:
+    """The SQLite URI of ``path``: ``file:`` and the absolute path percent-encoded (``?``, ``#``, ``%``
+    in a file name stay part of the name; https://www.sqlite.org/uri.html)."""
+    return "file:" + urllib.parse.quote(os.fsencode(path.absolute()), safe="/")
+
+
+def _clean(text: str) -> str:
+    """``text`` with each lone surrogate (undecodable input) as its ``\\uXXXX`` escape: SQLite text is UTF-8."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text
+
+
+def _text(text: str) -> str:
+    """:func:`_clean` ``text``, cut at :data:`MAX_TEXT` characters with a note giving its length."""
+    text = _clean(text)
+    if len(text) > MAX_TEXT:
+        return text[:MAX_TEXT] + f"... [cut: {len(text)} characters]"
+    return text
 
 
 def _machine(row: Sequence[Any]) -> MachineRecord:

@@ -20,8 +20,25 @@ from robustctl.actions.session import (
     ShowPlan,
     always,
 )
+from robustctl.errors import UsageError
 
-__all__ = ["ActionRequest", "ActionResult", "Confirm", "Outcome", "ShowPlan", "always", "session_for"]
+__all__ = [
+    "MAX_REASON_BYTES",
+    "ActionRequest",
+    "ActionResult",
+    "Confirm",
+    "Outcome",
+    "ShowPlan",
+    "always",
+    "check_reason",
+    "session_for",
+]
+
+MAX_REASON_BYTES = 4096
+"""Longest ``--reason`` / ``--force-reason`` accepted, in UTF-8 bytes. A reason is a line or a
+paragraph a person reads in the audit log and a scheduler shows beside the node (Slurm keeps it in
+the node's reason field); 4 KiB holds a long paragraph with a ticket link, and refusing more keeps a
+pasted log file out of every history row."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -60,3 +77,24 @@ def session_for(
         confirm=confirm,
         show=show,
     )
+
+
+def check_reason(text: str | None, flag: str) -> None:
+    """Refuse a ``flag`` value (``--reason``, ``--force-reason``) that cannot be recorded as given.
+
+    Any text is accepted (markup, control characters and bytes that are not UTF-8 are data, escaped
+    where rendered) except a NUL, which no scheduler command line can carry, and text longer than
+    :data:`MAX_REASON_BYTES` bytes.
+
+    Raises:
+        UsageError: a NUL in ``text``, or ``text`` too long (the message names ``flag`` and the limit).
+    """
+    if text is None:
+        return
+    if "\x00" in text:
+        raise UsageError(f"{flag} holds a NUL character (\\x00); give plain text")
+    size = len(text.encode("utf-8", "surrogatepass"))
+    if size > MAX_REASON_BYTES:
+        raise UsageError(
+            f"{flag} is {size} bytes long; the limit is {MAX_REASON_BYTES} (a line or a paragraph)"
+        )

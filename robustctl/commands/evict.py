@@ -15,7 +15,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from robustctl.actions.evict import EvictSpec, plan_evict, plan_return
-from robustctl.commands.actions import ActionRequest, ActionResult, Confirm, ShowPlan, session_for
+from robustctl.commands.actions import (
+    ActionRequest,
+    ActionResult,
+    Confirm,
+    ShowPlan,
+    check_reason,
+    session_for,
+)
 
 __all__ = ["EvictRequest", "ReturnRequest", "default_reason", "run_evict", "run_return"]
 
@@ -67,9 +74,12 @@ def run_evict(
 
     Raises:
         UsageError: bad hosts, report, job or mode, both hosts and a report, ``--force`` without a reason,
-            a plan that needs confirming without ``confirm``.
+            a reason that cannot be recorded (:func:`~robustctl.commands.actions.check_reason`), a plan
+            that needs confirming without ``confirm``.
         ConfigError / StoreError: bad inventory, unwritable store. StoreLocked: the lock is held.
     """
+    check_reason(req.reason, "--reason")
+    check_reason(req.force_reason, "--force-reason")
     spec = req.spec()
     with session_for(req, "evict", confirm=confirm, show=show) as session:
         return session.run(lambda ctx: plan_evict(spec, ctx))
@@ -94,9 +104,11 @@ def run_return(
     """Plan resuming the hosts (scheduler) and marking them returned → active (store), then apply it.
 
     Raises:
-        UsageError: a bad host range or unknown host; a plan that needs confirming without ``confirm``.
+        UsageError: a bad host range or unknown host, a reason that cannot be recorded; a plan that
+            needs confirming without ``confirm``.
         ConfigError / StoreError: bad inventory, unwritable store. StoreLocked: the lock is held.
     """
+    check_reason(req.reason, "--reason")
     reason = req.reason or default_reason("return")
     with session_for(req, "return", confirm=confirm, show=show) as session:
         return session.run(lambda ctx: plan_return(req.hosts, reason, ctx))

@@ -21,7 +21,14 @@ from robustctl.actions.standby import (
     plan_add,
     pool_size,
 )
-from robustctl.commands.actions import ActionRequest, ActionResult, Confirm, ShowPlan, session_for
+from robustctl.commands.actions import (
+    ActionRequest,
+    ActionResult,
+    Confirm,
+    ShowPlan,
+    check_reason,
+    session_for,
+)
 from robustctl.errors import UsageError
 from robustctl.exit_codes import ExitCode
 from robustctl.models import SCHEMA_VERSION, RunReport
@@ -183,8 +190,11 @@ def run_standby_add(
 
     Raises:
         UsageError: bad host range or unknown host, ``force`` without a reason, a plan that needs
-            confirming without ``confirm``. ConfigError / StoreError. StoreLocked.
+            confirming without ``confirm``, a reason that cannot be recorded. ConfigError / StoreError.
+            StoreLocked.
     """
+    check_reason(req.reason, "--reason")
+    check_reason(req.force_reason, "--force-reason")
     with session_for(req, "standby-add", confirm=confirm, show=show) as session:
         return session.run(
             lambda ctx: plan_add(req.hosts, req.reason, ctx, force=req.force, force_reason=req.force_reason)
@@ -219,8 +229,10 @@ def run_standby_activate(
     Raises:
         UsageError: unknown job or host, ``for_host`` not in the job, ``force`` without a reason, a
             plan that needs confirming without ``confirm``. SchedulerError: the scheduler does not know
-            the job. ConfigError / StoreError. StoreLocked.
+            the job. A reason that cannot be recorded. ConfigError / StoreError. StoreLocked.
     """
+    check_reason(req.reason, "--reason")
+    check_reason(req.force_reason, "--force-reason")
     with session_for(req, "standby-activate", confirm=confirm, show=show) as session:
         return session.run(
             lambda ctx: plan_activate(

@@ -34,7 +34,7 @@ from robustctl.config import (
     env_override_of,
 )
 from robustctl.errors import ConfigError, InventoryError
-from robustctl.inventory.hostrange import expand, validate_address, validate_name
+from robustctl.inventory.hostrange import MAX_EXPANSION, count, expand, validate_address, validate_name
 from robustctl.yamlsrc import SourceMap, load_yaml
 
 
@@ -289,6 +289,17 @@ def _merge_ssh(base: SshSettings, over: Any) -> SshSettings:
 
 
 def _resolve_hosts(model: InventoryFile, smap: SourceMap) -> list[Host]:
+    """Every entry's hosts, in file order; at most :data:`MAX_EXPANSION` in all, counted before expanding.
+
+    Raises:
+        InventoryError: a bad range or name, a duplicate host, or more than MAX_EXPANSION hosts.
+    """
+    total = 0
+    for i, entry in enumerate(model.hosts):
+        total += count(entry.name.strip()) or 0
+        if total > MAX_EXPANSION:
+            where = smap.where(("hosts", i, "name"))
+            raise InventoryError(f"{where}: the inventory names more than {MAX_EXPANSION} hosts")
     hosts: list[Host] = []
     seen: dict[str, str] = {}
     for i, entry in enumerate(model.hosts):

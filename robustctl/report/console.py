@@ -6,6 +6,7 @@ Tables, progress and logs go to stderr through rich; JSON documents go to stdout
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
@@ -93,12 +94,36 @@ def emit_json(obj: Any, *, to_stdout: bool, output: Path | None) -> None:
     """
     text = dump_json(obj) + "\n"
     if output is not None:
-        try:
-            output.write_text(text, encoding="utf-8")
-        except OSError as exc:
-            raise ConfigError(f"{output}: cannot write: {exc.strerror}") from None
+        write_output(output, text)
     if to_stdout:
         write_stdout(text)
+
+
+def write_output(output: Path, text: str) -> None:
+    """Write ``text`` to the file ``output`` (``--output``), created or truncated.
+
+    The file is opened without blocking: a FIFO nobody reads (``mkfifo x; -o x``) is refused at once
+    (ENXIO) instead of hanging the command; a pipe with a reader (``-o >(jq .)``) or a terminal is
+    written normally.
+
+    Raises:
+        ConfigError: ``output`` cannot be opened or written (the message names it and why).
+    """
+    data = text.encode("utf-8", "backslashreplace")
+    try:
+        fd = os.open(output, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NONBLOCK | os.O_CLOEXEC, 0o666)
+    except OSError as exc:
+        why = "a FIFO with no reader" if exc.errno == errno.ENXIO else exc.strerror
+        raise ConfigError(f"{output}: cannot write: {why}") from None
+    try:
+        os.set_blocking(fd, True)
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+    except OSError as exc:
+        raise ConfigError(f"{output}: cannot write: {exc.strerror or exc}") from None
+    finally:
+        os.close(fd)
 
 
 def write_stdout(text: str) -> None:
