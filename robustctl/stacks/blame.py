@@ -554,7 +554,7 @@ def _with_waits(
         chain = chain_of.get(r)
         reason = ws.reason
         if chain is not None and len(chain.hops) > 1:
-            reason += f"; {ws.waiters} rank{'s' if ws.waiters != 1 else ''} wait on it: {chain.text}"
+            reason += f"; {ws.waiters} rank{'s' if ws.waiters != 1 else ''} wait on it ({chain.text.split(' (', 1)[0]})"
         state = ws.state if ws.state != "missing" else Category.UNREADABLE.value
         suspects.append(
             Suspect(
