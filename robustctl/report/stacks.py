@@ -195,9 +195,7 @@ def render_stacks(report: StacksReport, console: Console, *, verbose: bool = Fal
             f"{report.healthy_machines_taken} expected healthy)"
         )
     if report.n_not_collected:
-        console.print(
-            f"[magenta]not collected[/]: ranks {escape(report.not_collected)} (not checked)"
-        )
+        console.print(f"[magenta]not collected[/]: ranks {escape(report.not_collected)} (not checked)")
     if report.unplaced:
         console.print(f"[magenta]outliers without a rank[/]: {escape(', '.join(report.unplaced[:10]))}")
     for n in report.notes:

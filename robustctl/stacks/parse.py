@@ -37,6 +37,7 @@ from robustctl.stacks.cluster import Category, frame_category, normalize_path
 from robustctl.stacks.model import DumpParseError, Frame, ProcessDump, ProcessRole, ThreadStack
 
 __all__ = [
+    "empty_rank_dump",
     "infer_role",
     "looks_like_pyspy",
     "parse_dump_file",
@@ -46,7 +47,6 @@ __all__ = [
     "rank_from_name",
     "rank_from_text",
     "read_regular_file",
-    "empty_rank_dump",
 ]
 
 MAX_DUMP_BYTES = 64 * 1024 * 1024

@@ -256,6 +256,8 @@ def pyspy_error_reason(rank: int | None, error: str | None, state: str | None = 
         if "esrch" in low or "no such process" in low:
             return f"{who} is gone: py-spy could not suspend it (ESRCH: no such process)"
         return f"py-spy could not suspend {who}: {err}"
+    if low.startswith("empty dump"):
+        return f"{err} for {who}"
     if "timed out" in low or "timeout" in low:
         return f"py-spy timed out on {who}" + (" (state D: uninterruptible sleep)" if d_state else "")
     if "process gone" in low or "no such process" in low or "executable name" in low:
@@ -562,12 +564,16 @@ def _with_layout(
     for cid, w in waits.items():
         if w.kind != "collective" or cid not in in_class:
             continue
-        if w.group is not None and ((w.group == EMBEDDING and topo.sizes["pp"] > 1) or w.group in kinds):
-            group_of_class[cid] = (w.group,)
-            inferred[cid] = "frames"
-            continue
         mine = in_class[cid]
-        possible = []
+        hinted = w.group is not None and ((w.group == EMBEDDING and topo.sizes["pp"] > 1) or w.group in kinds)
+        possible: list[str] = []
+        if hinted:
+            assert w.group is not None
+            k = w.group
+            every = all(set(_members(topo, m, k)) <= mine for m in mine)  # every group all in this call
+            group_of_class[cid] = () if every else (k,)
+            inferred[cid] = "complete" if every else "frames"
+            continue
         for k in kinds:
             seen: set[int] = set()
             complete = False
@@ -589,12 +595,6 @@ def _with_layout(
         else:
             inferred[cid] = "layout, ambiguous"
 
-    def group_members(r: int, kind: str) -> tuple[int, ...]:
-        if kind == EMBEDDING:
-            pp = topo.group_of(r, "pp")
-            return (pp[0], pp[-1]) if len(pp) > 1 else pp
-        return topo.group_of(r, kind)
-
     def peers(r: _Rank) -> list[int]:
         w = r.wait
         if w is None or w.kind == "none":
@@ -611,7 +611,7 @@ def _with_layout(
             return out
         mine = in_class.get(r.cls, set())
         for k in group_of_class.get(r.cls, ()):
-            out.extend(m for m in group_members(r.rank, k) if m not in mine)
+            out.extend(m for m in _members(topo, r.rank, k) if m not in mine)
         return out
 
     edges: dict[int, list[int]] = {}
@@ -738,6 +738,14 @@ def _with_layout(
         not_waiting=len(idle),
         notes=tuple(notes),
     )
+
+
+def _members(topo: Topology, rank: int, kind: str) -> tuple[int, ...]:
+    """The ranks of ``rank``'s group of ``kind`` (:data:`EMBEDDING`: the first and last stage of its pipeline)."""
+    if kind == EMBEDDING:
+        pp = topo.group_of(rank, "pp")
+        return (pp[0], pp[-1]) if len(pp) > 1 else pp
+    return topo.group_of(rank, kind)
 
 
 def _reverse_bfs(
