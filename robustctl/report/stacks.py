@@ -181,6 +181,7 @@ def render_stacks(report: StacksReport, console: Console, *, verbose: bool = Fal
             console.print(f"[dim]… {len(report.suspects) - len(rows)} more suspect processes (--verbose)[/]")
         if report.likely_culprits:
             console.print("[dim]* likely culprit: not waiting on a peer[/]")
+    _render_waits(report, console, verbose)
     if report.group is not None:
         g = report.group
         console.print(
@@ -194,14 +195,34 @@ def render_stacks(report: StacksReport, console: Console, *, verbose: bool = Fal
             f"{report.healthy_machines_taken} expected healthy)"
         )
     if report.n_not_collected:
-        console.print(
-            f"[magenta]not collected[/]: ranks {escape(report.not_collected)} (not checked, never blamed)"
-        )
+        console.print(f"[magenta]not collected[/]: ranks {escape(report.not_collected)} (not checked)")
     if report.unplaced:
         console.print(f"[magenta]outliers without a rank[/]: {escape(', '.join(report.unplaced[:10]))}")
     for n in report.notes:
         console.print(f"[dim]note: {escape(n)}[/]")
     console.print(f"{styled(report.status)}: {escape(report.summary)} → exit {int(report.exit_code)}")
+
+
+def _render_waits(report: StacksReport, console: Console, verbose: bool) -> None:
+    """The waits-for chains (each hop with what it waits in, when ``verbose``), or why they do not decide."""
+    wf = report.waits_for
+    if wf is None or (not wf.decided and not report.ambiguous):
+        return
+    if not wf.decided:
+        console.print(f"[dim]waits-for: undecided: {escape(wf.undecided or '')}[/]")
+        return
+    used = " (decided the suspects)" if report.decided_by == "waits-for" else ""
+    console.print(f"[bold]waits-for[/] (confidence {escape(wf.confidence)}){used}:")
+    for ch in wf.chains if verbose else wf.chains[:5]:
+        console.print(f"  {escape(ch.text)}")
+        if verbose:
+            for h in ch.hops:
+                console.print(f"    [dim]rank {h.rank}: {escape(h.state)}: {escape(h.what)}[/]")
+    if not wf.chains:
+        for s in wf.suspects[:5]:
+            console.print(f"  rank {s.rank}: {escape(s.reason)}")
+    if not verbose and len(wf.chains) > 5:
+        console.print(f"[dim]  … {len(wf.chains) - 5} more chains (--verbose)[/]")
 
 
 def _votes_line(kind: str, votes: Sequence[tuple[int, int]]) -> str:

@@ -29,20 +29,29 @@ job's :class:`~robustctl.inventory.topology.Topology`:
    (or more than half) — a pattern with a shared cause, not machine faults (when they sit on a few
    machines, those machines are named, without a group); without a layout, outliers are more than half
    the main processes. Nothing could be read at all is not ambiguity but UNKNOWN.
-5. **Missing data never names a suspect**: ranks of the layout with no dump are listed as "not
-   collected", never as suspects; outlier processes without a rank are listed as "unplaced".
+5. **Missing data** alone never names a suspect here: ranks of the layout with no dump are listed as
+   "not collected"; outlier processes without a rank are listed as "unplaced".
+6. **Waits-for** (:mod:`.waitsfor`): the chains of waits between ranks decide when the classes do
+   not. The class answer stands when it is not ambiguous and its suspects hold every rank the chains
+   end at (ByteRobust's over-eviction of the stuck stage's PP group in its Fig. 7 case); the chains are
+   attached as evidence. Otherwise, when the chains end at a few ranks, those ranks are the suspects
+   (with their data-loader or checkpoint children that are outliers), over-evicted through their own
+   smallest group (or machines). Here a rank py-spy could not read, or with no dump, is a suspect
+   when every readable rank waits and the waits lead to it. When neither decides, the ambiguity says
+   what the chains saw and what would decide.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from robustctl.errors import UsageError
 from robustctl.inventory.hostrange import compact_ranges
 from robustctl.inventory.topology import GroupChoice, Topology, smallest_group
 from robustctl.stacks.cluster import Category, ClusterResult, StackClass
 from robustctl.stacks.model import ProcessDump, ProcessRole
+from robustctl.stacks.waitsfor import WaitsFor, analyze_waits, pyspy_error_reason
 
 __all__ = [
     "WAITING",
@@ -73,12 +82,15 @@ class BlameOptions:
             outliers before the result is ambiguous (0.5).
         max_spread_machines: when no group smaller than the job holds every outlier, the most
             machines named one by one (4); more is ambiguous (a shared cause, not machine faults).
+        waits_for: run the waits-for analysis (:mod:`.waitsfor`) and let it decide where the classes
+            do not (see the module docstring, rule 6).
     """
 
     max_evict_fraction: float = 0.5
     promote_waiting: bool = True
     max_outlier_fraction: float = 0.5
     max_spread_machines: int = 4
+    waits_for: bool = True
 
 
 @dataclass(frozen=True)
@@ -128,6 +140,8 @@ class BlameResult:
         unplaced: outlier processes without a rank (``source`` or ``host:pid``).
         ambiguous: the picture does not support naming suspects; ambiguity: why.
         notes: other observations, one line each.
+        waits_for: the waits-for analysis (``None`` when not run).
+        decided_by: ``"classes"`` (outlier stack classes) or ``"waits-for"`` (the chains of waits).
     """
 
     suspects: tuple[Suspect, ...] = ()
@@ -144,6 +158,8 @@ class BlameResult:
     ambiguous: bool = False
     ambiguity: str | None = None
     notes: tuple[str, ...] = field(default_factory=tuple)
+    waits_for: WaitsFor | None = None
+    decided_by: str = "classes"
 
 
 # --- blame -----------------------------------------------------------------------------------------
@@ -151,6 +167,9 @@ class BlameResult:
 
 def _reason(c: StackClass, dump: ProcessDump) -> str:
     if c.unreadable:
+        low = (dump.error or "").lower()
+        if "suspend" in low or "timed out" in low:
+            return f"could not be read: {pyspy_error_reason(dump.rank, dump.error, dump.state)}"
         return f"could not be read: {dump.error}"
     now = f"{c.category.value} in {c.frames[-1]}" if c.frames else f"{c.category.value} (no Python frame)"
     d = c.divergence
@@ -199,6 +218,39 @@ def blame(
     expected_ranks: Iterable[int] | None = None,
 ) -> BlameResult:
     """Name suspects, the smallest group containing them and the over-eviction set.
+
+    The outlier classes first (rules 1-5 of the module docstring), then the waits-for chains (rule 6).
+
+    Args:
+        clusters: from :func:`robustctl.stacks.cluster.cluster`.
+        topology: the job's layout, ranks per host and hosts; ``None`` when unknown.
+        options: thresholds, see :class:`BlameOptions`.
+        expected_ranks: the ranks that were asked for (default every rank of the layout).
+
+    Returns:
+        A :class:`BlameResult`.
+
+    Raises:
+        UsageError: a dump's rank lies outside the layout (the layout does not match the job).
+    """
+    opts = options or BlameOptions()
+    res = _blame_classes(clusters, topology, opts, expected_ranks=expected_ranks)
+    if not opts.waits_for or clusters.readable == 0:
+        return res
+    wf = analyze_waits(
+        clusters, topology, expected_ranks=expected_ranks, max_suspects=opts.max_spread_machines
+    )
+    return _with_waits(res, wf, clusters, topology, opts)
+
+
+def _blame_classes(
+    clusters: ClusterResult,
+    topology: Topology | None = None,
+    options: BlameOptions | None = None,
+    *,
+    expected_ranks: Iterable[int] | None = None,
+) -> BlameResult:
+    """Name suspects from the outlier classes alone (rules 1-5 of the module docstring).
 
     Args:
         clusters: from :func:`robustctl.stacks.cluster.cluster`.
@@ -439,4 +491,171 @@ def blame(
         n_not_collected=len(not_collected),
         unplaced=unplaced,
         notes=tuple(notes),
+    )
+
+
+# --- waits-for ---------------------------------------------------------------------------------------
+
+
+def _with_waits(
+    res: BlameResult,
+    wf: WaitsFor,
+    clusters: ClusterResult,
+    topology: Topology | None,
+    opts: BlameOptions,
+) -> BlameResult:
+    """Rule 6: attach the chains; let them name the suspects where the classes do not."""
+    if not wf.decided:
+        if res.ambiguous and wf.undecided:
+            return replace(
+                res,
+                waits_for=wf,
+                ambiguity=f"{res.ambiguity}; the waits-for chains do not decide: {wf.undecided}",
+            )
+        return replace(res, waits_for=wf)
+    ends = set(wf.suspect_ranks)
+    if not res.ambiguous and res.suspects and ends <= set(res.suspect_ranks):
+        return replace(res, waits_for=wf)
+    dumps = clusters.dumps
+    main_of: dict[int, tuple[StackClass, ProcessDump]] = {}
+    children: list[tuple[StackClass, ProcessDump]] = []
+    for rc in clusters.roles:
+        for c in rc.classes:
+            for i in c.members:
+                d = dumps[i]
+                if d.rank is None or d.rank not in ends:
+                    continue
+                if rc.role is ProcessRole.MAIN:
+                    main_of.setdefault(d.rank, (c, d))
+                elif rc.role in BLAMED_ROLES and (
+                    c.unreadable or (rc.dominant is not None and c.id != rc.dominant)
+                ):
+                    children.append((c, d))
+    by_rank = {s.rank: s for s in wf.suspects}
+    chain_of = {ch.hops[-1].rank: ch for ch in wf.chains}
+    if any(s.cycle for s in wf.suspects) and wf.chains:
+        chain_of = {r: wf.chains[0] for r in ends}
+
+    def place(rank: int, dump: ProcessDump | None) -> tuple[int | None, str | None, Mapping[str, int] | None]:
+        if topology is None:
+            return None, dump.host if dump is not None else None, None
+        machine = topology.machine_of(rank)
+        host = topology.machine_name(machine) if machine is not None else (dump.host if dump else None)
+        if machine is not None and not topology.hosts and dump is not None and dump.host:
+            host = dump.host
+        return machine, host, topology.coords(rank)
+
+    suspects: list[Suspect] = []
+    for r in sorted(ends):
+        ws = by_rank[r]
+        c_d = main_of.get(r)
+        md = c_d[1] if c_d else None
+        machine, host, coords = place(r, md)
+        chain = chain_of.get(r)
+        reason = ws.reason
+        if chain is not None and len(chain.hops) > 1:
+            reason += f"; {ws.waiters} rank{'s' if ws.waiters != 1 else ''} wait on it ({chain.text.split(' (', 1)[0]})"
+        state = ws.state if ws.state != "missing" else Category.UNREADABLE.value
+        suspects.append(
+            Suspect(
+                rank=r,
+                host=host,
+                machine=machine,
+                coords=coords,
+                role=ProcessRole.MAIN,
+                pid=md.pid if md is not None else None,
+                source=md.source if md is not None else None,
+                category=Category(state),
+                class_id=c_d[0].id if c_d else -1,
+                reason=reason,
+                likely_culprit=True,
+            )
+        )
+    for c, d in children:
+        assert d.rank is not None
+        machine, host, coords = place(d.rank, d)
+        suspects.append(
+            Suspect(
+                rank=d.rank,
+                host=host,
+                machine=machine,
+                coords=coords,
+                role=c.role,
+                pid=d.pid,
+                source=d.source,
+                category=c.category,
+                class_id=c.id,
+                reason=_reason(c, d),
+                likely_culprit=c.category not in WAITING,
+            )
+        )
+    suspects.sort(
+        key=lambda s: (s.rank if s.rank is not None else 0, s.role is not ProcessRole.MAIN, s.pid or 0)
+    )
+    group: GroupChoice | None = None
+    notes = [n for n in res.notes if "never blamed" not in n]
+    if res.n_not_collected:
+        notes.insert(0, f"ranks {res.not_collected} not collected: not checked")
+    if topology is not None:
+        group = smallest_group(topology, ends)
+        n = topology.n_machines
+        if group is not None and (
+            group.kind == "job"
+            or (n is not None and n > 1 and len(group.machines) > opts.max_evict_fraction * n)
+        ):
+            notes.append(
+                f"the smallest group holding ranks {compact_ranges(sorted(ends))} ({group.kind}) is too large: "
+                "only their own machines are named"
+            )
+            group = None
+    hosts_by_machine = {
+        (s.machine if s.machine is not None else 1 << 60, s.host): None
+        for s in suspects
+        if s.host is not None
+    }
+    suspect_hosts = tuple(h for _, h in sorted(hosts_by_machine))
+    if group is not None and group.machines:
+        over = group.machines
+    else:
+        over = suspect_hosts
+    taken = sum(1 for h in over if h not in set(suspect_hosts))
+    before = (
+        f"the stack classes alone were ambiguous ({res.ambiguity})"
+        if res.ambiguous
+        else (
+            f"the stack classes alone named ranks {compact_ranges(res.suspect_ranks)}"
+            if res.suspect_ranks
+            else "the stack classes alone named no rank"
+        )
+    )
+    notes.append(f"named by the waits-for chains (confidence {wf.confidence}); {before}")
+    notes.extend(wf.notes)
+    bad_classes = {(s.role, s.class_id) for s in suspects}
+    healthy = tuple(
+        sorted(
+            (
+                (rc.role, c.id)
+                for rc in clusters.roles
+                for c in rc.classes
+                if not c.unreadable and (rc.role, c.id) not in bad_classes
+            ),
+            key=lambda x: (x[0].value, x[1]),
+        )
+    )
+    unplaced = res.unplaced if not res.ambiguous else ()
+    return BlameResult(
+        suspects=tuple(suspects),
+        suspect_ranks=tuple(sorted(ends)),
+        suspect_hosts=suspect_hosts,
+        likely_culprits=tuple(sorted(ends)),
+        group=group,
+        over_eviction=tuple(over),
+        healthy_machines_taken=taken,
+        healthy_classes=healthy,
+        not_collected=res.not_collected,
+        n_not_collected=res.n_not_collected,
+        unplaced=unplaced,
+        notes=tuple(notes),
+        waits_for=wf,
+        decided_by="waits-for",
     )

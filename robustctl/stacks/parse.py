@@ -11,8 +11,13 @@ Text dumps come in many shapes; every one below was seen in real output (``tests
 * headerless stacks (frame lines only), dumps cut in the middle of a line, several processes in one file
   (a new ``Process`` header, or a second ``MainThread``);
 * py-spy's error output instead of a dump (``Error: Failed to get process executable name ...`` with its
-  ``Caused by:`` lines and, when ``RUST_BACKTRACE=1``, a ``Stack backtrace:`` block; ``Permission Denied:
-  Try running again with elevated permissions ...``): a :class:`ProcessDump` with ``error`` set.
+  ``Caused by:`` lines and, when ``RUST_BACKTRACE=1``, a ``Stack backtrace:`` block; ``Error: Failed to
+  suspend process`` with ``Reason: EPERM: Operation not permitted`` lines, as py-spy's ``main.rs`` prints
+  an error chain (a process in uninterruptible sleep, or already traced); ``Error: Failed to open process
+  - check if it is running.``; ``Error: Failed to find python version from target process``;
+  ``Permission Denied: Try running again with elevated permissions ...`` or a bare ``Permission Denied``
+  (the Docker variant); ``timeout: sending signal TERM to command 'py-spy'`` or ``py-spy timed out ...``):
+  a :class:`ProcessDump` with ``error`` set, the failed dump of that rank.
 
 Garbage (nothing of the above) raises :class:`DumpParseError`; nothing here raises anything else on any text.
 """
@@ -32,6 +37,7 @@ from robustctl.stacks.cluster import Category, frame_category, normalize_path
 from robustctl.stacks.model import DumpParseError, Frame, ProcessDump, ProcessRole, ThreadStack
 
 __all__ = [
+    "empty_rank_dump",
     "infer_role",
     "looks_like_pyspy",
     "parse_dump_file",
@@ -52,7 +58,11 @@ _THREAD_RE = re.compile(r'^\s*Thread (0x[0-9A-Fa-f]+|\d+)(?: \(([A-Za-z+]+)\))?(
 _FRAME_RE = re.compile(r"^(?P<indent>\s*)(?P<func>\S.*) \((?P<file>[^()\s]+?)(?::(?P<line>\d+))?\)\s*$")
 _LOCALS_RE = re.compile(r"^\s+(Arguments|Locals):\s*$")
 _ERROR_RE = re.compile(r"^\s*(?:Error|error): (.+?)\s*$")
-_PERMISSION_RE = re.compile(r"^\s*(Permission Denied: .+?)\s*$", re.IGNORECASE)
+_PERMISSION_RE = re.compile(r"^\s*(Permission Denied(?:: .+?)?)\s*$", re.IGNORECASE)
+_REASON_RE = re.compile(r"^\s*Reason: (.+?)\s*$")
+_TIMEOUT_RE = re.compile(
+    r"^\s*((?:timeout: sending signal \S+ to command .*py-spy.*)|(?:py-spy timed out.*?))\s*$", re.IGNORECASE
+)
 _CAUSED_RE = re.compile(r"^\s*Caused by:\s*$")
 _CAUSE_ITEM_RE = re.compile(r"^\s+(?:\d+: )?(.+?)\s*$")
 _BACKTRACE_RE = re.compile(r"^\s*Stack backtrace:\s*$")
@@ -69,6 +79,12 @@ _SNIFF_RES = (
     re.compile(r"^\s*Process \d+: .*\n\s*Python v\d", re.M),
     re.compile(r"^Error: Failed to (get process executable name|find python version|open process)", re.M),
     re.compile(r"^Permission Denied: Try running again with elevated permissions", re.M),
+    # py-spy's other failures: "Error: Failed to suspend process" + "Reason: EPERM: ...", "Error: No
+    # such process (os error 3)", the Docker variant of "Permission Denied", a killed or timed-out py-spy
+    re.compile(r"^Error: (?:Failed to [a-z]|No such process|Operation not permitted)", re.M),
+    re.compile(r"^Error: .+\n(?:\s*\n)*(?:Reason: |Caused by:)", re.M),
+    re.compile(r"^Permission Denied\s*\n(?:\s*\n)*It looks like you are running in a docker container", re.M),
+    re.compile(r"^(?:timeout: sending signal \S+ to command .*py-spy|py-spy timed out)", re.M),
 )
 
 
@@ -296,6 +312,9 @@ def parse_pyspy_text(
                 continue
             if mode == "causes" and _CAUSED_RE.match(line):
                 continue
+            if mode == "causes" and (rm := _REASON_RE.match(line)):  # py-spy's "Reason: ..." lines
+                causes.append(rm.group(1))
+                continue
             if line[:1].isspace():
                 if mode == "causes":
                     m = _CAUSE_ITEM_RE.match(line)
@@ -304,7 +323,7 @@ def parse_pyspy_text(
                 continue
             mode = "dump"
             close_error()
-        m = _ERROR_RE.match(line) or _PERMISSION_RE.match(line)
+        m = _ERROR_RE.match(line) or _PERMISSION_RE.match(line) or _TIMEOUT_RE.match(line)
         if m and not line[:1].isspace():
             close_error()
             err_first = m.group(1)
@@ -508,6 +527,9 @@ def parse_dump_file(path: str | Path) -> tuple[ProcessDump, ...]:
     A file that :func:`looks_like_pyspy` rejects (a kernel log, nccl-tests output, any other text)
     is not parsed as a dump: it would become a bogus "process" whose frames are log lines.
 
+    An empty file named for a rank (``rank5.txt``) is that rank's failed dump
+    (:func:`empty_rank_dump`), not garbage.
+
     Raises:
         DumpParseError: the file cannot be read, is not a regular file, is binary or too large, or
             is not a py-spy dump; the message starts with the path.
@@ -519,12 +541,35 @@ def parse_dump_file(path: str | Path) -> tuple[ProcessDump, ...]:
     if b"\x00" in data[:65536]:
         raise DumpParseError(f"{p}: binary file (not a py-spy dump)")
     text = data.decode("utf-8", errors="replace")
+    empty = empty_rank_dump(text, p)
+    if empty is not None:
+        return (empty,)
     if not looks_like_pyspy(text):
         raise DumpParseError(f"{p}: not a py-spy dump ({_other_kind(text)}); not read as one")
     try:
         return parse_dump_text(text, source=str(p), rank=rank_from_name(p.name))
     except DumpParseError as exc:
         raise DumpParseError(f"{p}: {exc}") from None
+
+
+EMPTY_DUMP_ERROR = "empty dump: py-spy printed nothing (timed out or killed?)"
+"""The error of an empty rank dump file (:func:`empty_rank_dump`)."""
+
+
+def empty_rank_dump(text: str, path: Path) -> ProcessDump | None:
+    """The unreadable process of a rank whose dump file is empty (whitespace only), else ``None``.
+
+    ``timeout 10 py-spy dump --pid P > rank5.txt`` leaves an empty file when py-spy hangs on a process
+    it cannot stop (uninterruptible sleep) and is killed: the rank is known from the file name
+    (:func:`rank_from_name`), its stacks are not. A file with no rank in its name is not a dump of
+    anything and stays an error of the caller's.
+    """
+    if text.strip():
+        return None
+    rank = rank_from_name(path.name)
+    if rank is None:
+        return None
+    return ProcessDump((), rank=rank, error=EMPTY_DUMP_ERROR, source=str(path))
 
 
 # --- roles -----------------------------------------------------------------------------------------

@@ -33,6 +33,7 @@ from robustctl.stacks.cluster import (
     compare_samples,
 )
 from robustctl.stacks.model import ProcessDump
+from robustctl.stacks.waitsfor import WaitsFor
 
 __all__ = [
     "ClassSummary",
@@ -162,6 +163,9 @@ class StacksReport:
         progress: the two-sample comparison, when a previous sample was given.
         inputs: offline only: one entry per dump file (UNKNOWN when unusable).
         notes: other observations. elapsed_s: analysis time (seconds).
+        waits_for: the waits-for analysis (who waits for whom; chains ending at the suspects), when run.
+        decided_by: ``"classes"`` (outlier stack classes) or ``"waits-for"`` (the chains named the
+            suspects where the classes could not).
         schema_version, kind (``"stacks"``).
     """
 
@@ -190,6 +194,8 @@ class StacksReport:
     inputs: tuple[InputFile, ...] = ()
     notes: tuple[str, ...] = ()
     elapsed_s: float = 0.0
+    waits_for: WaitsFor | None = None
+    decided_by: str = "classes"
     schema_version: int = SCHEMA_VERSION
     kind: str = "stacks"
 
@@ -257,6 +263,8 @@ def _summary(status: Status, res: BlameResult, clusters: ClusterResult, progress
         msg = f"{n} outlier rank{'s' if n != 1 else ''} ({parts or 'no rank'})"
         if res.group is not None:
             msg += f" in {res.group.kind} group {res.group.index}"
+        if res.decided_by == "waits-for" and res.waits_for is not None and res.waits_for.chains:
+            msg += f", named by the waits-for chain {res.waits_for.chains[0].text}"
         if res.over_eviction:
             msg += (
                 f" → over-evict {len(res.over_eviction)} machine{'s' if len(res.over_eviction) != 1 else ''}"
@@ -286,6 +294,7 @@ def build_report(
             not_collected=result.not_collected,
             n_not_collected=result.n_not_collected,
             healthy_classes=result.healthy_classes,
+            waits_for=result.waits_for,
             notes=(
                 *result.notes,
                 f"{len(progress.changed) if progress else 0} of {progress.compared if progress else 0} ranks "
@@ -349,6 +358,8 @@ def build_report(
         inputs=tuple(inputs),
         notes=result.notes,
         elapsed_s=round(elapsed_s, 6),
+        waits_for=result.waits_for,
+        decided_by=result.decided_by,
     )
 
 

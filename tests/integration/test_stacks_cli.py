@@ -101,6 +101,25 @@ def test_rank_hung_in_compute_names_its_machine_and_group(
         assert rec is not None and f"rank {hung} hung in compute" in rec.reason
 
 
+def test_compute_hang_in_a_pipeline_is_named_through_the_waits_for_chain(
+    clean: MiniJob, inventory: Path
+) -> None:
+    # the first stage of replica 1 hangs in compute: its TP peer waits in the TP all-reduce, the next
+    # stage in recv_forward, the other replicas in the DP all-reduce; the chains end at the hung rank
+    hung = clean.rank_at(tp=0, dp=1, pp=0)
+    clean.set_faults(f"hang:compute:rank={hung}")
+    clean.wait_stalled(2.0, timeout=60)
+    code, doc, err = robustctl("stacks", "-i", str(inventory), "--job", "mini")
+    assert code == 2, err
+    wf = doc["waits_for"]
+    assert wf["decided"] and [s["rank"] for s in wf["suspects"]] == [hung], wf
+    chain = wf["chains"][0]
+    assert chain["hops"][-1]["rank"] == hung and chain["hops"][-1]["state"] == "compute"
+    assert len(chain["hops"]) >= 2 and chain["text"].endswith(")")
+    assert doc["likely_culprits"] == [hung]
+    assert clean.host_name(hung) in doc["over_eviction"]
+
+
 def test_stuck_dataloader_worker_is_named_through_the_child(clean: MiniJob, inventory: Path) -> None:
     stuck = clean.rank_at(tp=0, dp=1, pp=1)
     clean.set_faults(f"hang:dataloader:rank={stuck}")

@@ -220,13 +220,20 @@ def test_few_outliers_in_no_common_group_are_named_by_machine() -> None:
     assert any("only the outliers' own machines" in n for n in res.notes)
 
 
-def test_group_spanning_too_many_machines_is_ambiguous() -> None:
+def test_group_spanning_too_many_machines_is_ambiguous_without_waits_for() -> None:
     # 4 ranks per host: PP group 0 spans all 4 machines
     dumps = [mk(r, COMPUTE if r == 12 else PP_RECV if r in (0, 4, 8) else DP_ALLREDUCE) for r in range(16)]
-    res = blame(cluster(dumps), topo(rph=4, hosts=None))
+    classes_only = BlameOptions(waits_for=False)
+    res = blame(cluster(dumps), topo(rph=4, hosts=None), classes_only)
     assert res.ambiguous and res.ambiguity is not None and "spans 4 of 4 machines" in res.ambiguity
-    relaxed = blame(cluster(dumps), topo(rph=4, hosts=None), BlameOptions(max_evict_fraction=1.0))
+    relaxed = blame(
+        cluster(dumps), topo(rph=4, hosts=None), BlameOptions(max_evict_fraction=1.0, waits_for=False)
+    )
     assert not relaxed.ambiguous and relaxed.group is not None and relaxed.group.kind == "pp"
+    # the waits-for chains follow rank 14's DP all-reduce to rank 12: one machine, not four
+    res = blame(cluster(dumps), topo(rph=4, hosts=None))
+    assert not res.ambiguous and res.decided_by == "waits-for"
+    assert res.suspect_ranks == (12,) and res.over_eviction == ("machine-3",)
 
 
 def test_large_waiting_class_is_promoted_to_healthy_when_that_localizes() -> None:
@@ -261,14 +268,22 @@ def test_layout_mismatch_is_a_usage_error() -> None:
         blame(cluster(dumps), topo())
 
 
-def test_missing_ranks_are_not_collected_never_suspects() -> None:
+def test_missing_ranks_are_suspects_only_when_every_readable_rank_waits_on_them() -> None:
     dumps = [mk(r, DP_ALLREDUCE) for r in range(16) if r not in (7, 11)]
     res = blame(cluster(dumps), topo())
-    assert res.suspects == () and not res.ambiguous
     assert res.not_collected == "7,11" and res.n_not_collected == 2
+    # ranks 5 and 9 wait for their DP peers 7 and 11, which left no dump: they are the evidence
+    assert res.suspect_ranks == (7, 11) and res.decided_by == "waits-for"
+    reasons = {s.rank: s.reason for s in res.suspects}
+    assert reasons[7].startswith("no dump for rank 7 of 16") and "rank 5 → rank 7" in reasons[7]
+    # without waits-for (classes only) missing data never names a suspect
+    classes_only = blame(cluster(dumps), topo(), BlameOptions(waits_for=False))
+    assert classes_only.suspects == () and not classes_only.ambiguous
+    # a readable rank outside any communication call is blamed, the missing one only noted
     with_outlier = [mk(r, COMPUTE if r == 2 else DP_ALLREDUCE) for r in range(16) if r != 7]
     res2 = blame(cluster(with_outlier), topo())
     assert res2.suspect_ranks == (2,) and res2.not_collected == "7"
+    assert res2.waits_for is not None and any("rank 7 with no dump" in n for n in res2.waits_for.notes)
 
 
 def test_nothing_readable() -> None:
@@ -297,9 +312,15 @@ def test_outlier_without_rank_is_unplaced() -> None:
 
 def test_every_outlier_waiting_notes_a_hidden_culprit() -> None:
     dumps = [mk(r, PP_RECV if r in (0, 4, 8) else DP_ALLREDUCE) for r in range(16) if r != 12]
-    res = blame(cluster(dumps), topo())
+    res = blame(cluster(dumps), topo(), BlameOptions(waits_for=False))
     assert res.likely_culprits == () and res.not_collected == "12"
     assert any("waiting on a peer" in n for n in res.notes)
+    # the waits-for chains end at the rank with no dump: rank 14 waits for it in the DP all-reduce
+    res = blame(cluster(dumps), topo())
+    assert res.likely_culprits == (12,) and res.not_collected == "12"
+    (s,) = res.suspects
+    assert s.category is Category.UNREADABLE and s.reason.startswith("no dump for rank 12 of 16")
+    assert res.group is not None and (res.group.kind, res.group.index) == ("tp", 6)
 
 
 def test_smallest_group_choices() -> None:

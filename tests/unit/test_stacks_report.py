@@ -18,6 +18,7 @@ from robustctl.exit_codes import ExitCode
 from robustctl.inventory.topology import parse_layout
 from robustctl.models import SCHEMA_VERSION, Status, to_jsonable
 from robustctl.report.stacks import render_failslow, render_stacks
+from robustctl.stacks.blame import BlameOptions
 from robustctl.stacks.cluster import cluster
 from robustctl.stacks.failslow import FailSlowResult, vote
 from robustctl.stacks.model import Frame, ProcessDump, ThreadStack
@@ -199,9 +200,16 @@ def test_analyze_dumps_on_captured_gloo_job() -> None:
     json_paths = sorted(GLOO.glob("rank*.json"))
     rep_json = analyze_dumps(json_paths, layout=parse_layout("tp=2,dp=2"), ranks_per_host=1)
     assert rep_json.suspect_ranks == (1, 3)
-    # with 2 ranks per host that DP group spans both machines: ambiguous, said rather than guessed
-    both = analyze_dumps(paths, layout=parse_layout("tp=2,dp=2"), ranks_per_host=2)
+    # with 2 ranks per host that DP group spans both machines: the classes alone are ambiguous ...
+    classes_only = BlameOptions(waits_for=False)
+    both = analyze_dumps(
+        paths, layout=parse_layout("tp=2,dp=2"), ranks_per_host=2, blame_options=classes_only
+    )
     assert both.status is Status.WARNING and both.suspects == ()
+    # ... the waits-for chain (rank 1's recv waits for rank 3) names rank 3 and its machine
+    both = analyze_dumps(paths, layout=parse_layout("tp=2,dp=2"), ranks_per_host=2)
+    assert both.status is Status.CRITICAL and both.suspect_ranks == (3,) and both.decided_by == "waits-for"
+    assert both.over_eviction == ("machine-1",)
 
 
 def test_analyze_dumps_bad_files_are_unknown_inputs_never_suspects(tmp_path: Path) -> None:
