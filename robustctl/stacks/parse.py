@@ -34,6 +34,7 @@ from robustctl.stacks.model import DumpParseError, Frame, ProcessDump, ProcessRo
 __all__ = [
     "infer_role",
     "looks_like_pyspy",
+    "parse_dump_data",
     "parse_dump_file",
     "parse_dump_text",
     "parse_pyspy_json",
@@ -58,6 +59,8 @@ _CAUSE_ITEM_RE = re.compile(r"^\s+(?:\d+: )?(.+?)\s*$")
 _BACKTRACE_RE = re.compile(r"^\s*Stack backtrace:\s*$")
 _FENCE_RE = re.compile(r"^\s*```")
 _RANK_TEXT_RE = re.compile(r"(?<![A-Za-z0-9_])RANK=(\d+)")
+_RANK_ANY_RE = re.compile(r"RANK=(\d+)")
+_RANK_LEFT = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_")
 _RANK_NAME_RES = (
     re.compile(r"(?:^|[^a-z])rank[_\-.]?(\d+)(?:[^0-9]|$)", re.IGNORECASE),
     re.compile(r"(?:^|[^a-z0-9])r(\d+)(?:[^0-9]|$)", re.IGNORECASE),
@@ -70,6 +73,29 @@ _SNIFF_RES = (
     re.compile(r"^Error: Failed to (get process executable name|find python version|open process)", re.M),
     re.compile(r"^Permission Denied: Try running again with elevated permissions", re.M),
 )
+
+
+_FRAME_CACHE: dict[str, Frame | None] = {}
+"""Frame line (without its indent) -> its :class:`Frame` (``None``: not a frame line). The ranks of a
+job print the same few hundred frame lines, so most lines are one lookup and share one ``Frame``
+(frozen, so sharing is safe). Bounded by :data:`_FRAME_CACHE_MAX` entries."""
+_FRAME_CACHE_MAX = 65_536
+_FRAME_CACHE_LINE = 1024  # longer lines are parsed, not remembered
+_NO_FRAME = Frame("", "")  # cache-miss marker
+
+
+def _frame_line(s: str) -> Frame | None:
+    """The frame a line (without its indent) states, else ``None``; remembered in :data:`_FRAME_CACHE`."""
+    m = _FRAME_RE.match(s)
+    frame = None
+    if m:
+        ln = m.group("line")
+        frame = Frame(function=m.group("func").strip(), file=m.group("file"), line=int(ln) if ln else None)
+    if len(s) <= _FRAME_CACHE_LINE:
+        if len(_FRAME_CACHE) >= _FRAME_CACHE_MAX:
+            _FRAME_CACHE.clear()
+        _FRAME_CACHE[s] = frame
+    return frame
 
 
 # --- JSON ------------------------------------------------------------------------------------------
@@ -284,19 +310,22 @@ def parse_pyspy_text(
         thread, frame_indent = None, None
         return p
 
-    for raw in text.splitlines():
-        line = raw.rstrip("\r\n")
-        if not line.strip() or _FENCE_RE.match(line):
-            if mode == "causes" and not line.strip():
-                continue
+    # Each pattern is tried only on lines that can match it (the test before it is implied by the
+    # pattern), in the same order as before; frame lines, nearly all of a dump, mostly skip them all.
+    frame_of = _FRAME_CACHE.get
+    for line in text.splitlines():
+        s = line.lstrip()
+        if not s or (s[0] == "`" and s.startswith("```")):
             continue
-        if mode in ("causes", "backtrace"):
-            if _BACKTRACE_RE.match(line):
+        indent = len(line) - len(s)
+        c = s[0]
+        if mode != "dump":  # "causes" | "backtrace"
+            if c == "S" and _BACKTRACE_RE.match(line):
                 mode = "backtrace"
                 continue
-            if mode == "causes" and _CAUSED_RE.match(line):
+            if mode == "causes" and c == "C" and _CAUSED_RE.match(line):
                 continue
-            if line[:1].isspace():
+            if indent:
                 if mode == "causes":
                     m = _CAUSE_ITEM_RE.match(line)
                     if m:
@@ -304,57 +333,59 @@ def parse_pyspy_text(
                 continue
             mode = "dump"
             close_error()
-        m = _ERROR_RE.match(line) or _PERMISSION_RE.match(line)
-        if m and not line[:1].isspace():
-            close_error()
-            err_first = m.group(1)
-            mode = "causes"
-            continue
-        m = _PROCESS_RE.match(line)
-        if m:
-            cur = new_proc()
-            cur.pid = int(m.group(1))
-            cur.cmdline = m.group(2) or None
-            rm = _RANK_TEXT_RE.search(line)
-            if rm:
-                cur.rank = int(rm.group(1))
-            continue
-        m = _PYTHON_RE.match(line)
-        if m and cur is not None and not cur.threads:
-            cur.python = m.group(1)
-            continue
-        m = _THREAD_RE.match(line)
-        if m:
-            name = m.group(3)
-            if cur is None or (name == "MainThread" and cur.has_main()) or cur.error is not None:
+        if not indent and c in "EePp":
+            m = _ERROR_RE.match(line) or _PERMISSION_RE.match(line)
+            if m:
+                close_error()
+                err_first = m.group(1)
+                mode = "causes"
+                continue
+        if c == "P":
+            m = _PROCESS_RE.match(line)
+            if m:
                 cur = new_proc()
-            thread = _Thread(tid=m.group(1), name=name, status=m.group(2))
-            cur.threads.append(thread)
-            frame_indent, in_locals_indent = None, None
+                cur.pid = int(m.group(1))
+                cur.cmdline = m.group(2) or None
+                rm = _RANK_TEXT_RE.search(line) if "RANK=" in line else None
+                if rm:
+                    cur.rank = int(rm.group(1))
+                continue
+            m = _PYTHON_RE.match(line)
+            if m and cur is not None and not cur.threads:
+                cur.python = m.group(1)
+                continue
+        elif c == "T":
+            m = _THREAD_RE.match(line)
+            if m:
+                name = m.group(3)
+                if cur is None or (name == "MainThread" and cur.has_main()) or cur.error is not None:
+                    cur = new_proc()
+                thread = _Thread(tid=m.group(1), name=name, status=m.group(2))
+                cur.threads.append(thread)
+                frame_indent, in_locals_indent = None, None
+                continue
+        elif indent and c in "AL" and _LOCALS_RE.match(line):
+            in_locals_indent = indent
             continue
-        if _LOCALS_RE.match(line):
-            in_locals_indent = len(line) - len(line.lstrip())
-            continue
-        indent = len(line) - len(line.lstrip())
         if in_locals_indent is not None and indent > in_locals_indent:
             continue
         in_locals_indent = None
-        m = _FRAME_RE.match(line)
-        if m and (frame_indent is None or indent <= frame_indent):
+        frame = frame_of(s, _NO_FRAME)
+        if frame is _NO_FRAME:
+            frame = _frame_line(s)
+        if frame is not None and (frame_indent is None or indent <= frame_indent):
             if cur is None or cur.error is not None:
                 cur = new_proc()
             if thread is None:
                 thread = _Thread(tid="?", name=None, status=None)
                 cur.threads.append(thread)
             frame_indent = indent if frame_indent is None else frame_indent
-            ln = m.group("line")
-            thread.frames.append(
-                Frame(function=m.group("func").strip(), file=m.group("file"), line=int(ln) if ln else None)
-            )
+            thread.frames.append(frame)
             continue
-        rm = _RANK_TEXT_RE.search(line)
-        if rm and cur is not None and cur.rank is None:
-            cur.rank = int(rm.group(1))
+        if cur is not None and cur.rank is None and "RANK=" in line:
+            rm = _RANK_TEXT_RE.search(line)
+            if rm:
+                cur.rank = int(rm.group(1))
         # anything else (a cut line, prose around a paste) is ignored
     close_error()
 
@@ -394,7 +425,7 @@ def rank_from_name(name: str) -> int | None:
 
     Only the base name is read; ``rank_pid39.txt`` has no rank (``pid39`` is a process id).
     """
-    base = Path(name).name
+    base = name if "/" not in name and name != "." else Path(name).name
     for rx in _RANK_NAME_RES:
         m = rx.search(base)
         if m:
@@ -404,7 +435,15 @@ def rank_from_name(name: str) -> int | None:
 
 def rank_from_text(text: str) -> int | None:
     """The rank a ``RANK=N`` in ``text`` states (not ``LOCAL_RANK``); ``None`` when absent or conflicting."""
-    found = {int(m.group(1)) for m in _RANK_TEXT_RE.finditer(text)}
+    if "RANK=" not in text:
+        return None
+    # _RANK_TEXT_RE's lookbehind defeats the regex engine's literal prefix search: find "RANK=N"
+    # and check the character before it here (same matches: "RANK=" cannot overlap itself).
+    found = {
+        int(m.group(1))
+        for m in _RANK_ANY_RE.finditer(text)
+        if not m.start() or text[m.start() - 1] not in _RANK_LEFT
+    }
     return found.pop() if len(found) == 1 else None
 
 
@@ -513,18 +552,31 @@ def parse_dump_file(path: str | Path) -> tuple[ProcessDump, ...]:
             is not a py-spy dump; the message starts with the path.
     """
     p = Path(path)
-    data = read_regular_file(p, MAX_DUMP_BYTES + 1)
+    return parse_dump_data(read_regular_file(p, MAX_DUMP_BYTES + 1), source=str(p), name=p.name)
+
+
+def parse_dump_data(data: bytes, *, source: str, name: str) -> tuple[ProcessDump, ...]:
+    """Parse the content of one dump file (or archive member) as :func:`parse_dump_file` does.
+
+    Args:
+        data: the content, at most ``MAX_DUMP_BYTES + 1`` bytes read (more is over the bound).
+        source: what messages and each process's ``source`` call it (a path, ``ARCHIVE:MEMBER``).
+        name: the file's own name, the rank's fallback (:func:`rank_from_name`).
+
+    Raises:
+        DumpParseError: binary, too large, or not a py-spy dump; the message starts with ``source``.
+    """
     if len(data) > MAX_DUMP_BYTES:
-        raise DumpParseError(f"{p}: larger than {MAX_DUMP_BYTES // (1024 * 1024)} MiB")
+        raise DumpParseError(f"{source}: larger than {MAX_DUMP_BYTES // (1024 * 1024)} MiB")
     if b"\x00" in data[:65536]:
-        raise DumpParseError(f"{p}: binary file (not a py-spy dump)")
+        raise DumpParseError(f"{source}: binary file (not a py-spy dump)")
     text = data.decode("utf-8", errors="replace")
     if not looks_like_pyspy(text):
-        raise DumpParseError(f"{p}: not a py-spy dump ({_other_kind(text)}); not read as one")
+        raise DumpParseError(f"{source}: not a py-spy dump ({_other_kind(text)}); not read as one")
     try:
-        return parse_dump_text(text, source=str(p), rank=rank_from_name(p.name))
+        return parse_dump_text(text, source=source, rank=rank_from_name(name))
     except DumpParseError as exc:
-        raise DumpParseError(f"{p}: {exc}") from None
+        raise DumpParseError(f"{source}: {exc}") from None
 
 
 # --- roles -----------------------------------------------------------------------------------------
@@ -537,7 +589,7 @@ def _files(frames: Iterable[Frame]) -> Iterable[tuple[str, str]]:
 
 def _is_mp_child(frames: Sequence[Frame]) -> bool:
     """The thread runs under a multiprocessing bootstrap (a forked or spawned child)."""
-    for fn, path in _files(frames):
+    for fn, path in _files(f for f in frames if f.function.endswith(("_bootstrap", "spawn_main", "_main"))):
         if path.endswith("multiprocessing/process.py") and fn == "_bootstrap":
             return True
         if path.endswith("multiprocessing/spawn.py") and fn in ("spawn_main", "_main"):
@@ -575,7 +627,7 @@ def infer_role(
     if is_child and comm == DATALOADER_COMM:
         return ProcessRole.DATALOADER
     for t in threads:
-        for fn, path in _files(t.frames):
+        for fn, path in _files(f for f in t.frames if "_worker_loop" in f.function):
             if fn == "_worker_loop" and "torch/utils/data/" in path:
                 return ProcessRole.DATALOADER
     main = next((t for t in threads if t.is_main), threads[0] if threads else None)
