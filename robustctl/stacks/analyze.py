@@ -17,9 +17,11 @@ error output is parsed into an unreadable process (evidence, a suspect when it h
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -86,6 +88,31 @@ def _load(
     """:func:`load_dumps`; with ``only_pyspy``, ``None`` (and nothing more read) as soon as an input
     is not a py-spy dump by :func:`all_pyspy`'s test (unreadable, binary, or its first 256 KiB
     not py-spy output)."""
+    with _gc_paused():
+        return _load_all(paths, only_pyspy=only_pyspy)
+
+
+@contextlib.contextmanager
+def _gc_paused() -> Iterator[None]:
+    """Pause the cyclic garbage collector while dumps are parsed.
+
+    Parsing allocates millions of objects that are all kept (frames, threads, processes) and form
+    no reference cycle, so the collector's passes over them find nothing, yet cost about a third
+    of the load time at 100,000 ranks. Reference counting still frees what is dropped; the
+    collector is re-enabled (if it was) on the way out, error or not.
+    """
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
+def _load_all(
+    paths: Sequence[str | Path], *, only_pyspy: bool
+) -> tuple[list[ProcessDump], list[InputFile]] | None:
     dumps: list[ProcessDump] = []
     inputs: list[InputFile] = []
     read_one = False

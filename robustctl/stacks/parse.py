@@ -84,6 +84,22 @@ _FRAME_CACHE_LINE = 1024  # longer lines are parsed, not remembered
 _NO_FRAME = Frame("", "")  # cache-miss marker
 
 
+_LINE_CACHE: dict[str, tuple[Frame, int]] = {}
+"""Line (as in the text) -> its frame and indent, for frame lines no other pattern matches (see
+:func:`_frame_only`); bounded like :data:`_FRAME_CACHE`."""
+
+
+def _frame_only(line: str, indent: int) -> bool:
+    """True when no pattern tried before the frame pattern can match ``line`` in any state."""
+    return not (
+        (not indent and (_ERROR_RE.match(line) or _PERMISSION_RE.match(line)))
+        or _PROCESS_RE.match(line)
+        or _PYTHON_RE.match(line)
+        or _THREAD_RE.match(line)
+        or _LOCALS_RE.match(line)
+    )
+
+
 def _frame_line(s: str) -> Frame | None:
     """The frame a line (without its indent) states, else ``None``; remembered in :data:`_FRAME_CACHE`."""
     m = _FRAME_RE.match(s)
@@ -250,9 +266,17 @@ def _status_flags(status: str | None) -> tuple[bool | None, bool | None, bool | 
     """(idle, active, owns_gil) from ``idle`` / ``active`` / ``active+gil`` / ``gil``."""
     if status is None:
         return None, None, None
-    parts = set(status.lower().split("+"))
-    active = "active" in parts
-    return (not active, active, "gil" in parts)
+    flags = _STATUS_FLAGS.get(status)
+    if flags is None:
+        parts = set(status.lower().split("+"))
+        active = "active" in parts
+        flags = (not active, active, "gil" in parts)
+        if len(_STATUS_FLAGS) < 256:
+            _STATUS_FLAGS[status] = flags
+    return flags
+
+
+_STATUS_FLAGS: dict[str, tuple[bool, bool, bool]] = {}
 
 
 def _error_summary(first: str, causes: Sequence[str]) -> str:
@@ -312,8 +336,18 @@ def parse_pyspy_text(
 
     # Each pattern is tried only on lines that can match it (the test before it is implied by the
     # pattern), in the same order as before; frame lines, nearly all of a dump, mostly skip them all.
+    # A line seen before as a frame line that no other pattern matches is one lookup (_LINE_CACHE).
     frame_of = _FRAME_CACHE.get
+    line_of = _LINE_CACHE.get
     for line in text.splitlines():
+        hit = line_of(line)
+        if hit is not None and thread is not None and mode == "dump" and in_locals_indent is None:
+            # thread is not None: cur holds it and has no error
+            if frame_indent is None:
+                frame_indent = hit[1]
+            if hit[1] <= frame_indent:
+                thread.frames.append(hit[0])
+                continue
         s = line.lstrip()
         if not s or (s[0] == "`" and s.startswith("```")):
             continue
@@ -381,6 +415,10 @@ def parse_pyspy_text(
                 cur.threads.append(thread)
             frame_indent = indent if frame_indent is None else frame_indent
             thread.frames.append(frame)
+            if len(line) <= _FRAME_CACHE_LINE and _frame_only(line, indent):
+                if len(_LINE_CACHE) >= _FRAME_CACHE_MAX:
+                    _LINE_CACHE.clear()
+                _LINE_CACHE[line] = (frame, indent)
             continue
         if cur is not None and cur.rank is None and "RANK=" in line:
             rm = _RANK_TEXT_RE.search(line)
@@ -589,7 +627,10 @@ def _files(frames: Iterable[Frame]) -> Iterable[tuple[str, str]]:
 
 def _is_mp_child(frames: Sequence[Frame]) -> bool:
     """The thread runs under a multiprocessing bootstrap (a forked or spawned child)."""
-    for fn, path in _files(f for f in frames if f.function.endswith(("_bootstrap", "spawn_main", "_main"))):
+    for f in frames:
+        if not f.function.endswith(("_bootstrap", "spawn_main", "_main")):  # implied by both tests
+            continue
+        fn, path = f.function.rsplit(".", 1)[-1], (f.short_file or f.file).replace("\\", "/")
         if path.endswith("multiprocessing/process.py") and fn == "_bootstrap":
             return True
         if path.endswith("multiprocessing/spawn.py") and fn in ("spawn_main", "_main"):
@@ -627,9 +668,11 @@ def infer_role(
     if is_child and comm == DATALOADER_COMM:
         return ProcessRole.DATALOADER
     for t in threads:
-        for fn, path in _files(f for f in t.frames if "_worker_loop" in f.function):
-            if fn == "_worker_loop" and "torch/utils/data/" in path:
-                return ProcessRole.DATALOADER
+        for f in t.frames:
+            if "_worker_loop" in f.function:  # implied by the test
+                fn, path = f.function.rsplit(".", 1)[-1], (f.short_file or f.file).replace("\\", "/")
+                if fn == "_worker_loop" and "torch/utils/data/" in path:
+                    return ProcessRole.DATALOADER
     main = next((t for t in threads if t.is_main), threads[0] if threads else None)
     if main is None:
         return ProcessRole.MAIN
