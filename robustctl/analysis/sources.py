@@ -246,7 +246,7 @@ def _iter_tar(path: str, max_bytes: int) -> Iterator[Source]:
         yield Source(path, "", error=exc.reason, special=exc.special, unopened=not exc.special)
         return
     fh: IO[bytes] = os.fdopen(fd, "rb")
-    n_headers = files = regular = 0
+    n_headers = done = regular = 0
     try:
         with tarfile.open(fileobj=fh, mode="r|*", tarinfo=_BoundedTarInfo) as tf:
             while True:
@@ -268,7 +268,6 @@ def _iter_tar(path: str, max_bytes: int) -> Iterator[Source]:
                     return
                 if m.isdir():
                     continue
-                files += 1
                 name = f"{path}:{m.name}"
                 base = PurePosixPath(m.name).name
                 if not m.isreg():
@@ -282,8 +281,9 @@ def _iter_tar(path: str, max_bytes: int) -> Iterator[Source]:
                     if len(data) < m.size:
                         raise EOFError(f"member {m.name!r} is cut short")
                     yield Source(name, base, data=data)
+                done += 1
     except _TAR_ERRORS as exc:
-        after = f" after {files} member{'s' if files != 1 else ''}" if files else ""
+        after = f" after {done} member{'s' if done != 1 else ''}" if done else ""
         yield Source(path, "", error=f"corrupt or truncated archive{after} ({exc})")
         return
     finally:
