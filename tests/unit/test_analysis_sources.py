@@ -198,7 +198,7 @@ def test_archive_bounds_stop_reading_and_say_so(
 ) -> None:
     archive = tgz(tmp_path / "bomb.tgz", hang_members())
     monkeypatch.setattr(sources, "MAX_MEMBERS", 3)
-    code, doc = run(capsys, str(archive), *LAYOUT)
+    _code, doc = run(capsys, str(archive), *LAYOUT)
     assert sum(1 for i in doc["inputs"] if i["status"] == "ok") == 3
     assert doc["inputs"][-1]["status"] == "unknown" and "more than 3 members" in doc["inputs"][-1]["error"]
     monkeypatch.setattr(sources, "MAX_MEMBERS", 1000)
