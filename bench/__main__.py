@@ -3,16 +3,23 @@ in the same process.
 
 - :mod:`bench.fanout`: the L0 probe fanned out to loopback sshd hosts, robustctl vs ``pdsh -R ssh``.
 - :mod:`bench.stacks`: stack clustering + blame on synthetic dumps of 1K-100K ranks (linearity, 100K target).
+- :mod:`bench.saved_dumps`: ``robustctl analyze`` of 10K and 100K saved dumps (files, a directory, a
+  tar.gz), end to end, against clustering the same ranks (100K target).
 - :mod:`bench.stacks_e2e`: live ``stacks`` on the 16-rank test-bed job, start to named suspects.
 
-``python -m bench fanout [args]`` or ``python -m bench stacks [args]`` runs one of them.
+``python -m bench fanout [args]``, ``python -m bench saved-dumps [args]``, ... runs one of them.
 """
 
 import sys
 
-from bench import fanout, stacks, stacks_e2e
+from bench import fanout, saved_dumps, stacks, stacks_e2e
 
-BENCHES = {"fanout": fanout.main, "stacks": stacks.main, "stacks-e2e": stacks_e2e.main}
+BENCHES = {
+    "fanout": fanout.main,
+    "stacks": stacks.main,
+    "saved-dumps": saved_dumps.main,
+    "stacks-e2e": stacks_e2e.main,
+}
 
 args = sys.argv[1:]
 if args and args[0] in BENCHES:

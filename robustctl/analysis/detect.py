@@ -36,6 +36,7 @@ __all__ = [
     "ArtefactAnalysis",
     "ArtefactKind",
     "analyze_file",
+    "analyze_inputs",
     "analyze_paths",
     "analyze_text",
     "detect_kind",
@@ -602,3 +603,47 @@ def analyze_paths(paths: Sequence[Path], *, expected_busbw_gbps: float | None = 
         artefacts=tuple(results),
         expected_busbw_gbps=expected_busbw_gbps,
     )
+
+
+def analyze_inputs(
+    paths: Sequence[str | os.PathLike[str]], *, expected_busbw_gbps: float | None = None
+) -> AnalysisReport:
+    """:func:`analyze_paths` over files, directories of files and tar archives of files.
+
+    The inputs are expanded by :func:`robustctl.analysis.sources.iter_sources` (a directory: the
+    regular files directly inside it, sorted by name; a ``.tar``/``.tar.gz``/``.tgz`` archive: its
+    regular members, named ``ARCHIVE:MEMBER``). Files are analysed by :func:`analyze_file`; an
+    archive member is read whole (at most :data:`MAX_BYTES`; not decompressed) and analysed as text.
+    A link, subdirectory or device inside a directory or archive is a SKIPPED entry with its reason;
+    an empty directory, a damaged archive or one past its bounds an UNKNOWN entry. Never raises for
+    a bad input.
+    """
+    from robustctl.analysis.sources import iter_sources
+
+    options = AnalysisOptions(expected_busbw_gbps=expected_busbw_gbps)
+    results: list[ArtefactAnalysis] = []
+    for src in iter_sources(paths, max_bytes=MAX_BYTES, read=False):
+        if src.path is not None:
+            results.append(analyze_file(Path(src.path), options=options))
+        elif src.data is not None:
+            results.append(_analyze_member(src.name, src.data, options))
+        else:
+            reason = f"{src.error}: not read" if src.special and not src.skipped else src.error
+            status = Status.SKIPPED if src.skipped else Status.UNKNOWN
+            results.append(ArtefactAnalysis(src.name, UNKNOWN_KIND, status, f"{src.name}: {reason}"))
+    return AnalysisReport(
+        status=Status.worst(r.status for r in results),
+        artefacts=tuple(results),
+        expected_busbw_gbps=expected_busbw_gbps,
+    )
+
+
+def _analyze_member(name: str, data: bytes, options: AnalysisOptions) -> ArtefactAnalysis:
+    """An archive member's content (at most ``MAX_BYTES + 1`` bytes) detected and analysed."""
+    if len(data) > MAX_BYTES:
+        reason = f"larger than {MAX_BYTES // (1024 * 1024)} MiB"
+    elif b"\x00" in data[:65536]:
+        reason = "binary file (not text)"
+    else:
+        return analyze_text(data.decode("utf-8", errors="replace"), path=name, options=options)
+    return ArtefactAnalysis(name, UNKNOWN_KIND, Status.UNKNOWN, f"{name}: {reason}")

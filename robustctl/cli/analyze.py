@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -13,16 +12,20 @@ from robustctl.commands.base import exit_code_of, result_json
 
 EXAMPLES = examples(
     ("robustctl analyze nccl.log kern.log dcgmi-diag.txt", "explain saved artefacts, each by its content"),
-    ("robustctl analyze dumps/rank*.txt --layout tp=2,pp=4,dp=4 -G 8", "cluster saved py-spy dumps"),
+    (
+        "robustctl analyze dumps/ --layout tp=8,pp=8,dp=16 -G 8",
+        "cluster saved py-spy dumps (a dir, files, .tgz)",
+    ),
     ("robustctl analyze nccl.log --expected-busbw 180 --json", "busbw below 180 GB/s is a finding"),
 )
 
 
 def analyze(
     files: Annotated[
-        list[Path],
+        list[str],
         typer.Argument(
-            help="Artefacts: nccl-tests output, kernel logs with XID lines, dcgmi diag output, py-spy dumps.",
+            help="Artefacts: nccl-tests output, kernel logs with XID lines, dcgmi diag output, py-spy dumps;"
+            " files, directories of them (one level deep) or .tar/.tar.gz/.tgz archives of them.",
             show_default=False,
         ),
     ],
@@ -52,7 +55,8 @@ def analyze(
 ) -> int:
     """Detect each file's kind from its content and explain it: verdict, findings, evidence.
 
-    When every file is a py-spy dump (or --layout is given), the dumps are clustered together as one
+    A directory gives the files directly inside it; a .tar/.tar.gz/.tgz archive its members
+    (ARCHIVE:MEMBER). When every file is a py-spy dump (or --layout is given), the dumps are clustered together as one
     job's ranks: outlier ranks, their machines and the smallest parallel group holding them.
     Exit: 0 nothing wrong, 1 warning, 2 faults found, 3 a file could not be read or recognised.
     """
@@ -74,5 +78,6 @@ def analyze(
             render_stacks(report, stderr_console(), verbose=State.verbose > 0)
         else:
             render_analysis(report, stderr_console(), verbose=State.verbose > 0)
-    emit_json(result_json(result), to_stdout=json_out, output=output)
+    if json_out or output is not None:
+        emit_json(result_json(result), to_stdout=json_out, output=output)
     return exit_code_of(result)

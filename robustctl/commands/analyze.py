@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from robustctl.models import to_jsonable
@@ -23,7 +23,9 @@ class AnalyzeRequest:
     """What to analyse.
 
     Attributes:
-        files: the artefacts (nccl-tests output, kernel logs, dcgmi diag output, py-spy dumps).
+        files: the artefacts (nccl-tests output, kernel logs, dcgmi diag output, py-spy dumps):
+            files, directories of files (read one level deep) and ``.tar``/``.tar.gz``/``.tgz``
+            archives of files (:mod:`robustctl.analysis.sources`), as given on the command line.
         expected_busbw_gbps: expected peak all-reduce busbw (GB/s); below it is a finding.
         layout: parallel layout of the job py-spy dumps came from; given, the files are read as dumps
             (a file that is not a py-spy dump, e.g. a kernel log, is an UNKNOWN input saying what
@@ -31,7 +33,7 @@ class AnalyzeRequest:
         ranks_per_host: ranks (GPUs) per machine, for py-spy dumps; must divide the world size.
     """
 
-    files: tuple[Path, ...]
+    files: tuple[str, ...]
     expected_busbw_gbps: float | None = None
     layout: ParallelLayout | None = None
     ranks_per_host: int | None = None
@@ -68,7 +70,7 @@ class AnalyzeResult:
 
 
 def analyze_request(
-    files: Sequence[Path],
+    files: Sequence[str | os.PathLike[str]],
     *,
     expected_busbw_gbps: float | None = None,
     layout: str | None = None,
@@ -82,7 +84,7 @@ def analyze_request(
     from robustctl.inventory.topology import parse_layout
 
     return AnalyzeRequest(
-        files=tuple(files),
+        files=tuple(os.fspath(f) for f in files),
         expected_busbw_gbps=expected_busbw_gbps,
         layout=parse_layout(layout) if layout is not None else None,
         ranks_per_host=ranks_per_host,
@@ -92,8 +94,11 @@ def analyze_request(
 def run_analyze(request: AnalyzeRequest) -> AnalyzeResult:
     """Detect each file's kind from its content and explain it; never raises for a bad file.
 
-    When every file is a py-spy dump (or a layout is given), the dumps are clustered together:
-    outlier ranks, their machines and the smallest parallel group holding them.
+    Files, directories (the regular files directly inside, sorted by name) and tar archives
+    (``.tar``, ``.tar.gz``, ``.tgz``: each regular member, ``ARCHIVE:MEMBER``) are accepted, mixed
+    (:mod:`robustctl.analysis.sources`). When every input is a py-spy dump (or a layout is given),
+    the dumps are clustered together in one pass over the inputs: outlier ranks, their machines and
+    the smallest parallel group holding them.
 
     Memory is bounded whatever the files' sizes (:func:`robustctl.analysis.detect.analyze_file`):
     the kind is detected from the first MiB, nccl-tests output, kernel logs and ``dcgmi diag``
@@ -105,14 +110,11 @@ def run_analyze(request: AnalyzeRequest) -> AnalyzeResult:
         UsageError: the dumps do not fit the layout, or ``ranks_per_host`` does not divide the
             world size.
     """
-    from robustctl.stacks.analyze import all_pyspy
+    from robustctl.stacks.analyze import analyze_if_dumps
 
-    if request.layout is not None or all_pyspy(request.files):
-        from robustctl.stacks.analyze import analyze_dumps
+    report = analyze_if_dumps(request.files, layout=request.layout, ranks_per_host=request.ranks_per_host)
+    if report is not None:
+        return AnalyzeResult(report)
+    from robustctl.analysis.detect import analyze_inputs
 
-        return AnalyzeResult(
-            analyze_dumps(request.files, layout=request.layout, ranks_per_host=request.ranks_per_host)
-        )
-    from robustctl.analysis.detect import analyze_paths
-
-    return AnalyzeResult(analyze_paths(request.files, expected_busbw_gbps=request.expected_busbw_gbps))
+    return AnalyzeResult(analyze_inputs(request.files, expected_busbw_gbps=request.expected_busbw_gbps))

@@ -17,15 +17,18 @@ error output is parsed into an unreadable process (evidence, a suspect when it h
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from robustctl.analysis import Finding, Verdict
 from robustctl.analysis.detect import AnalysisOptions, ArtefactKind, kinds, register_kind
+from robustctl.analysis.sources import Source, iter_sources
 from robustctl.config import ParallelLayout
 from robustctl.errors import UsageError
 from robustctl.inventory.hostrange import compact_ranges
@@ -40,10 +43,10 @@ from robustctl.stacks.cluster import (
     normalize_path,
 )
 from robustctl.stacks.model import DumpParseError, ProcessDump, ProcessRole
-from robustctl.stacks.parse import looks_like_pyspy, parse_dump_file, parse_dump_text, read_regular_file
+from robustctl.stacks.parse import MAX_DUMP_BYTES, looks_like_pyspy, parse_dump_data, parse_dump_text
 from robustctl.stacks.result import InputFile, StacksReport, analyze_stacks, build_report
 
-__all__ = ["KIND", "all_pyspy", "analyze_dumps", "load_dumps"]
+__all__ = ["KIND", "all_pyspy", "analyze_dumps", "analyze_if_dumps", "load_dumps"]
 
 KIND = "pyspy"
 """Name of the registered artefact kind."""
@@ -52,40 +55,122 @@ _SNIFF_BYTES = 256 * 1024
 
 
 def load_dumps(paths: Sequence[str | Path]) -> tuple[list[ProcessDump], list[InputFile]]:
-    """Parse every file; never raises for a bad file.
+    """Parse every input (files, directories of files, tar archives); never raises for a bad one.
+
+    Inputs are expanded by :func:`robustctl.analysis.sources.iter_sources`: a directory gives the
+    regular files directly inside it, sorted by name; a ``.tar``/``.tar.gz``/``.tgz`` archive gives
+    its regular members, named ``ARCHIVE:MEMBER``. Each is read once, at most
+    :data:`~robustctl.stacks.parse.MAX_DUMP_BYTES`.
 
     Returns:
-        ``(dumps, inputs)``: all processes found (file order), and one :class:`InputFile` per path
-        (UNKNOWN with the reason for a file that could not be used).
+        ``(dumps, inputs)``: all processes found (input order), and one :class:`InputFile` per
+        input (UNKNOWN with the reason for one that could not be used; SKIPPED for a link,
+        subdirectory or device inside a directory or archive).
     """
+    loaded = _load(paths, only_pyspy=False)
+    assert loaded is not None  # only_pyspy=False never stops early
+    return loaded
+
+
+def _source_error(src: Source) -> str:
+    """``NAME: reason`` for an input that was not read, worded as :func:`parse_dump_file` words it."""
+    reason = src.error or ""
+    if src.special:
+        return f"{src.name}: {reason}: not read"
+    if src.unopened and not reason.startswith("cannot read"):
+        return f"{src.name}: cannot read: {reason}"
+    return f"{src.name}: {reason}"
+
+
+def _load(
+    paths: Sequence[str | Path], *, only_pyspy: bool
+) -> tuple[list[ProcessDump], list[InputFile]] | None:
+    """:func:`load_dumps`; with ``only_pyspy``, ``None`` (and nothing more read) as soon as an input
+    is not a py-spy dump by :func:`all_pyspy`'s test (unreadable, binary, or its first 256 KiB
+    not py-spy output)."""
+    with _gc_paused():
+        return _load_all(paths, only_pyspy=only_pyspy)
+
+
+@contextlib.contextmanager
+def _gc_paused() -> Iterator[None]:
+    """Pause the cyclic garbage collector while dumps are parsed.
+
+    Parsing allocates millions of objects that are all kept (frames, threads, processes) and form
+    no reference cycle, so the collector's passes over them find nothing, yet cost about a third
+    of the load time at 100,000 ranks. Reference counting still frees what is dropped; the
+    collector is re-enabled (if it was) on the way out, error or not.
+    """
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
+def _load_all(
+    paths: Sequence[str | Path], *, only_pyspy: bool
+) -> tuple[list[ProcessDump], list[InputFile]] | None:
     dumps: list[ProcessDump] = []
     inputs: list[InputFile] = []
-    for p in paths:
+    read_one = False
+    for src in iter_sources(paths, max_bytes=MAX_DUMP_BYTES):
+        data = src.data
+        if data is None:
+            if src.skipped:
+                inputs.append(
+                    InputFile(path=src.name, status=Status.SKIPPED, error=f"{src.name}: {src.error}")
+                )
+                continue
+            if only_pyspy:
+                return None
+            inputs.append(InputFile(path=src.name, status=Status.UNKNOWN, error=_source_error(src)))
+            continue
+        if only_pyspy and not _sniff(data):
+            return None
+        read_one = True
         try:
-            found = parse_dump_file(p)
+            found = parse_dump_data(data, source=src.name, name=src.base)
         except DumpParseError as exc:
-            inputs.append(InputFile(path=str(p), status=Status.UNKNOWN, error=str(exc)))
+            inputs.append(InputFile(path=src.name, status=Status.UNKNOWN, error=str(exc)))
             continue
         dumps.extend(found)
         ranks = [d.rank for d in found if d.rank is not None]
         inputs.append(
-            InputFile(path=str(p), status=Status.OK, processes=len(found), ranks=compact_ranges(ranks))
+            InputFile(
+                path=src.name,
+                status=Status.OK,
+                processes=len(found),
+                ranks=str(ranks[0]) if len(ranks) == 1 else compact_ranges(ranks),
+            )
         )
+    if only_pyspy and not read_one:
+        return None
     return dumps, inputs
 
 
+def _sniff(data: bytes) -> bool:
+    """The first 256 KiB hold no NUL byte and look like py-spy output."""
+    head = data[:_SNIFF_BYTES]
+    return b"\x00" not in head and looks_like_pyspy(head.decode("utf-8", errors="replace"))
+
+
 def all_pyspy(paths: Sequence[str | Path]) -> bool:
-    """True when every path is a readable text file that looks like py-spy output (reads ≤ 256 KiB each)."""
-    if not paths:
-        return False
-    for p in paths:
-        try:
-            head = read_regular_file(p, _SNIFF_BYTES)
-        except DumpParseError:
+    """True when every input (a file, each regular file of a directory, each regular member of an
+    archive: :func:`load_dumps`) is readable text that looks like py-spy output (reads ≤ 256 KiB
+    of each file; links and devices inside a directory or archive are not inputs)."""
+    seen = False
+    for src in iter_sources(paths, max_bytes=_SNIFF_BYTES - 1):
+        if src.data is None:
+            if src.skipped:
+                continue
             return False
-        if b"\x00" in head or not looks_like_pyspy(head.decode("utf-8", errors="replace")):
+        if not _sniff(src.data):
             return False
-    return True
+        seen = True
+    return seen
 
 
 def analyze_dumps(
@@ -97,10 +182,11 @@ def analyze_dumps(
     cluster_options: ClusterOptions | None = None,
     blame_options: BlameOptions | None = None,
 ) -> StacksReport:
-    """Cluster the processes of every dump file together, blame, and report.
+    """Cluster the processes of every dump together, blame, and report.
 
     Args:
-        paths: dump files (py-spy text or JSON, any mix; one or several processes each).
+        paths: dump files (py-spy text or JSON, any mix; one or several processes each),
+            directories of them and tar archives of them (:func:`load_dumps`).
         layout: the job's layout (``--layout``, :func:`robustctl.inventory.topology.parse_layout`);
             needed for groups and "not collected" ranks.
         ranks_per_host: G; needed for machines and the over-eviction set.
@@ -108,7 +194,7 @@ def analyze_dumps(
         cluster_options, blame_options: thresholds.
 
     Returns:
-        A :class:`StacksReport` whose ``inputs`` lists every file (UNKNOWN ones with their reason).
+        A :class:`StacksReport` whose ``inputs`` lists every input (UNKNOWN ones with their reason).
 
     Raises:
         UsageError: a dump's rank lies outside the layout (the layout does not match), or
@@ -117,6 +203,49 @@ def analyze_dumps(
     """
     t0 = time.perf_counter()
     dumps, inputs = load_dumps(paths)
+    return _report(
+        dumps,
+        inputs,
+        t0,
+        layout=layout,
+        ranks_per_host=ranks_per_host,
+        hosts=hosts,
+        cluster_options=cluster_options,
+        blame_options=blame_options,
+    )
+
+
+def analyze_if_dumps(
+    paths: Sequence[str | Path],
+    *,
+    layout: ParallelLayout | None = None,
+    ranks_per_host: int | None = None,
+) -> StacksReport | None:
+    """:func:`analyze_dumps` in one pass over the inputs when a layout is given or every input is a
+    py-spy dump (:func:`all_pyspy`), else ``None``, having stopped reading at the first input that
+    is not one (the caller then explains each input alone).
+
+    Raises:
+        UsageError: as :func:`analyze_dumps`.
+    """
+    t0 = time.perf_counter()
+    loaded = _load(paths, only_pyspy=layout is None)
+    if loaded is None:
+        return None
+    return _report(*loaded, t0, layout=layout, ranks_per_host=ranks_per_host)
+
+
+def _report(
+    dumps: list[ProcessDump],
+    inputs: list[InputFile],
+    t0: float,
+    *,
+    layout: ParallelLayout | None,
+    ranks_per_host: int | None,
+    hosts: Sequence[str] | None = None,
+    cluster_options: ClusterOptions | None = None,
+    blame_options: BlameOptions | None = None,
+) -> StacksReport:
     _check_ranks_per_host(dumps, layout, ranks_per_host)
     topology = Topology(layout, ranks_per_host, hosts) if layout is not None else None
     clusters = cluster(dumps, cluster_options)

@@ -40,6 +40,7 @@ __all__ = [
     "empty_rank_dump",
     "infer_role",
     "looks_like_pyspy",
+    "parse_dump_data",
     "parse_dump_file",
     "parse_dump_text",
     "parse_pyspy_json",
@@ -68,6 +69,8 @@ _CAUSE_ITEM_RE = re.compile(r"^\s+(?:\d+: )?(.+?)\s*$")
 _BACKTRACE_RE = re.compile(r"^\s*Stack backtrace:\s*$")
 _FENCE_RE = re.compile(r"^\s*```")
 _RANK_TEXT_RE = re.compile(r"(?<![A-Za-z0-9_])RANK=(\d+)")
+_RANK_ANY_RE = re.compile(r"RANK=(\d+)")
+_RANK_LEFT = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_")
 _RANK_NAME_RES = (
     re.compile(r"(?:^|[^a-z])rank[_\-.]?(\d+)(?:[^0-9]|$)", re.IGNORECASE),
     re.compile(r"(?:^|[^a-z0-9])r(\d+)(?:[^0-9]|$)", re.IGNORECASE),
@@ -86,6 +89,45 @@ _SNIFF_RES = (
     re.compile(r"^Permission Denied\s*\n(?:\s*\n)*It looks like you are running in a docker container", re.M),
     re.compile(r"^(?:timeout: sending signal \S+ to command .*py-spy|py-spy timed out)", re.M),
 )
+
+
+_FRAME_CACHE: dict[str, Frame | None] = {}
+"""Frame line (without its indent) -> its :class:`Frame` (``None``: not a frame line). The ranks of a
+job print the same few hundred frame lines, so most lines are one lookup and share one ``Frame``
+(frozen, so sharing is safe). Bounded by :data:`_FRAME_CACHE_MAX` entries."""
+_FRAME_CACHE_MAX = 65_536
+_FRAME_CACHE_LINE = 1024  # longer lines are parsed, not remembered
+_NO_FRAME = Frame("", "")  # cache-miss marker
+
+
+_LINE_CACHE: dict[str, tuple[Frame, int]] = {}
+"""Line (as in the text) -> its frame and indent, for frame lines no other pattern matches (see
+:func:`_frame_only`); bounded like :data:`_FRAME_CACHE`."""
+
+
+def _frame_only(line: str, indent: int) -> bool:
+    """True when no pattern tried before the frame pattern can match ``line`` in any state."""
+    return not (
+        (not indent and (_ERROR_RE.match(line) or _PERMISSION_RE.match(line) or _TIMEOUT_RE.match(line)))
+        or _PROCESS_RE.match(line)
+        or _PYTHON_RE.match(line)
+        or _THREAD_RE.match(line)
+        or _LOCALS_RE.match(line)
+    )
+
+
+def _frame_line(s: str) -> Frame | None:
+    """The frame a line (without its indent) states, else ``None``; remembered in :data:`_FRAME_CACHE`."""
+    m = _FRAME_RE.match(s)
+    frame = None
+    if m:
+        ln = m.group("line")
+        frame = Frame(function=m.group("func").strip(), file=m.group("file"), line=int(ln) if ln else None)
+    if len(s) <= _FRAME_CACHE_LINE:
+        if len(_FRAME_CACHE) >= _FRAME_CACHE_MAX:
+            _FRAME_CACHE.clear()
+        _FRAME_CACHE[s] = frame
+    return frame
 
 
 # --- JSON ------------------------------------------------------------------------------------------
@@ -240,9 +282,17 @@ def _status_flags(status: str | None) -> tuple[bool | None, bool | None, bool | 
     """(idle, active, owns_gil) from ``idle`` / ``active`` / ``active+gil`` / ``gil``."""
     if status is None:
         return None, None, None
-    parts = set(status.lower().split("+"))
-    active = "active" in parts
-    return (not active, active, "gil" in parts)
+    flags = _STATUS_FLAGS.get(status)
+    if flags is None:
+        parts = set(status.lower().split("+"))
+        active = "active" in parts
+        flags = (not active, active, "gil" in parts)
+        if len(_STATUS_FLAGS) < 256:
+            _STATUS_FLAGS[status] = flags
+    return flags
+
+
+_STATUS_FLAGS: dict[str, tuple[bool, bool, bool]] = {}
 
 
 def _error_summary(first: str, causes: Sequence[str]) -> str:
@@ -300,22 +350,35 @@ def parse_pyspy_text(
         thread, frame_indent = None, None
         return p
 
-    for raw in text.splitlines():
-        line = raw.rstrip("\r\n")
-        if not line.strip() or _FENCE_RE.match(line):
-            if mode == "causes" and not line.strip():
+    # Each pattern is tried only on lines that can match it (the test before it is implied by the
+    # pattern), in the same order as before; frame lines, nearly all of a dump, mostly skip them all.
+    # A line seen before as a frame line that no other pattern matches is one lookup (_LINE_CACHE).
+    frame_of = _FRAME_CACHE.get
+    line_of = _LINE_CACHE.get
+    for line in text.splitlines():
+        hit = line_of(line)
+        if hit is not None and thread is not None and mode == "dump" and in_locals_indent is None:
+            # thread is not None: cur holds it and has no error
+            if frame_indent is None:
+                frame_indent = hit[1]
+            if hit[1] <= frame_indent:
+                thread.frames.append(hit[0])
                 continue
+        s = line.lstrip()
+        if not s or (s[0] == "`" and s.startswith("```")):
             continue
-        if mode in ("causes", "backtrace"):
-            if _BACKTRACE_RE.match(line):
+        indent = len(line) - len(s)
+        c = s[0]
+        if mode != "dump":  # "causes" | "backtrace"
+            if c == "S" and _BACKTRACE_RE.match(line):
                 mode = "backtrace"
                 continue
-            if mode == "causes" and _CAUSED_RE.match(line):
+            if mode == "causes" and c == "C" and _CAUSED_RE.match(line):
                 continue
-            if mode == "causes" and (rm := _REASON_RE.match(line)):  # py-spy's "Reason: ..." lines
+            if mode == "causes" and c == "R" and (rm := _REASON_RE.match(line)):  # py-spy's "Reason: ..."
                 causes.append(rm.group(1))
                 continue
-            if line[:1].isspace():
+            if indent:
                 if mode == "causes":
                     m = _CAUSE_ITEM_RE.match(line)
                     if m:
@@ -323,57 +386,63 @@ def parse_pyspy_text(
                 continue
             mode = "dump"
             close_error()
-        m = _ERROR_RE.match(line) or _PERMISSION_RE.match(line) or _TIMEOUT_RE.match(line)
-        if m and not line[:1].isspace():
-            close_error()
-            err_first = m.group(1)
-            mode = "causes"
-            continue
-        m = _PROCESS_RE.match(line)
-        if m:
-            cur = new_proc()
-            cur.pid = int(m.group(1))
-            cur.cmdline = m.group(2) or None
-            rm = _RANK_TEXT_RE.search(line)
-            if rm:
-                cur.rank = int(rm.group(1))
-            continue
-        m = _PYTHON_RE.match(line)
-        if m and cur is not None and not cur.threads:
-            cur.python = m.group(1)
-            continue
-        m = _THREAD_RE.match(line)
-        if m:
-            name = m.group(3)
-            if cur is None or (name == "MainThread" and cur.has_main()) or cur.error is not None:
+        if not indent and c in "EePpTt":
+            m = _ERROR_RE.match(line) or _PERMISSION_RE.match(line) or _TIMEOUT_RE.match(line)
+            if m:
+                close_error()
+                err_first = m.group(1)
+                mode = "causes"
+                continue
+        if c == "P":
+            m = _PROCESS_RE.match(line)
+            if m:
                 cur = new_proc()
-            thread = _Thread(tid=m.group(1), name=name, status=m.group(2))
-            cur.threads.append(thread)
-            frame_indent, in_locals_indent = None, None
+                cur.pid = int(m.group(1))
+                cur.cmdline = m.group(2) or None
+                rm = _RANK_TEXT_RE.search(line) if "RANK=" in line else None
+                if rm:
+                    cur.rank = int(rm.group(1))
+                continue
+            m = _PYTHON_RE.match(line)
+            if m and cur is not None and not cur.threads:
+                cur.python = m.group(1)
+                continue
+        elif c == "T":
+            m = _THREAD_RE.match(line)
+            if m:
+                name = m.group(3)
+                if cur is None or (name == "MainThread" and cur.has_main()) or cur.error is not None:
+                    cur = new_proc()
+                thread = _Thread(tid=m.group(1), name=name, status=m.group(2))
+                cur.threads.append(thread)
+                frame_indent, in_locals_indent = None, None
+                continue
+        elif indent and c in "AL" and _LOCALS_RE.match(line):
+            in_locals_indent = indent
             continue
-        if _LOCALS_RE.match(line):
-            in_locals_indent = len(line) - len(line.lstrip())
-            continue
-        indent = len(line) - len(line.lstrip())
         if in_locals_indent is not None and indent > in_locals_indent:
             continue
         in_locals_indent = None
-        m = _FRAME_RE.match(line)
-        if m and (frame_indent is None or indent <= frame_indent):
+        frame = frame_of(s, _NO_FRAME)
+        if frame is _NO_FRAME:
+            frame = _frame_line(s)
+        if frame is not None and (frame_indent is None or indent <= frame_indent):
             if cur is None or cur.error is not None:
                 cur = new_proc()
             if thread is None:
                 thread = _Thread(tid="?", name=None, status=None)
                 cur.threads.append(thread)
             frame_indent = indent if frame_indent is None else frame_indent
-            ln = m.group("line")
-            thread.frames.append(
-                Frame(function=m.group("func").strip(), file=m.group("file"), line=int(ln) if ln else None)
-            )
+            thread.frames.append(frame)
+            if len(line) <= _FRAME_CACHE_LINE and _frame_only(line, indent):
+                if len(_LINE_CACHE) >= _FRAME_CACHE_MAX:
+                    _LINE_CACHE.clear()
+                _LINE_CACHE[line] = (frame, indent)
             continue
-        rm = _RANK_TEXT_RE.search(line)
-        if rm and cur is not None and cur.rank is None:
-            cur.rank = int(rm.group(1))
+        if cur is not None and cur.rank is None and "RANK=" in line:
+            rm = _RANK_TEXT_RE.search(line)
+            if rm:
+                cur.rank = int(rm.group(1))
         # anything else (a cut line, prose around a paste) is ignored
     close_error()
 
@@ -413,7 +482,7 @@ def rank_from_name(name: str) -> int | None:
 
     Only the base name is read; ``rank_pid39.txt`` has no rank (``pid39`` is a process id).
     """
-    base = Path(name).name
+    base = name if "/" not in name and name != "." else Path(name).name
     for rx in _RANK_NAME_RES:
         m = rx.search(base)
         if m:
@@ -423,7 +492,15 @@ def rank_from_name(name: str) -> int | None:
 
 def rank_from_text(text: str) -> int | None:
     """The rank a ``RANK=N`` in ``text`` states (not ``LOCAL_RANK``); ``None`` when absent or conflicting."""
-    found = {int(m.group(1)) for m in _RANK_TEXT_RE.finditer(text)}
+    if "RANK=" not in text:
+        return None
+    # _RANK_TEXT_RE's lookbehind defeats the regex engine's literal prefix search: find "RANK=N"
+    # and check the character before it here (same matches: "RANK=" cannot overlap itself).
+    found = {
+        int(m.group(1))
+        for m in _RANK_ANY_RE.finditer(text)
+        if not m.start() or text[m.start() - 1] not in _RANK_LEFT
+    }
     return found.pop() if len(found) == 1 else None
 
 
@@ -535,41 +612,55 @@ def parse_dump_file(path: str | Path) -> tuple[ProcessDump, ...]:
             is not a py-spy dump; the message starts with the path.
     """
     p = Path(path)
-    data = read_regular_file(p, MAX_DUMP_BYTES + 1)
+    return parse_dump_data(read_regular_file(p, MAX_DUMP_BYTES + 1), source=str(p), name=p.name)
+
+
+def parse_dump_data(data: bytes, *, source: str, name: str) -> tuple[ProcessDump, ...]:
+    """Parse the content of one dump file (or archive member) as :func:`parse_dump_file` does.
+
+    Args:
+        data: the content, at most ``MAX_DUMP_BYTES + 1`` bytes read (more is over the bound).
+        source: what messages and each process's ``source`` call it (a path, ``ARCHIVE:MEMBER``).
+        name: the file's own name, the rank's fallback (:func:`rank_from_name`).
+
+    Raises:
+        DumpParseError: binary, too large, or not a py-spy dump; the message starts with ``source``.
+    """
     if len(data) > MAX_DUMP_BYTES:
-        raise DumpParseError(f"{p}: larger than {MAX_DUMP_BYTES // (1024 * 1024)} MiB")
+        raise DumpParseError(f"{source}: larger than {MAX_DUMP_BYTES // (1024 * 1024)} MiB")
     if b"\x00" in data[:65536]:
-        raise DumpParseError(f"{p}: binary file (not a py-spy dump)")
+        raise DumpParseError(f"{source}: binary file (not a py-spy dump)")
     text = data.decode("utf-8", errors="replace")
-    empty = empty_rank_dump(text, p)
+    empty = empty_rank_dump(text, source=source, name=name)
     if empty is not None:
         return (empty,)
     if not looks_like_pyspy(text):
-        raise DumpParseError(f"{p}: not a py-spy dump ({_other_kind(text)}); not read as one")
+        raise DumpParseError(f"{source}: not a py-spy dump ({_other_kind(text)}); not read as one")
     try:
-        return parse_dump_text(text, source=str(p), rank=rank_from_name(p.name))
+        return parse_dump_text(text, source=source, rank=rank_from_name(name))
     except DumpParseError as exc:
-        raise DumpParseError(f"{p}: {exc}") from None
+        raise DumpParseError(f"{source}: {exc}") from None
 
 
 EMPTY_DUMP_ERROR = "empty dump: py-spy printed nothing (timed out or killed?)"
 """The error of an empty rank dump file (:func:`empty_rank_dump`)."""
 
 
-def empty_rank_dump(text: str, path: Path) -> ProcessDump | None:
+def empty_rank_dump(text: str, *, source: str, name: str) -> ProcessDump | None:
     """The unreadable process of a rank whose dump file is empty (whitespace only), else ``None``.
 
     ``timeout 10 py-spy dump --pid P > rank5.txt`` leaves an empty file when py-spy hangs on a process
     it cannot stop (uninterruptible sleep) and is killed: the rank is known from the file name
     (:func:`rank_from_name`), its stacks are not. A file with no rank in its name is not a dump of
-    anything and stays an error of the caller's.
+    anything and stays an error of the caller's. ``source`` names the input in the result (a path,
+    ``ARCHIVE:MEMBER``); ``name`` is the file's own name, read for the rank.
     """
     if text.strip():
         return None
-    rank = rank_from_name(path.name)
+    rank = rank_from_name(name)
     if rank is None:
         return None
-    return ProcessDump((), rank=rank, error=EMPTY_DUMP_ERROR, source=str(path))
+    return ProcessDump((), rank=rank, error=EMPTY_DUMP_ERROR, source=source)
 
 
 # --- roles -----------------------------------------------------------------------------------------
@@ -582,7 +673,10 @@ def _files(frames: Iterable[Frame]) -> Iterable[tuple[str, str]]:
 
 def _is_mp_child(frames: Sequence[Frame]) -> bool:
     """The thread runs under a multiprocessing bootstrap (a forked or spawned child)."""
-    for fn, path in _files(frames):
+    for f in frames:
+        if not f.function.endswith(("_bootstrap", "spawn_main", "_main")):  # implied by both tests
+            continue
+        fn, path = f.function.rsplit(".", 1)[-1], (f.short_file or f.file).replace("\\", "/")
         if path.endswith("multiprocessing/process.py") and fn == "_bootstrap":
             return True
         if path.endswith("multiprocessing/spawn.py") and fn in ("spawn_main", "_main"):
@@ -620,9 +714,11 @@ def infer_role(
     if is_child and comm == DATALOADER_COMM:
         return ProcessRole.DATALOADER
     for t in threads:
-        for fn, path in _files(t.frames):
-            if fn == "_worker_loop" and "torch/utils/data/" in path:
-                return ProcessRole.DATALOADER
+        for f in t.frames:
+            if "_worker_loop" in f.function:  # implied by the test
+                fn, path = f.function.rsplit(".", 1)[-1], (f.short_file or f.file).replace("\\", "/")
+                if fn == "_worker_loop" and "torch/utils/data/" in path:
+                    return ProcessRole.DATALOADER
     main = next((t for t in threads if t.is_main), threads[0] if threads else None)
     if main is None:
         return ProcessRole.MAIN
