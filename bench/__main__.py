@@ -4,15 +4,21 @@ in the same process.
 - :mod:`bench.fanout`: the L0 probe fanned out to loopback sshd hosts, robustctl vs ``pdsh -R ssh``.
 - :mod:`bench.stacks`: stack clustering + blame on synthetic dumps of 1K-100K ranks (linearity, 100K target).
 - :mod:`bench.stacks_e2e`: live ``stacks`` on the 16-rank test-bed job, start to named suspects.
+- :mod:`bench.replay_sdc`: replay-sdc rounds vs bisection (M = 24…4,096), one round vs one group.
 
 ``python -m bench fanout [args]`` or ``python -m bench stacks [args]`` runs one of them.
 """
 
 import sys
 
-from bench import fanout, stacks, stacks_e2e
+from bench import fanout, replay_sdc, stacks, stacks_e2e
 
-BENCHES = {"fanout": fanout.main, "stacks": stacks.main, "stacks-e2e": stacks_e2e.main}
+BENCHES = {
+    "fanout": fanout.main,
+    "stacks": stacks.main,
+    "stacks-e2e": stacks_e2e.main,
+    "replay-sdc": replay_sdc.main,
+}
 
 args = sys.argv[1:]
 if args and args[0] in BENCHES:
