@@ -6,19 +6,21 @@ in the same process.
 - :mod:`bench.saved_dumps`: ``robustctl analyze`` of 10K and 100K saved dumps (files, a directory, a
   tar.gz), end to end, against clustering the same ranks (100K target).
 - :mod:`bench.stacks_e2e`: live ``stacks`` on the 16-rank test-bed job, start to named suspects.
+- :mod:`bench.replay_sdc`: replay-sdc rounds vs bisection (M = 24…4,096), one round vs one group.
 
 ``python -m bench fanout [args]``, ``python -m bench saved-dumps [args]``, ... runs one of them.
 """
 
 import sys
 
-from bench import fanout, saved_dumps, stacks, stacks_e2e
+from bench import fanout, replay_sdc, saved_dumps, stacks, stacks_e2e
 
 BENCHES = {
     "fanout": fanout.main,
     "stacks": stacks.main,
     "saved-dumps": saved_dumps.main,
     "stacks-e2e": stacks_e2e.main,
+    "replay-sdc": replay_sdc.main,
 }
 
 args = sys.argv[1:]

@@ -254,7 +254,7 @@ def verified_healthy(host: HostReport, report: RunReport, max_level: int) -> boo
 
 
 def diagnose_findings(report: RunReport, max_level: int) -> DiagnoseFindings:
-    """The hosts ``report`` names (CRITICAL) and those it verified healthy up to ``max_level`` (0-3).
+    """The hosts ``report`` names (CRITICAL) and those it verified healthy up to ``max_level`` (0-4).
 
     UNKNOWN (unreachable, timed out, probe failed) and WARNING hosts are in neither.
     """

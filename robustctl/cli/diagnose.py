@@ -31,8 +31,11 @@ def diagnose(
             "--level",
             "-l",
             min=0,
-            max=3,
-            help="Highest level to run: 0 quick, 1 burn, 2 intra-host all-reduce, 3 inter-host all-reduce.",
+            max=4,
+            help=(
+                "Highest level to run: 0 quick, 1 burn, 2 intra-host all-reduce, 3 inter-host all-reduce, "
+                "4 bitwise alignment (one reference training step per host, asked for explicitly)."
+            ),
         ),
     ] = 3,
     all_levels: Annotated[
@@ -91,7 +94,9 @@ def diagnose(
     """Run hierarchical stop-time diagnostics and name the suspect hosts.
 
     Levels: L0 quick host/GPU checks → L1 verified burn → L2 intra-host all-reduce → L3 inter-host
-    all-reduce between neighbour pairs. Stops at the first level that names suspects.
+    all-reduce between neighbour pairs; with --level 4, L4 bitwise alignment (one reference training
+    step per host, a digest that differs from the majority's names the host; needs 3 hosts).
+    Stops at the first level that names suspects.
     The suspects (critical hosts) are recorded as suspect in the state store, and suspects verified
     healthy at every level up to --level are set back to active (unless --no-record; never evicted or
     standby hosts); the --json document's 'recorded' says what (null with --no-record). The store is

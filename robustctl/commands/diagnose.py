@@ -42,7 +42,7 @@ class DiagnoseRequest:
         inventory: the resolved inventory (its host states protect standby/evicted hosts from being
             recorded suspect). hosts: the targets, in inventory order (non-empty).
         settings: fan-out and level settings (inventory < environment < flags).
-        max_level: highest level (0-3). all_levels: do not stop at the first level naming suspects.
+        max_level: highest level (0-4; L4 only when asked). all_levels: do not stop at the first level naming suspects.
         accept_new_host_keys: record unknown SSH host keys (changed keys are still refused).
         record: record suspects (and clear verified ones) in the state store.
         state: the state store file (None: ``$ROBUSTCTL_STATE`` or the XDG default).

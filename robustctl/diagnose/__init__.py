@@ -1,4 +1,4 @@
-"""The diagnose level ladder (L0 quick → L1 burn → L2 intra-host → L3 inter-host all-reduce).
+"""The diagnose level ladder (L0 quick → L1 burn → L2 intra-host → L3 inter-host all-reduce → L4 alignment).
 
 ``run_levels(spec, pool) -> RunReport`` runs it; ``plan_levels(spec)`` describes it without
 connecting. The ``robustctl diagnose`` command (:mod:`robustctl.commands.diagnose`) layers the
@@ -7,6 +7,7 @@ options into a :class:`DiagnoseSpec` and calls these.
 Modules: :mod:`~robustctl.diagnose.engine` (driver, per-host state, fan-out helper),
 :mod:`~robustctl.diagnose.levels` (L0-L2 and their probe arguments),
 :mod:`~robustctl.diagnose.pairs` (L3: ring pairs, rounds, rendezvous addresses, blame),
+:mod:`~robustctl.diagnose.alignment` (L4: one reference step per host, majority of digests),
 :mod:`~robustctl.diagnose.plan` (the dry-run plan).
 """
 

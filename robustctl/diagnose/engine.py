@@ -10,10 +10,13 @@ run levels r1-r3 are the peer design):
 - **L2 intra-host all-reduce**: NCCL across a host's GPUs, gloo across local CPU processes.
 - **L3 inter-host all-reduce**: hosts in a ring form neighbour pairs; a host whose pairs with both
   neighbours fail or are slow is the suspect.
+- **L4 bitwise alignment** (§4.3, only with ``max_level`` 4): one reference training step per
+  host with fixed weights and input; a host whose digest differs from the majority's is the suspect
+  (:mod:`robustctl.diagnose.alignment`).
 
 The run stops at the first level that names suspects unless ``all_levels`` is set. Every targeted
 host appears in the report, whatever happened to it; every level appears in ``levels``, with the
-reason when it did not run. The levels themselves are in :mod:`robustctl.diagnose.levels` and
+reason when it did not run (an opt-in level above the default, L4, only when asked for). The levels themselves are in :mod:`robustctl.diagnose.levels` and
 :mod:`robustctl.diagnose.pairs` (L3); the dry-run plan in :mod:`robustctl.diagnose.plan`.
 """
 
@@ -25,7 +28,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from robustctl.checks.registry import NO_CONTEXT, CheckContext, checks_for_probe
-from robustctl.diagnose.levels import LEVEL_NAMES, MAX_LEVEL, level0, level1, level2
+from robustctl.diagnose.alignment import run_alignment
+from robustctl.diagnose.levels import DEFAULT_LEVEL, LEVEL_NAMES, MAX_LEVEL, level0, level1, level2
 from robustctl.diagnose.pairs import run_pairs
 from robustctl.errors import ProbeError, RobustctlError
 from robustctl.models import (
@@ -48,7 +52,7 @@ if TYPE_CHECKING:
 LevelRunner = Callable[["Engine", list["Host"]], "str | None"]
 """``run(engine, targets) -> None`` when the level ran, else the reason it did not."""
 
-LEVELS: dict[int, LevelRunner] = {0: level0, 1: level1, 2: level2, 3: run_pairs}
+LEVELS: dict[int, LevelRunner] = {0: level0, 1: level1, 2: level2, 3: run_pairs, 4: run_alignment}
 
 
 class ProgressSink(Protocol):
@@ -82,14 +86,14 @@ class DiagnoseSpec:
     Attributes:
         hosts: targets, in inventory order (non-empty).
         settings: fan-out and level settings. thresholds: evaluation thresholds.
-        max_level: highest level to run (0-3). all_levels: do not stop at the first level that
+        max_level: highest level to run (0-4). all_levels: do not stop at the first level that
         names suspects.
     """
 
     hosts: tuple[Host, ...]
     settings: DiagnoseSettings
     thresholds: Thresholds
-    max_level: int = MAX_LEVEL
+    max_level: int = DEFAULT_LEVEL
     all_levels: bool = False
 
 
@@ -153,7 +157,8 @@ class Engine:
         self.pool.preflight(self.req.hosts)
         levels: list[LevelSummary] = []
         stopped_by: int | None = None
-        for level in range(MAX_LEVEL + 1):
+        # Opt-in levels above DEFAULT_LEVEL (L4) are listed only when asked for.
+        for level in range(max(DEFAULT_LEVEL, min(self.req.max_level, MAX_LEVEL)) + 1):
             name = LEVEL_NAMES[level]
             targets = self._targets()
             why = self._skip_reason(level, stopped_by, targets)

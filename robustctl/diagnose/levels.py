@@ -6,6 +6,8 @@
   rendezvous on its loopback, ``127.0.0.1``: every peer is a process of the same host), then the
   peer rule on peak busbw.
 - **L3 inter-host all-reduce**: neighbour pairs of hosts (:mod:`robustctl.diagnose.pairs`).
+- **L4 bitwise alignment**: one reference training step per host, digests compared by majority
+  (:mod:`robustctl.diagnose.alignment`); only with ``--level 4`` (:data:`DEFAULT_LEVEL` is 3).
 
 The argument builders (:func:`burn_args`, :func:`intra_args`, ...) are shared with the dry-run plan
 (:mod:`robustctl.diagnose.plan`), so ``--dry-run`` prints the very command lines a run sends.
@@ -30,8 +32,17 @@ if TYPE_CHECKING:
     from robustctl.diagnose.engine import Engine
     from robustctl.inventory import Host
 
-LEVEL_NAMES: dict[int, str] = {0: "quick", 1: "burn", 2: "intra-allreduce", 3: "inter-allreduce"}
-MAX_LEVEL = 3
+LEVEL_NAMES: dict[int, str] = {
+    0: "quick",
+    1: "burn",
+    2: "intra-allreduce",
+    3: "inter-allreduce",
+    4: "alignment",
+}
+MAX_LEVEL = 4
+DEFAULT_LEVEL = 3
+"""``--level`` when none is given: L4 (a reference training step on every host, the NaN playbook's
+test) runs only when asked for with ``--level 4``."""
 L0_PROBES = ("host", "nvml")
 INTRA_MASTER = "127.0.0.1"
 """L2's rendezvous address: the ranks of an intra-host all-reduce are all on the host itself."""

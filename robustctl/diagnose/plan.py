@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from robustctl.diagnose.alignment import MIN_HOSTS, alignment_args
 from robustctl.diagnose.levels import (
     L0_PROBES,
     LEVEL_NAMES,
@@ -50,6 +51,8 @@ def plan_levels(request: DiagnoseSpec) -> dict[str, Any]:
         entry: dict[str, Any] = {"level": lv, "name": LEVEL_NAMES[lv]}
         if lv == 3 and len(hosts) < 2:
             entry["skipped"] = f"needs at least two hosts, {len(hosts)} targeted"
+        if lv == 4 and len(hosts) < MIN_HOSTS:
+            entry["skipped"] = f"needs at least {MIN_HOSTS} hosts to form a majority, {len(hosts)} targeted"
         levels.append(entry)
     runs = {lv["level"] for lv in levels if "skipped" not in lv}
     interface = s.allreduce.interface
@@ -102,6 +105,9 @@ def plan_levels(request: DiagnoseSpec) -> dict[str, Any]:
             entry = _probe(3, "allreduce", h, args)
             entry.update(pair=f"{pair[0]}<->{pair[1]}", rank=rank, peer=pair[1 - rank])
             commands.append(entry)
+        if 4 in runs:
+            args = [*alignment_args(h), "--timeout", budget_of(s.host_timeout_s)]
+            commands.append(_probe(4, "replay", h, args))
         row: dict[str, Any] = {"host": h.name, "transport": h.transport, "address": h.address, "gpus": h.gpus}
         if h.transport == "ssh":
             user = f"{h.ssh.user}@" if h.ssh.user else ""

@@ -270,6 +270,8 @@ def run_group(
                   deadline=deadline, retries=0)  # fmt: skip
     elapsed = round(time.monotonic() - t0, 3)
     bad = [o for o in res.outcomes if not o.ok or o.value is None]
+    # The machine that could not be reached is the cause; its peers then fail waiting for it.
+    bad.sort(key=lambda o: o.outcome.value != "unreachable")
     if bad:
         o = bad[0]
         what = o.error or o.outcome.value
