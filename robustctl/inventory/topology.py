@@ -166,6 +166,7 @@ class Topology:
             acc *= self.sizes[d]
         self._strides = tuple(strides)
         self._shape = tuple(self.sizes[d] for d in self.order)
+        self._kinds: dict[str, _Kind] = {}  # _kind's answers: it runs once per rank in group lookups
         if ranks_per_host is not None and ranks_per_host < 1:
             raise UsageError(f"ranks per host must be at least 1, got {ranks_per_host}")
         self.ranks_per_host = ranks_per_host
@@ -246,6 +247,12 @@ class Topology:
     # --- groups ---------------------------------------------------------------------------------
 
     def _kind(self, kind: str) -> _Kind:
+        found = self._kinds.get(kind)
+        if found is None:
+            found = self._kinds[kind] = self._parse_kind(kind)
+        return found
+
+    def _parse_kind(self, kind: str) -> _Kind:
         if kind == "job":
             parts = set(DIMS)
         else:

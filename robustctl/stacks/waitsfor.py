@@ -559,6 +559,18 @@ def _with_layout(
         members_of.setdefault(r.cls, []).append(r.rank)
     in_class: dict[int, set[int]] = {c: set(v) for c, v in members_of.items()}
     kinds = [d for d in DIMS if topo.sizes[d] > 1]
+    # Group members are looked up once per group, and a class's ranks outside it once per (class,
+    # group): per rank that would be O(group size), quadratic in the world size for a DP group.
+    groups: dict[tuple[str, int], tuple[int, ...]] = {}
+    outside: dict[tuple[int, str, int], tuple[int, ...]] = {}
+
+    def group(rank: int, kind: str) -> tuple[int, ...]:
+        key = _group_key(topo, rank, kind)
+        found = groups.get(key)
+        if found is None:
+            found = groups[key] = _members(topo, rank, kind)
+        return found
+
     group_of_class: dict[int, tuple[str, ...]] = {}
     inferred: dict[int, str] = {}
     for cid, w in waits.items():
@@ -570,7 +582,7 @@ def _with_layout(
         if hinted:
             assert w.group is not None
             k = w.group
-            every = all(set(_members(topo, m, k)) <= mine for m in mine)  # every group all in this call
+            every = all(set(group(m, k)) <= mine for m in _one_per_group(topo, mine, k))  # all in this call
             group_of_class[cid] = () if every else (k,)
             inferred[cid] = "complete" if every else "frames"
             continue
@@ -611,7 +623,11 @@ def _with_layout(
             return out
         mine = in_class.get(r.cls, set())
         for k in group_of_class.get(r.cls, ()):
-            out.extend(m for m in _members(topo, r.rank, k) if m not in mine)
+            key = (r.cls, *_group_key(topo, r.rank, k))
+            others = outside.get(key)
+            if others is None:
+                others = outside[key] = tuple(m for m in group(r.rank, k) if m not in mine)
+            out.extend(others)
         return out
 
     edges: dict[int, list[int]] = {}
@@ -738,6 +754,19 @@ def _with_layout(
         not_waiting=len(idle),
         notes=tuple(notes),
     )
+
+
+def _group_key(topo: Topology, rank: int, kind: str) -> tuple[str, int]:
+    """Which group of ``kind`` holds ``rank``: ``(kind, group index)`` (:data:`EMBEDDING`: its PP group's)."""
+    return kind, topo.group_index(rank, "pp" if kind == EMBEDDING else kind)
+
+
+def _one_per_group(topo: Topology, ranks: Iterable[int], kind: str) -> list[int]:
+    """One rank of each distinct group of ``kind`` among ``ranks`` (in first-seen order)."""
+    seen: dict[tuple[str, int], int] = {}
+    for r in ranks:
+        seen.setdefault(_group_key(topo, r, kind), r)
+    return list(seen.values())
 
 
 def _members(topo: Topology, rank: int, kind: str) -> tuple[int, ...]:
