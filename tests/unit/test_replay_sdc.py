@@ -192,3 +192,16 @@ def test_plan_connects_to_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[
     assert doc["phases"][0]["groups"][3]["hosts"] == ["node013", "node014", "node015", "node016"]
     assert doc["phases"][1]["groups"][1]["machines"] == [1, 7, 13, 19]
     assert doc["cost"]["rounds"] == {"dual_phase": 2, "bisection": 5}
+
+
+@pytest.mark.gpu
+def test_replay_over_local_gpus_is_bitwise_reproducible() -> None:
+    import torch
+
+    gpus = torch.cuda.device_count()
+    tp, pp = (2, 2) if gpus >= 4 else ((2, 1) if gpus >= 2 else (1, 1))
+    args = ("--backend", "nccl", "--tp", str(tp), "--pp", str(pp), "--steps", "2", "--timeout", "120")
+    a, b = run_probe(*args), run_probe(*args)
+    assert a["backend"] == "nccl" and a["device"] == "cuda" and a["world_size"] == tp * pp
+    assert a["consistent"] is True and a["nonfinite"] is False
+    assert (a["loss"], a["digest"]) == (b["loss"], b["digest"])
