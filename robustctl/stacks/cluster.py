@@ -542,7 +542,7 @@ def _divergence(path: tuple[int, ...], dom: tuple[int, ...], labels: list[str]) 
 
 # --- categories ------------------------------------------------------------------------------------
 
-_COLLECTIVE_FUNCS = frozenset(
+TORCH_COLLECTIVES = frozenset(
     {
         "all_reduce",
         "allreduce",
@@ -569,6 +569,11 @@ _COLLECTIVE_FUNCS = frozenset(
         "gather_object",
         "scatter",
         "scatter_object_list",
+    }
+)
+"""torch.distributed's collective calls (and their common spellings): a rank inside one waits for its group."""
+_COLLECTIVE_FUNCS = TORCH_COLLECTIVES | frozenset(
+    {
         "_reduce",
         "_gather_along_first_dim",
         "_reduce_scatter_along_first_dim",

@@ -59,6 +59,7 @@ from dataclasses import dataclass
 from robustctl.inventory.hostrange import compact_ranges
 from robustctl.inventory.topology import DIMS, Topology
 from robustctl.stacks.cluster import (
+    TORCH_COLLECTIVES,
     Category,
     ClusterResult,
     frame_category,
@@ -89,35 +90,7 @@ EMBEDDING = "embedding"
 
 _DIRECTION_RE = re.compile(r"(send|recv)_(forward|backward)")
 _TOKEN_RE = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|\d+")
-_COLLECTIVES = frozenset(
-    {
-        "all_reduce",
-        "allreduce",
-        "all_gather",
-        "allgather",
-        "all_gather_into_tensor",
-        "all_gather_object",
-        "_all_gather_base",
-        "all_gather_coalesced",
-        "all_reduce_coalesced",
-        "reduce_scatter",
-        "reduce_scatter_tensor",
-        "_reduce_scatter_base",
-        "reduce_scatter_coalesced",
-        "broadcast",
-        "broadcast_object_list",
-        "barrier",
-        "monitored_barrier",
-        "all_to_all",
-        "all_to_all_single",
-        "alltoall",
-        "reduce",
-        "gather",
-        "gather_object",
-        "scatter",
-        "scatter_object_list",
-    }
-)
+_COLLECTIVES = TORCH_COLLECTIVES
 _P2P = frozenset(
     {"send", "recv", "isend", "irecv", "batch_isend_irecv", "send_object_list", "recv_object_list"}
 )
