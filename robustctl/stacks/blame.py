@@ -165,6 +165,22 @@ class BlameResult:
 # --- blame -----------------------------------------------------------------------------------------
 
 
+def _place(
+    topology: Topology | None, rank: int | None, dump: ProcessDump | None
+) -> tuple[int | None, str | None, Mapping[str, int] | None]:
+    """Where a suspect runs: ``(machine index, host name, coordinates)``, ``None`` where unknown.
+
+    The host is the topology's machine name, unless the topology names no hosts and the dump does.
+    """
+    host = dump.host if dump is not None else None
+    if topology is None or rank is None:
+        return None, host, None
+    machine = topology.machine_of(rank)
+    if machine is not None and (topology.hosts or not host):
+        host = topology.machine_name(machine)
+    return machine, host, topology.coords(rank)
+
+
 def _reason(c: StackClass, dump: ProcessDump) -> str:
     if c.unreadable:
         low = (dump.error or "").lower()
@@ -431,18 +447,13 @@ def _blame_classes(
     for c in outliers:
         for i in c.members:
             d = dumps[i]
-            machine = topology.machine_of(d.rank) if topology is not None and d.rank is not None else None
-            host = (
-                topology.machine_name(machine)
-                if topology is not None and machine is not None and (topology.hosts or not d.host)
-                else d.host
-            )
+            machine, host, coords = _place(topology, d.rank, d)
             suspects.append(
                 Suspect(
                     rank=d.rank,
                     host=host,
                     machine=machine,
-                    coords=topology.coords(d.rank) if topology is not None and d.rank is not None else None,
+                    coords=coords,
                     role=c.role,
                     pid=d.pid,
                     source=d.source,
@@ -536,21 +547,12 @@ def _with_waits(
     if any(s.cycle for s in wf.suspects) and wf.chains:
         chain_of = {r: wf.chains[0] for r in ends}
 
-    def place(rank: int, dump: ProcessDump | None) -> tuple[int | None, str | None, Mapping[str, int] | None]:
-        if topology is None:
-            return None, dump.host if dump is not None else None, None
-        machine = topology.machine_of(rank)
-        host = topology.machine_name(machine) if machine is not None else (dump.host if dump else None)
-        if machine is not None and not topology.hosts and dump is not None and dump.host:
-            host = dump.host
-        return machine, host, topology.coords(rank)
-
     suspects: list[Suspect] = []
     for r in sorted(ends):
         ws = by_rank[r]
         c_d = main_of.get(r)
         md = c_d[1] if c_d else None
-        machine, host, coords = place(r, md)
+        machine, host, coords = _place(topology, r, md)
         chain = chain_of.get(r)
         reason = ws.reason
         if chain is not None and len(chain.hops) > 1:
@@ -573,7 +575,7 @@ def _with_waits(
         )
     for c, d in children:
         assert d.rank is not None
-        machine, host, coords = place(d.rank, d)
+        machine, host, coords = _place(topology, d.rank, d)
         suspects.append(
             Suspect(
                 rank=d.rank,
