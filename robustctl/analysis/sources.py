@@ -25,13 +25,15 @@ why it was not read.
 
 from __future__ import annotations
 
+import bz2
+import gzip
+import io
 import lzma
 import os
 import tarfile
 import zlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from pathlib import PurePosixPath
 from typing import IO
 
 from robustctl.inputfile import NotReadable, file_kind, open_regular
@@ -60,6 +62,10 @@ MAX_DIR_ENTRIES = 1_000_000
 """Entries of one directory looked at."""
 
 _READ_CHUNK = 64 * 1024
+_DECOMPRESSED_BUFFER = 1024 * 1024
+"""Read-ahead of the decompressed archive stream: tarfile then reads headers and members from memory."""
+_MAGIC: tuple[tuple[bytes, str], ...] = ((b"\x1f\x8b", "gz"), (b"BZh", "bz2"), (b"\xfd7zXZ\x00", "xz"))
+"""Leading bytes of a gzip, bzip2 and xz stream (RFC 1952; bzip2; the xz file format)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -205,12 +211,85 @@ def _iter_dir(path: str, max_bytes: int, read: bool) -> Iterator[Source]:
 
 class _BoundedTarInfo(tarfile.TarInfo):
     """A ``TarInfo`` that refuses extended headers larger than :data:`MAX_HEADER_BYTES`, which
-    ``tarfile`` would otherwise read into memory whole."""
+    ``tarfile`` would otherwise read into memory whole, and decodes the commonest header faster.
+
+    :meth:`frombuf` gives what ``tarfile.TarInfo.frombuf`` gives for a POSIX ustar or GNU header of
+    a regular file or directory whose number fields are octal text and whose checksum is the
+    unsigned one (what GNU tar, bsdtar and Python's ``tarfile`` write); any other header (pax and
+    GNU extension headers, links, devices, base-256 numbers, a signed checksum, damage) is decoded
+    by ``tarfile`` itself. At 100,000 members the header decoding is then about a tenth of the
+    archive's reading time instead of most of it.
+    """
+
+    @classmethod
+    def frombuf(cls, buf: bytes, encoding: str, errors: str) -> tarfile.TarInfo:
+        if (
+            len(buf) != tarfile.BLOCKSIZE
+            or buf[156:157] not in _FAST_TYPES
+            or buf[257:263] not in _USTAR_MAGIC
+            or buf[148] in _BASE256
+        ):
+            return super().frombuf(buf, encoding, errors)  # type: ignore[misc,no-any-return]
+        try:
+            chksum = _octal(buf, 148, 156)
+            if chksum != sum(buf) - sum(buf[148:156]) + 256:  # the field counted as 8 spaces
+                raise ValueError("not the unsigned checksum")
+            obj = cls()
+            obj.name = _text(buf, 0, 100, encoding, errors)
+            obj.mode = _octal(buf, 100, 108)
+            obj.uid = _octal(buf, 108, 116)
+            obj.gid = _octal(buf, 116, 124)
+            obj.size = _octal(buf, 124, 136)
+            obj.mtime = _octal(buf, 136, 148)
+            obj.chksum = chksum
+            obj.type = buf[156:157]
+            obj.linkname = _text(buf, 157, 257, encoding, errors)
+            obj.uname = _text(buf, 265, 297, encoding, errors)
+            obj.gname = _text(buf, 297, 329, encoding, errors)
+            obj.devmajor = _octal(buf, 329, 337)
+            obj.devminor = _octal(buf, 337, 345)
+            prefix = _text(buf, 345, 500, encoding, errors) if buf[345] else ""
+        except (ValueError, UnicodeError):
+            return super().frombuf(buf, encoding, errors)  # type: ignore[misc,no-any-return]
+        if obj.type == tarfile.AREGTYPE and obj.name.endswith("/"):
+            obj.type = tarfile.DIRTYPE
+        if obj.type == tarfile.DIRTYPE:
+            obj.name = obj.name.rstrip("/")
+        if prefix:  # a ustar long name (_FAST_TYPES holds no GNU type)
+            obj.name = prefix + "/" + obj.name
+        return obj
 
     def _proc_member(self, tarfile_: tarfile.TarFile) -> tarfile.TarInfo:
         if self.type in _EXTENDED and self.size > MAX_HEADER_BYTES:
             raise tarfile.HeaderError(f"extended header of {self.size} bytes (more than {MAX_HEADER_BYTES})")
         return super()._proc_member(tarfile_)  # type: ignore[misc,no-any-return]
+
+
+_FAST_TYPES = (tarfile.REGTYPE, tarfile.AREGTYPE, tarfile.DIRTYPE)
+_USTAR_MAGIC = (b"ustar\x0000", b"ustar ")
+"""POSIX ustar magic + version, and the GNU magic (``ustar`` and a space; its version follows)."""
+_BASE256 = (0o200, 0o377)
+"""First byte of a base-256 (GNU) number field: left to ``tarfile``."""
+
+
+def _octal(buf: bytes, start: int, end: int) -> int:
+    """A tar number field as ``tarfile.nti`` reads an octal one (NUL-terminated, blank-padded).
+
+    Raises:
+        ValueError: not octal text (non-ASCII bytes included).
+    """
+    field = buf[start:end]
+    nul = field.find(0)
+    if nul != -1:
+        field = field[:nul]
+    return int(field.decode("ascii").strip() or "0", 8)
+
+
+def _text(buf: bytes, start: int, end: int, encoding: str, errors: str) -> str:
+    """A tar text field as ``tarfile.nts`` reads it (up to the first NUL)."""
+    field = buf[start:end]
+    nul = field.find(0)
+    return (field if nul == -1 else field[:nul]).decode(encoding, errors)
 
 
 _EXTENDED = (
@@ -239,6 +318,34 @@ def _member_kind(m: tarfile.TarInfo) -> str:
     return "special member"
 
 
+def _decompressed(fh: IO[bytes], opened: list[IO[bytes]]) -> IO[bytes]:
+    """The tar stream inside ``fh``: ``fh`` itself, or its gzip, bzip2 or xz decompression, read ahead
+    in :data:`_DECOMPRESSED_BUFFER` blocks. Every stream it opens is appended to ``opened`` (the
+    caller closes them, last first).
+
+    The compression is recognised from the first bytes, as ``tarfile``'s ``r|*`` does; decompressing
+    here, in large blocks, spares ``tarfile``'s stream from decompressing per 512-byte header
+    (``r|*`` spends about as long on that as on the headers).
+    """
+    buffered = io.BufferedReader(fh, buffer_size=_READ_CHUNK)  # type: ignore[type-var]
+    opened.append(buffered)
+    head = buffered.peek(6)[:6]
+    for magic, kind in _MAGIC:
+        if head.startswith(magic):
+            inner: IO[bytes]
+            if kind == "gz":
+                inner = gzip.GzipFile(fileobj=buffered, mode="rb")
+            elif kind == "bz2":
+                inner = bz2.BZ2File(buffered, mode="rb")
+            else:
+                inner = lzma.LZMAFile(buffered, mode="rb")
+            opened.append(inner)
+            outer = io.BufferedReader(inner, buffer_size=_DECOMPRESSED_BUFFER)  # type: ignore[arg-type]
+            opened.append(outer)
+            return outer
+    return buffered
+
+
 def _iter_tar(path: str, max_bytes: int) -> Iterator[Source]:
     try:
         fd = open_regular(path)
@@ -246,9 +353,11 @@ def _iter_tar(path: str, max_bytes: int) -> Iterator[Source]:
         yield Source(path, "", error=exc.reason, special=exc.special, unopened=not exc.special)
         return
     fh: IO[bytes] = os.fdopen(fd, "rb")
+    opened: list[IO[bytes]] = [fh]
     n_headers = done = regular = 0
     try:
-        with tarfile.open(fileobj=fh, mode="r|*", tarinfo=_BoundedTarInfo) as tf:
+        with tarfile.open(fileobj=_decompressed(fh, opened), mode="r|", tarinfo=_BoundedTarInfo) as tf:
+            raw = tf.fileobj  # type: ignore[attr-defined]  # the tar stream, positioned by next()
             while True:
                 m = tf.next()
                 if m is None:
@@ -269,15 +378,16 @@ def _iter_tar(path: str, max_bytes: int) -> Iterator[Source]:
                 if m.isdir():
                     continue
                 name = f"{path}:{m.name}"
-                base = PurePosixPath(m.name).name
+                base = m.name.rstrip("/").rsplit("/", 1)[-1]
                 if not m.isreg():
                     yield Source(name, base, error=f"{_member_kind(m)}: not read", special=True, skipped=True)
                 elif m.size > max_bytes:
                     yield Source(name, base, error=f"larger than {max_bytes // (1024 * 1024)} MiB: not read")
                 else:
                     regular += 1
-                    member = tf.extractfile(m)
-                    data = member.read(m.size) if member is not None else b""
+                    # In a stream, next() leaves the position at the member's data, and skips
+                    # from wherever the read stops to the next header: read the data in place.
+                    data = raw.read(m.size)
                     if len(data) < m.size:
                         raise EOFError(f"member {m.name!r} is cut short")
                     yield Source(name, base, data=data)
@@ -287,6 +397,7 @@ def _iter_tar(path: str, max_bytes: int) -> Iterator[Source]:
         yield Source(path, "", error=f"corrupt or truncated archive{after} ({exc})")
         return
     finally:
-        fh.close()
+        for stream in reversed(opened):
+            stream.close()
     if not regular:
         yield Source(path, "", error="no regular file in the archive")

@@ -168,3 +168,40 @@ def test_directory_reader_reads_regular_files_only_and_never_blocks(
         assert sorted(Path(s.name).name for s in got if s.skipped) == odd
         if not regular:
             assert any(s.name == str(d) and not s.skipped for s in got)  # never an empty, healthy input
+
+
+def _info(buf: bytes, cls: type[tarfile.TarInfo]) -> tuple[str, object]:
+    """What ``cls.frombuf`` makes of one header: its fields, or the error it raised."""
+    try:
+        t = cls.frombuf(buf, "utf-8", "surrogateescape")
+    except Exception as exc:  # the same class of error either way
+        return "error", type(exc).__name__
+    return "ok", (t.get_info(), t.type, getattr(t, "_sparse_structs", None))
+
+
+@st.composite
+def headers(draw: st.DrawFn) -> bytes:
+    """One 512-byte tar header as GNU, ustar or pax tar writes it, maybe with some bytes changed."""
+    info = tarfile.TarInfo(draw(st.text(min_size=1, max_size=220).filter(lambda s: "\x00" not in s)))
+    info.size = draw(st.integers(0, 8**11 - 1))
+    info.mtime = draw(st.integers(0, 8**11 - 1))
+    info.mode = draw(st.integers(0, 0o7777))
+    info.uid = draw(st.integers(0, 8**7 - 1))
+    info.type = draw(st.sampled_from([tarfile.REGTYPE, tarfile.AREGTYPE, tarfile.DIRTYPE, tarfile.SYMTYPE]))
+    if info.type == tarfile.AREGTYPE and draw(st.booleans()):
+        info.name += "/"
+    fmt = draw(st.sampled_from([tarfile.GNU_FORMAT, tarfile.USTAR_FORMAT, tarfile.PAX_FORMAT]))
+    try:
+        raw = info.tobuf(fmt, "utf-8", "surrogateescape")
+    except ValueError:  # a name ustar cannot hold
+        raw = info.tobuf(tarfile.GNU_FORMAT, "utf-8", "surrogateescape")
+    blocks = [raw[i : i + 512] for i in range(0, len(raw), 512)]
+    b = bytearray(draw(st.sampled_from(blocks)))
+    for pos, val in draw(st.lists(st.tuples(st.integers(0, 511), st.integers(0, 255)), max_size=3)):
+        b[pos] = val
+    return bytes(b)
+
+
+@given(headers())
+def test_fast_header_decoding_gives_what_tarfile_gives(buf: bytes) -> None:
+    assert _info(buf, sources._BoundedTarInfo) == _info(buf, tarfile.TarInfo)
