@@ -34,7 +34,10 @@ import tarfile
 import zlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import IO
+from typing import IO, TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
 
 from robustctl.inputfile import NotReadable, file_kind, open_regular
 
@@ -222,14 +225,14 @@ class _BoundedTarInfo(tarfile.TarInfo):
     """
 
     @classmethod
-    def frombuf(cls, buf: bytes, encoding: str, errors: str) -> tarfile.TarInfo:
+    def frombuf(cls, buf: bytes | bytearray, encoding: str, errors: str) -> Self:
         if (
             len(buf) != tarfile.BLOCKSIZE
             or buf[156:157] not in _FAST_TYPES
             or buf[257:263] not in _USTAR_MAGIC
             or buf[148] in _BASE256
         ):
-            return super().frombuf(buf, encoding, errors)  # type: ignore[misc,no-any-return]
+            return super().frombuf(buf, encoding, errors)
         try:
             chksum = _octal(buf, 148, 156)
             if chksum != sum(buf) - sum(buf[148:156]) + 256:  # the field counted as 8 spaces
@@ -242,7 +245,7 @@ class _BoundedTarInfo(tarfile.TarInfo):
             obj.size = _octal(buf, 124, 136)
             obj.mtime = _octal(buf, 136, 148)
             obj.chksum = chksum
-            obj.type = buf[156:157]
+            obj.type = bytes(buf[156:157])
             obj.linkname = _text(buf, 157, 257, encoding, errors)
             obj.uname = _text(buf, 265, 297, encoding, errors)
             obj.gname = _text(buf, 297, 329, encoding, errors)
@@ -250,7 +253,7 @@ class _BoundedTarInfo(tarfile.TarInfo):
             obj.devminor = _octal(buf, 337, 345)
             prefix = _text(buf, 345, 500, encoding, errors) if buf[345] else ""
         except (ValueError, UnicodeError):
-            return super().frombuf(buf, encoding, errors)  # type: ignore[misc,no-any-return]
+            return super().frombuf(buf, encoding, errors)
         if obj.type == tarfile.AREGTYPE and obj.name.endswith("/"):
             obj.type = tarfile.DIRTYPE
         if obj.type == tarfile.DIRTYPE:
@@ -272,7 +275,7 @@ _BASE256 = (0o200, 0o377)
 """First byte of a base-256 (GNU) number field: left to ``tarfile``."""
 
 
-def _octal(buf: bytes, start: int, end: int) -> int:
+def _octal(buf: bytes | bytearray, start: int, end: int) -> int:
     """A tar number field as ``tarfile.nti`` reads an octal one (NUL-terminated, blank-padded).
 
     Raises:
@@ -285,7 +288,7 @@ def _octal(buf: bytes, start: int, end: int) -> int:
     return int(field.decode("ascii").strip() or "0", 8)
 
 
-def _text(buf: bytes, start: int, end: int, encoding: str, errors: str) -> str:
+def _text(buf: bytes | bytearray, start: int, end: int, encoding: str, errors: str) -> str:
     """A tar text field as ``tarfile.nts`` reads it (up to the first NUL)."""
     field = buf[start:end]
     nul = field.find(0)
@@ -318,7 +321,7 @@ def _member_kind(m: tarfile.TarInfo) -> str:
     return "special member"
 
 
-def _decompressed(fh: IO[bytes], opened: list[IO[bytes]]) -> IO[bytes]:
+def _decompressed(fh: IO[bytes], opened: list[IO[bytes] | io.IOBase]) -> IO[bytes]:
     """The tar stream inside ``fh``: ``fh`` itself, or its gzip, bzip2 or xz decompression, read ahead
     in :data:`_DECOMPRESSED_BUFFER` blocks. Every stream it opens is appended to ``opened`` (the
     caller closes them, last first).
@@ -332,7 +335,7 @@ def _decompressed(fh: IO[bytes], opened: list[IO[bytes]]) -> IO[bytes]:
     head = buffered.peek(6)[:6]
     for magic, kind in _MAGIC:
         if head.startswith(magic):
-            inner: IO[bytes]
+            inner: io.BufferedIOBase
             if kind == "gz":
                 inner = gzip.GzipFile(fileobj=buffered, mode="rb")
             elif kind == "bz2":
@@ -340,7 +343,7 @@ def _decompressed(fh: IO[bytes], opened: list[IO[bytes]]) -> IO[bytes]:
             else:
                 inner = lzma.LZMAFile(buffered, mode="rb")
             opened.append(inner)
-            outer = io.BufferedReader(inner, buffer_size=_DECOMPRESSED_BUFFER)  # type: ignore[arg-type]
+            outer = io.BufferedReader(inner, buffer_size=_DECOMPRESSED_BUFFER)
             opened.append(outer)
             return outer
     return buffered
@@ -353,11 +356,11 @@ def _iter_tar(path: str, max_bytes: int) -> Iterator[Source]:
         yield Source(path, "", error=exc.reason, special=exc.special, unopened=not exc.special)
         return
     fh: IO[bytes] = os.fdopen(fd, "rb")
-    opened: list[IO[bytes]] = [fh]
+    opened: list[IO[bytes] | io.IOBase] = [fh]
     n_headers = done = regular = 0
     try:
         with tarfile.open(fileobj=_decompressed(fh, opened), mode="r|", tarinfo=_BoundedTarInfo) as tf:
-            raw = tf.fileobj  # type: ignore[attr-defined]  # the tar stream, positioned by next()
+            raw = tf.fileobj  # the tar stream, positioned by next()
             while True:
                 m = tf.next()
                 if m is None:
