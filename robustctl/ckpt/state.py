@@ -451,6 +451,7 @@ def survival(before: CheckpointState, after: CheckpointState, evicted: Iterable[
     job = before.job
     latest, left = before.newest_complete, after.newest_complete
     why = f"; not read: {', '.join(h for h, _ in before.unread)}" if before.unread else ""
+    status: SurvivalStatus
     if not gone:
         return CheckpointSurvival(
             job, SurvivalStatus.NOT_AFFECTED, latest, latest, f"checkpoint survival: job {job} loses no host"
@@ -486,7 +487,18 @@ def survival(before: CheckpointState, after: CheckpointState, evicted: Iterable[
             SurvivalStatus.NONE_SURVIVES,
             f"no complete checkpoint survives evicting {', '.join(gone)}",
         )
-    return CheckpointSurvival(job, status, latest, left, f"checkpoint survival: job {job}: {text}{why}")
+    if before.unread:  # a host not read may hold the copies that decide it
+        host, reason = before.unread[0]
+        more = f" and {len(before.unread) - 1} more" if len(before.unread) > 1 else ""
+        return CheckpointSurvival(
+            job,
+            SurvivalStatus.UNKNOWN,
+            latest,
+            left,
+            f"checkpoint survival: job {job}: unknown ({host} not read: {reason}{more}); "
+            f"from the hosts read: {text}",
+        )
+    return CheckpointSurvival(job, status, latest, left, f"checkpoint survival: job {job}: {text}")
 
 
 def unknown_survival(job: str, why: str) -> CheckpointSurvival:
