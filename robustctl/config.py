@@ -314,9 +314,11 @@ class RankProcessSpec(StrictModel):
 MAX_CKPT_ITERATIONS = 10_000
 """Most iteration directories a checkpoint probe lists per host (newest first): a job saving every
 30 minutes for a year keeps about 17,500, and a retention policy keeps far fewer."""
-MAX_CKPT_ENTRIES = 1_000_000
-"""Most directory entries a checkpoint probe reads per host (iterations × shards): the largest world
-size (:data:`MAX_WORLD_SIZE`) of shards in one iteration."""
+MAX_CKPT_ENTRIES = 140_000
+"""Most directory entries a checkpoint probe reads per host (iterations × shards). The probe reports
+each shard in about 110 bytes of JSON, and a transport takes at most 16 MiB of output per command
+(``robustctl.transport.process.MAX_STDOUT_BYTES``): 140,000 entries stay under it. A shared directory
+of a job of 100,000 ranks holds that many shards per iteration: list one or two (``max_iterations``)."""
 
 
 class CheckpointSpec(StrictModel):

@@ -73,17 +73,17 @@ def read_checkpoints(
         pool: transports (closed by the caller); None: one opened and closed here.
 
     Raises:
-        UsageError: unknown job, or a host that is not in the inventory.
-        ConfigError: the job has no ``ckpt:`` section.
+        UsageError: unknown job.
+        ConfigError: the job has no ``ckpt:`` section; InventoryError: a host not in the inventory.
     """
     from robustctl.ckpt.scan import evaluate_scan, require_spec, scan_checkpoints
     from robustctl.errors import InventoryError
 
     try:
         spec_job = inventory.job(job)
-        targets = [inventory.by_name(h) for h in hosts]
     except InventoryError as exc:
         raise UsageError(str(exc)) from None
+    targets = [inventory.by_name(h) for h in hosts]  # InventoryError (78): a job host the inventory lacks
     require_spec(spec_job, inventory.source)
     own = pool is None
     if pool is None:
@@ -125,8 +125,8 @@ def resolve_checkpoint(
         (newest complete)"``.
 
     Raises:
-        UsageError: a bad ``want``, an unknown job or host.
-        ConfigError: the job has no ``ckpt:`` section.
+        UsageError: a bad ``want``, an unknown job.
+        ConfigError: the job has no ``ckpt:`` section; InventoryError: a host not in the inventory.
         CheckpointError (exit 2): the asked-for iteration is absent or incomplete, or none is complete.
         CheckpointUnknown (exit 3): the same, while some hosts could not be read.
     """

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from robustctl.ckpt.scan import parse_read
 from robustctl.ckpt.state import CheckpointError, CheckpointUnknown, evaluate, pick_restart_iteration
-from robustctl.config import ParallelLayout
+from robustctl.config import MAX_CKPT_ENTRIES, ParallelLayout
 from robustctl.errors import ConfigError
 from robustctl.inventory import load_inventory
 from robustctl.probes import load_probe
@@ -214,6 +214,6 @@ def test_ckpt_section_loads_or_is_one_config_error(inv_dir: Path, ckpt: Any) -> 
     spec = inv.job("j").ckpt
     if spec is not None:
         assert spec.dir.startswith("/") and 1 <= spec.max_iterations <= 10_000
-        assert 1 <= spec.max_entries <= 1_000_000 and spec.timeout_s <= 86_400
+        assert 1 <= spec.max_entries <= MAX_CKPT_ENTRIES and spec.timeout_s <= 86_400
         assert os.sep not in spec.tracker
         assert "{" not in spec.dir.replace("{host}", "")
