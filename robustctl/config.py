@@ -311,6 +311,66 @@ class RankProcessSpec(StrictModel):
         return value
 
 
+MAX_CKPT_ITERATIONS = 10_000
+"""Most iteration directories a checkpoint probe lists per host (newest first): a job saving every
+30 minutes for a year keeps about 17,500, and a retention policy keeps far fewer."""
+MAX_CKPT_ENTRIES = 140_000
+"""Most directory entries a checkpoint probe reads per host (iterations × shards). The probe reports
+each shard in about 110 bytes of JSON, and a transport takes at most 16 MiB of output per command
+(``robustctl.transport.process.MAX_STDOUT_BYTES``): 140,000 entries stay under it. A shared directory
+of a job of 100,000 ranks holds that many shards per iteration: list one or two (``max_iterations``)."""
+
+
+class CheckpointSpec(StrictModel):
+    """``jobs.NAME.ckpt``: where a job's checkpoints are and how its shards are named.
+
+    The layout is Megatron-LM's (``megatron/training/checkpointing.py``): one directory per saved
+    iteration, ``iter_NNNNNNN/`` (``iter_{:07d}``), and a tracker file,
+    ``latest_checkpointed_iteration.txt``, naming the last iteration saved. Shards are
+    ``iter_NNNNNNN/rank_RRRRR.pt`` (one per global rank, ``shards: rank``) or Megatron's
+    ``iter_NNNNNNN/mp_rank_TT[_PPP]/model_optim_rng.pt`` (one per tensor- and pipeline-parallel rank,
+    written by data-parallel rank 0, ``shards: mp_rank``). ``{host}`` in ``dir`` stands for the
+    inventory name of the host read (a per-host subdirectory of one file system).
+    """
+
+    dir: str = Field(
+        min_length=1,
+        max_length=4096,
+        pattern=r"^/",
+        description="Absolute checkpoint directory as the hosts' Python sees it; {host}: the host's name.",
+    )
+    shared: bool = Field(
+        False,
+        description="One file system every host sees (read once); false: a directory local to each host.",
+    )
+    shards: Literal["rank", "mp_rank"] = Field(
+        "rank",
+        description="Shard naming: rank (iter_N/rank_RRRRR.pt) or mp_rank (iter_N/mp_rank_TT[_PPP]/model_optim_rng.pt).",
+    )
+    tracker: str = Field(
+        "latest_checkpointed_iteration.txt",
+        min_length=1,
+        max_length=255,
+        pattern=r"^[^/\x00]+$",
+        description="Tracker file name in dir (Megatron's latest_checkpointed_iteration.txt).",
+    )
+    max_iterations: int = Field(
+        64, ge=1, le=MAX_CKPT_ITERATIONS, description="Newest iteration directories listed per host."
+    )
+    max_entries: int = Field(
+        100_000, ge=1, le=MAX_CKPT_ENTRIES, description="Most directory entries read per host."
+    )
+    timeout_s: Seconds = Field(60.0, description="The checkpoint probe's budget on one host, seconds.")
+
+    @field_validator("dir")
+    @classmethod
+    def _only_host_placeholder(cls, value: str) -> str:
+        """Refuse a brace other than ``{host}`` (it would be taken literally, or fail at format)."""
+        if "{" in value.replace("{host}", "") or "}" in value.replace("{host}", ""):
+            raise ValueError("the only placeholder dir may hold is {host}")
+        return value
+
+
 class JobSpec(StrictModel):
     """A training job: where its ranks run and how they are laid out."""
 
@@ -325,6 +385,7 @@ class JobSpec(StrictModel):
         description="Ranks (GPUs) per machine; default gpus_per_host. At most 64, as gpus_per_host.",
     )
     process: RankProcessSpec | None = None
+    ckpt: CheckpointSpec | None = Field(None, description="Where the job's checkpoints are (ckpt status).")
 
 
 class SlurmSettings(StrictModel):

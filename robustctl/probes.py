@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from robustctl.inventory import Host
     from robustctl.transport.base import CommandResult, Transport
 
-PROBES = ("host", "nvml", "burn", "allreduce", "stacks", "bundle", "replay")
+PROBES = ("host", "nvml", "burn", "allreduce", "stacks", "bundle", "replay", "ckpt")
 """Probes shipped in ``diagnostics/``."""
 
 PRELUDE = "_prelude"

@@ -295,6 +295,9 @@ def plan_evict(req: EvictSpec, ctx: ActionContext) -> Plan:
         )
     if targets and not new:
         notes.append("every target is already evicted: nothing to do")
+    from robustctl.ckpt.evict import evict_survival
+
+    checkpoints = evict_survival(ctx, targets) if targets else ()
     return Plan(
         action="evict",
         targets=targets,
@@ -310,6 +313,7 @@ def plan_evict(req: EvictSpec, ctx: ActionContext) -> Plan:
         forced=req.force,
         force_reason=req.force_reason if req.force else None,
         notes=tuple(notes),
+        checkpoints=checkpoints,
     )
 
 

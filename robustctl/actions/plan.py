@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from robustctl.actions.hosts import job_hosts
+from robustctl.ckpt.state import CheckpointSurvival
 from robustctl.errors import ActionRefused, RobustctlError
 from robustctl.exit_codes import ExitCode
 from robustctl.models import SCHEMA_VERSION, to_jsonable
@@ -135,6 +136,8 @@ class Plan:
         suspects: the hosts named as bad (before over-eviction). job / over_evict / group: the job,
         the ``--over-evict`` mode and the group that was chosen (one line). forced / force_reason:
         failing rails were overridden with ``--force`` and why. notes: other observations.
+        checkpoints: evict: whether each affected job's newest complete checkpoint survives
+        (:func:`robustctl.ckpt.evict.evict_survival`; information, not a rail).
         schema_version, kind (``"plan"``).
     """
 
@@ -152,6 +155,7 @@ class Plan:
     forced: bool = False
     force_reason: str | None = None
     notes: tuple[str, ...] = ()
+    checkpoints: tuple[CheckpointSurvival, ...] = ()
     schema_version: int = SCHEMA_VERSION
     kind: str = "plan"
 

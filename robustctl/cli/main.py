@@ -71,6 +71,7 @@ app.add_typer(inventory_cmd.app, name="inventory")
 
 def _register_optional() -> None:
     from robustctl.cli import analyze as analyze_cmd
+    from robustctl.cli import ckpt as ckpt_cmd
     from robustctl.cli import hosts as hosts_cmd
     from robustctl.cli import replay_sdc as replay_sdc_cmd
     from robustctl.cli import stacks as stacks_cmd
@@ -79,6 +80,7 @@ def _register_optional() -> None:
     app.command("analyze", epilog=analyze_cmd.EXAMPLES)(analyze_cmd.analyze)
     app.command("hosts", epilog=hosts_cmd.EXAMPLES)(hosts_cmd.hosts)
     app.command("replay-sdc", epilog=replay_sdc_cmd.EXAMPLES)(replay_sdc_cmd.replay_sdc)
+    app.add_typer(ckpt_cmd.app, name="ckpt")
 
 
 def _register_actions() -> None:

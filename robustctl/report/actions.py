@@ -61,6 +61,11 @@ def render_plan(plan: Plan, console: Console) -> None:
         console.print(f"rail {escape(r.rule)}: {mark} {escape(r.detail)}{override}")
     for note in plan.notes:
         console.print(f"note: {escape(note)}")
+    for ck in plan.checkpoints:
+        style = {"survives": "green", "not-affected": "green", "unknown": "yellow"}.get(
+            ck.status.value, "bold red"
+        )
+        console.print(f"[{style}]{escape(ck.summary)}[/]")
 
 
 def render_result(result: ApplyResult, console: Console) -> None:

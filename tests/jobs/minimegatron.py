@@ -27,6 +27,11 @@ What it does, like Megatron-LM and at toy size (hidden 32, so 16 ranks fit on 2 
   ``--ckpt-mode process`` (default) hands the state to a persistent forked writer process (Megatron's
   async checkpointing; the next save first waits for the previous one), ``thread`` to a background
   thread, ``sync`` saves in the training loop.
+* **Resume**: ``--load ITER`` (or ``latest``: the iteration ``D/latest_checkpointed_iteration.txt``
+  names) restores each rank's own shard ``D/iter_NNNNNNN/rank_RRRRR.pt`` (``D`` = ``--ckpt-dir``)
+  before the process group starts, and training goes on from step ITER+1 with the data it would
+  have seen (the synthetic dataset resumes at sample ITER · micro-batches · micro-batch-size). A
+  missing or unreadable shard (or tracker) ends the rank with exit status 1 and one line naming it.
 * **Pacing**: ``--idle-ms`` of host-side pause after each step keeps 16 ranks at a few steps/s.
 
 Faults, injected from outside the training logic. Spec: ``KIND[:WHERE][:key=value]...``; several
@@ -395,10 +400,18 @@ class SyntheticDataset(Dataset[tuple[torch.Tensor, torch.Tensor]]):
     """
 
     def __init__(
-        self, hidden: int, dp_rank: int, seed: int, rank: int, fault_env: str, fault_file: str | None
+        self,
+        hidden: int,
+        dp_rank: int,
+        seed: int,
+        rank: int,
+        fault_env: str,
+        fault_file: str | None,
+        start: int = 0,
     ):
         self.hidden, self.dp_rank, self.seed = hidden, dp_rank, seed
         self.rank, self.fault_env, self.fault_file = rank, fault_env, fault_file
+        self.start = start  # first sample index (a resumed run goes on where the saved one was)
         self._faults: FaultSource | None = None
 
     def __len__(self) -> int:
@@ -410,6 +423,7 @@ class SyntheticDataset(Dataset[tuple[torch.Tensor, torch.Tensor]]):
         fault = self._faults.find("hang", "dataloader")
         if fault is not None:
             _dataloader_hang(self._faults, fault)
+        idx += self.start
         g = torch.Generator().manual_seed(self.seed * 1_000_003 + self.dp_rank * 7919 + idx)
         x = torch.randn(self.hidden, generator=g)
         return x, torch.sin(x)
@@ -535,6 +549,38 @@ class Checkpointer:
             self._proc.join(timeout=10)
 
 
+class LoadError(Exception):
+    """A checkpoint to resume from is missing or unreadable (the message names it)."""
+
+
+def load_shard(ckpt_dir: str | None, which: str, rank: int) -> dict[str, Any]:
+    """This rank's saved state for ``--load ITER|latest``. Raises LoadError naming what is missing."""
+    if not ckpt_dir:
+        raise LoadError("--load needs --ckpt-dir (the directory the checkpoints are in)")
+    base = Path(ckpt_dir)
+    if which == "latest":
+        tracker = base / "latest_checkpointed_iteration.txt"
+        try:
+            text = tracker.read_text()[:64].strip()
+        except OSError as exc:
+            raise LoadError(f"cannot read the tracker {tracker}: {exc.strerror or exc}") from None
+        if not text.isdigit():
+            raise LoadError(f"tracker {tracker} names no iteration ({text[:20]!r})")
+        iteration = int(text)
+    else:
+        iteration = int(which)
+    path = base / f"iter_{iteration:07d}" / f"rank_{rank:05d}.pt"
+    if not path.is_file():
+        raise LoadError(f"rank {rank}: no checkpoint shard {path}")
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:
+        raise LoadError(f"rank {rank}: cannot load {path}: {type(exc).__name__}: {exc}") from None
+    if not isinstance(state, dict) or state.get("rank") != rank or state.get("step") != iteration:
+        raise LoadError(f"rank {rank}: {path} is not rank {rank}'s shard of iteration {iteration}")
+    return state
+
+
 def faults_env() -> str:
     return os.environ.get(FAULT_ENV, "")
 
@@ -589,6 +635,14 @@ class Trainer:
         args = self.args
         t_setup = time.time()
         self.ckpt = Checkpointer(args, self.rank, self.faults)  # forks the writer before gloo starts
+        loaded = load_shard(args.ckpt_dir, args.load, self.rank) if args.load else None
+        if loaded is not None:
+            want = {"tp": self.tp_rank, "dp": self.dp_rank, "pp": self.pp_rank}
+            if loaded.get("coords") != want:
+                raise LoadError(
+                    f"rank {self.rank}: the shard's coordinates {loaded.get('coords')} are not {want}"
+                )
+            self.step = int(loaded["step"])
         timeout = datetime.timedelta(seconds=args.pg_timeout_s)
         backend = _bound_gloo_backend(args.bind_addr) if args.bind_addr else "gloo"
         dist.init_process_group(backend, timeout=timeout)
@@ -620,8 +674,13 @@ class Trainer:
             for i in range(args.layers)
         ]
         self.model = nn.Sequential(*layers)
+        if loaded is not None:
+            self.model.load_state_dict(loaded["model"])
         self.params = [p for p in self.model.parameters()]
-        ds = SyntheticDataset(args.hidden, self.dp_rank, args.seed, self.rank, faults_env(), args.fault_file)
+        start = self.step * args.micro_batches * args.micro_batch_size
+        ds = SyntheticDataset(
+            args.hidden, self.dp_rank, args.seed, self.rank, faults_env(), args.fault_file, start
+        )
         nw = args.num_workers
         self.loader = DataLoader(
             ds,
@@ -843,6 +902,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--ckpt-dir", default=None, help="checkpoint directory (none: no checkpoints)")
     p.add_argument("--ckpt-every", type=int, default=0, help="checkpoint every K steps (0: never)")
     p.add_argument("--ckpt-mode", choices=("process", "thread", "sync"), default="process")
+    p.add_argument(
+        "--load", default=None, metavar="ITER|latest", help="resume from this iteration of --ckpt-dir"
+    )
     p.add_argument("--hidden", type=int, default=32)
     p.add_argument("--ffn", type=int, default=64, help="MLP inner size (divisible by --tp)")
     p.add_argument("--layers", type=int, default=2, help="layers per pipeline stage")
@@ -866,6 +928,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         p.error("--ffn must be divisible by --tp")
     if args.pp > 1 and args.micro_batches < 1:
         p.error("--micro-batches must be >= 1")
+    if args.load is not None and not (args.load == "latest" or args.load.isdigit()):
+        p.error("--load takes an iteration number or 'latest'")
+    if args.load is not None and not args.ckpt_dir:
+        p.error("--load needs --ckpt-dir")
     if args.bind_addr is None:
         args.bind_addr = _default_bind_addr()
     return args
@@ -890,7 +956,13 @@ def main(argv: list[str] | None = None) -> int:
             target=_exit_after, args=(args.max_runtime_s,), name="max-runtime", daemon=True
         ).start()
     trainer = Trainer(args)
-    trainer.setup()
+    try:
+        trainer.setup()
+    except LoadError as exc:
+        print(f"minimegatron: {exc}", file=sys.stderr, flush=True)
+        return 1
+    if args.load:
+        print(f"[rank {trainer.rank}] resumed from iteration {trainer.step}", flush=True)
     print(
         f"[rank {trainer.rank}] ready: tp={trainer.tp_rank} dp={trainer.dp_rank} pp={trainer.pp_rank} "
         f"init {trainer.init_s:.2f}s bind {args.bind_addr or 'default'}",

@@ -1039,6 +1039,51 @@ for _f, _v in (("match", "megatron"), ("rank_env", "PMI_RANK"), ("local_rank_env
     )
 
 
+# ---- checkpoints (jobs.*.ckpt) -------------------------------------------------------------------
+
+
+def ckpt_sent(inv: Inventory) -> list[tuple[str, list[str]]]:
+    """The ckpt probe's argv per host (``ckpt status``, ``resolve_checkpoint``, evict survival)."""
+    from robustctl.ckpt.scan import scan_checkpoints
+
+    job = inv.job("j")
+    fake = FakeTransport(answers={h.name: {"ckpt": {"exists": True, "iterations": []}} for h in job.hosts})
+    scan_checkpoints(job, list(job.hosts), pool=TransportPool(override=fake), settings=inv.diagnose)
+    return sorted((h, a[a.index("-c") + 2 :]) for h, p, a in fake.calls if p == "ckpt")
+
+
+_C = "jobs.j.ckpt"
+
+
+def _CK(data: dict[str, Any]) -> None:  # a fresh section each load: the cases mutate it
+    at(_C, {"dir": "/ckpt/{host}"})(data)
+
+
+expect(f"{_C}.dir".replace("jobs.j", "jobs.*"), "ckpt", at(f"{_C}.dir", "/scratch/ckpt"), ckpt_sent,
+       lambda d, c: flag_eq(c[0][1], "--dir=/scratch/ckpt") and flag_eq(d[0][1], "--dir=/ckpt/node1"), _CK)  # fmt: skip
+expect("jobs.*.ckpt.shared", "ckpt", at(f"{_C}.shared", True), ckpt_sent,
+       lambda d, c: len(d) == 4 and [h for h, _ in c] == ["node1"], _CK)  # fmt: skip
+expect("jobs.*.ckpt.shards", "ckpt", at(f"{_C}.shards", "mp_rank"), ckpt_sent, has("--shards=mp_rank"), _CK)
+expect(
+    "jobs.*.ckpt.tracker",
+    "ckpt",
+    at(f"{_C}.tracker", "tracker.txt"),
+    ckpt_sent,
+    has("--tracker=tracker.txt"),
+    _CK,
+)
+expect("jobs.*.ckpt.max_iterations", "ckpt", at(f"{_C}.max_iterations", 7), ckpt_sent,
+       lambda d, c: flag(c[0][1], "--max-iterations") == "7" and flag(d[0][1], "--max-iterations") == "64", _CK)  # fmt: skip
+expect("jobs.*.ckpt.max_entries", "ckpt", at(f"{_C}.max_entries", 9), ckpt_sent,
+       lambda d, c: flag(c[0][1], "--max-entries") == "9", _CK)  # fmt: skip
+expect("jobs.*.ckpt.timeout_s", "ckpt", at(f"{_C}.timeout_s", 5), ckpt_sent,
+       lambda d, c: flag(c[0][1], "--timeout") == "5.0" and flag(d[0][1], "--timeout") == "60.0", _CK)  # fmt: skip
+
+
+def flag_eq(argv: Sequence[str], token: str) -> bool:
+    return token in argv
+
+
 # ---- scheduler ----------------------------------------------------------------------------------
 
 
