@@ -24,6 +24,7 @@ from robustctl.config import (
     HostState,
     InventoryFile,
     JobSpec,
+    LaunchSpec,
     ParallelLayout,
     PolicySettings,
     PythonSettings,
@@ -68,6 +69,7 @@ class Job:
         name: job name. hosts: machines in rank order (machine k holds ranks k·G … k·G+G-1).
         layout: the parallel layout; ``layout.world_size == len(hosts) * ranks_per_host``.
         ranks_per_host: G. process: how to find rank processes (None: not configured).
+        launch: how the inventory back end starts it (None: not configured).
     """
 
     name: str
@@ -75,6 +77,7 @@ class Job:
     layout: ParallelLayout
     ranks_per_host: int
     process: RankProcessSpec | None = None
+    launch: LaunchSpec | None = None
 
     @property
     def world_size(self) -> int:
@@ -240,7 +243,7 @@ def _resolve_job(name: str, spec: JobSpec, hosts: Mapping[str, Host], gpus_per_h
     dims = spec.layout.order.split("-")
     if len(set(dims)) != 5:
         raise InventoryError(f"{where}: job {name}: layout order {spec.layout.order!r} repeats a dimension")
-    return Job(name, tuple(hosts[n] for n in names), spec.layout, g, spec.process)
+    return Job(name, tuple(hosts[n] for n in names), spec.layout, g, spec.process, spec.launch)
 
 
 def _first_error(exc: ValidationError, smap: SourceMap, environ: Mapping[str, str]) -> str:
