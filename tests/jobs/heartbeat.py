@@ -11,7 +11,8 @@ makes progress. Options that make stopping it hard, as real jobs do:
   ``NODE_RANK * N + i`` and ``LOCAL_RANK`` = ``i`` in their environment, then wait for them.
 
 Usage: ``python -m tests.jobs.heartbeat --dir D [--every-s 0.2] [--children N] [--ignore-term]
-[--ranks N] [--tag TEXT]`` (``--tag`` is free text a launcher finds its processes by).
+[--ranks N] [--fail-ranks R,R] [--tag TEXT]`` (``--tag`` is free text a launcher finds its processes
+by; ``--fail-ranks``: those ranks exit 1 as they start, as a rank with a bad argument does).
 """
 
 from __future__ import annotations
@@ -62,7 +63,11 @@ def main() -> int:
     p.add_argument("--ignore-term", action="store_true")
     p.add_argument("--ranks", type=int, default=0)
     p.add_argument("--tag", default="")
+    p.add_argument("--fail-ranks", default="", help="comma-separated ranks that exit 1 at once")
     args = p.parse_args()
+    if "RANK" in os.environ and os.environ["RANK"] in args.fail_ranks.split(","):
+        print(f"rank {os.environ['RANK']}: failing at start (--fail-ranks)", file=sys.stderr)
+        return 1
     if args.ignore_term:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
     os.makedirs(args.dir, exist_ok=True)

@@ -63,6 +63,8 @@ def bases(box: Path) -> dict[str, list[str]]:
         "standby activate": ["standby", "activate", "--for", "node01", "--job", "llama", "--dry-run", "-q"],
         "replay-sdc": ["replay-sdc", "--hosts", "node[01-08]", "--pp", "2", "--dp", "4", "--plan", "-q"],
         "standby size": ["standby", "size", "--machines", "100", "--daily-failure-rate", "0.001"],
+        "restart": ["restart", "--job", "nojob", "--dry-run", "-q"],  # 64: no such job; nothing starts
+        "stop": ["stop", "--job", "nojob", "--dry-run", "-q"],
     }
 
 
