@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import re
 import sys
 import time
 import uuid
@@ -468,3 +469,19 @@ def test_kubernetes_restart_deletes_the_pods_and_says_it_cannot_wait(job: Job, t
         assert "deleted 2 pod(s)" in result.applied.results[0].detail
         code, err = cli("stop", "--job", "hb", "-i", str(job.inventory), "--state", str(job.state), "--yes")
         assert code == 78 and "stop the job through the scheduler" in err
+
+
+def test_the_readme_launch_example_loads_and_plans(tmp_path: Path) -> None:
+    text = (REPO / "README.md").read_text()
+    block = re.search(r"### Restart.*?```yaml\n(.*?)```", text, re.S)
+    assert block
+    inv = tmp_path / "inv.yaml"
+    inv.write_text(
+        "gpus_per_host: 8\nhosts:\n  - name: node[001-064]\n    address: 127.0.0.[2-65]\n" + block.group(1)
+    )
+    result = run_restart(RestartRequest(job="llama70b", inventory=inv, state=tmp_path / "s.db", dry_run=True))
+    assert result.outcome is Outcome.DRY_RUN
+    launch = result.plan.steps[2].describe()
+    assert (
+        "64 process(es), one per host" in launch and "/var/log/train/llama70b/llama70b-node0000.log" in launch
+    )
