@@ -130,14 +130,14 @@ def stop(args: argparse.Namespace, victims: dict[int, int | None]) -> dict[str, 
     signalled = sorted(victims)
     signal_all(victims, signal.SIGCONT)
     signal_all(victims, signal.SIGTERM)
-    left = wait_gone(victims, args.grace)
+    left = set(wait_gone(victims, args.grace))
+    termed_gone = sorted(pid for pid in victims if pid not in left)
     late = find(args)[3]  # a worker forked or a launcher restarted a rank meanwhile
     for pid, started in late.items():
         if pid not in victims:
             victims[pid] = started
             signalled.append(pid)
     survivors = {pid: victims[pid] for pid in victims if alive(pid, victims[pid])}
-    termed_gone = sorted(set(signalled) - set(survivors) - set(late))
     signal_all(survivors, signal.SIGKILL)
     wait_gone(survivors, args.kill_wait)
     final = find(args)[3]
@@ -146,7 +146,6 @@ def stop(args: argparse.Namespace, victims: dict[int, int | None]) -> dict[str, 
     for pid in remaining[:20]:
         argv = _SCAN.read_cmdline("/proc", pid)
         cmdlines.append(f"{pid}: " + (" ".join(argv)[:200] if argv else "?"))
-    del left
     return {
         "signalled": sorted(signalled),
         "termed_gone": termed_gone,

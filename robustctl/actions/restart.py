@@ -7,6 +7,8 @@ the new host list, :meth:`ActionContext.job_hosts`). What it does depends on the
 
   1. ``stop_job``: end the job's process trees on every machine (found by ``process.match``;
      SIGTERM, ``launch.stop_grace_s``, SIGKILL, verified gone: :func:`robustctl.jobs.launch.stop_job`);
+     the inventory's machines of the job that a standby replaced are stopped too, best effort (an
+     evicted machine may be down: what happens there is reported, not required);
   2. the pending code updates (:func:`_code_update_steps`: none yet);
   3. ``pick_checkpoint``: the iteration to restart from (:func:`_pick_checkpoint`), passed to the
      launch as ``{ckpt_iter}``;
@@ -177,14 +179,23 @@ def _need_launch(ctx: ActionContext, job: Job) -> None:
         )
 
 
+def _former_hosts(job: Job, hosts: Sequence[Host]) -> list[Host]:
+    """The inventory's hosts of ``job`` that are no longer among its current ``hosts`` (replaced by a
+    standby): the stop also ends what may still run there, best effort."""
+    current = {h.name for h in hosts}
+    return [h for h in job.hosts if h.name not in current]
+
+
 def _stop_step(job: Job, hosts: Sequence[Host], grace_s: float) -> Step:
     names = collapse([h.name for h in hosts])
+    former = _former_hosts(job, hosts)
+    also = f"; also, best effort, former host(s) {collapse([h.name for h in former])}" if former else ""
     return Step(
         StepKind.STOP_JOB,
         job.name,
         _via(hosts),
         job=job.name,
-        note=f"{len(hosts)} host(s) {names}: SIGTERM, {grace_s:g} s grace, SIGKILL, verify gone",
+        note=f"{len(hosts)} host(s) {names}: SIGTERM, {grace_s:g} s grace, SIGKILL, verify gone{also}",
     )
 
 
@@ -331,11 +342,15 @@ def restart_runners(
 
     def stop(step: Step, plan: Plan) -> tuple[bool, str]:
         job, hosts = current()
+        former = _former_hosts(job, hosts)
         grace = job.launch.stop_grace_s if job.launch is not None else DEFAULT_STOP_GRACE_S
-        results = stop_job(job, hosts, pool, grace_s=grace, diagnose=ctx.inventory.diagnose)
-        detail = "; ".join(r.line() for r in results)
-        if not all(r.ok for r in results):
-            bad = [r.host for r in results if not r.ok]
+        results = stop_job(job, [*hosts, *former], pool, grace_s=grace, diagnose=ctx.inventory.diagnose)
+        mine, old = results[: len(hosts)], results[len(hosts) :]
+        detail = "; ".join(r.line() for r in mine)
+        if old:  # best effort: an evicted machine may be down, which must not block the restart
+            detail += "; former host(s): " + "; ".join(r.line() for r in old)
+        if not all(r.ok for r in mine):
+            bad = [r.host for r in mine if not r.ok]
             raise RestartFailed(f"could not verify job {job.name} stopped on {', '.join(bad)}: {detail}")
         return any(r.found or r.killed for r in results), detail
 

@@ -485,3 +485,19 @@ def test_the_readme_launch_example_loads_and_plans(tmp_path: Path) -> None:
     assert (
         "64 process(es), one per host" in launch and "/var/log/train/llama70b/llama70b-node0000.log" in launch
     )
+
+
+def test_restart_after_a_standby_replaced_a_host_launches_on_the_new_list_and_stops_the_old(job: Job) -> None:
+    data = yaml.safe_load(job.inventory.read_text())
+    data["hosts"].append({"name": "spare1", "transport": "local", "state": "standby"})
+    job.inventory.write_text(yaml.safe_dump(data, sort_keys=False))
+    with Store.open(job.state) as store:
+        store.set_job_hosts("hb", ["spare1", "n2"])  # what `standby activate --for n1` records
+    result = job.restart()
+    assert result.outcome is Outcome.APPLIED, result.applied
+    assert result.plan.targets == ("spare1", "n2")
+    assert "former host(s) n1" in result.plan.steps[0].describe()
+    steps = step_results(result)
+    assert "former host(s): n1: nothing of the job running" in steps["stop_job"][1]
+    assert steps["launch"][1].startswith("spare1: started 2 process(es)")
+    assert job.heartbeats(wait_for=4)["rank0"]["env"]["NODE_RANK"] == "0"
