@@ -88,7 +88,9 @@ def ancestors() -> set[int]:
     return out
 
 
-def find(args: argparse.Namespace) -> tuple[list[dict[str, Any]], list[dict[str, Any]], int, dict[int, int | None]]:
+def find(
+    args: argparse.Namespace,
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]], int, dict[int, int | None]]:
     """Scan (stacks' ``scan``); return ``(processes, launchers, scanned, {pid: start time})`` of every
     process of the job's trees (launchers and their descendants included)."""
     match_re = re.compile(args.match)
@@ -200,7 +202,9 @@ def collect(args: argparse.Namespace, doc: Document) -> None:
 def main(argv: Sequence[str] | None = None, stacks_source: str | None = None) -> int:
     global _SCAN
     if stacks_source is None:
-        with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "stacks.py"), encoding="utf-8") as f:
+        with open(
+            os.path.join(os.path.dirname(os.path.abspath(__file__)), "stacks.py"), encoding="utf-8"
+        ) as f:
             stacks_source = f.read()
     _SCAN = load_source("_robustctl_stacks_scan", stacks_source)
     return probe_main(PROBE, add_args, collect, argv, timeout_s=None, check_args=check_args, grace_s=2.0)
