@@ -371,6 +371,154 @@ class CheckpointSpec(StrictModel):
         return value
 
 
+LAUNCH_PLACEHOLDERS: dict[str, type] = {
+    "rank": int,
+    "local_rank": int,
+    "world_size": int,
+    "node_rank": int,
+    "nnodes": int,
+    "nproc_per_node": int,
+    "master_addr": str,
+    "master_port": int,
+    "job": str,
+    "ckpt_iter": str,
+}
+"""The placeholders of a ``launch:`` template (``{name}``, ``str.format`` syntax) and their types.
+``ckpt_iter`` is the checkpoint iteration restart picked, as text, or ``none``."""
+PER_RANK_PLACEHOLDERS = frozenset({"rank", "local_rank"})
+"""Placeholders only a ``per: rank`` launch can fill (a per-host process holds several ranks)."""
+RANK_ENV_NAMES = frozenset(
+    {
+        "RANK",
+        "WORLD_SIZE",
+        "LOCAL_RANK",
+        "LOCAL_WORLD_SIZE",
+        "NODE_RANK",
+        "NNODES",
+        "MASTER_ADDR",
+        "MASTER_PORT",
+    }
+)
+"""Variables the launcher sets itself (``launch.env`` may not set them: they would disagree)."""
+MAX_LAUNCH_ARGS = 256
+"""Most items of ``launch.command`` (a torchrun line with its script flags is a few dozen)."""
+MAX_LAUNCH_TEXT = 4096
+"""Longest item of ``launch.command``, value of ``launch.env``, ``cwd`` or ``log_dir`` (PATH_MAX)."""
+MAX_LAUNCH_ENV = 256
+"""Most ``launch.env`` entries."""
+
+LaunchText = Annotated[str, Field(max_length=MAX_LAUNCH_TEXT)]
+
+
+def check_template(text: str, *, per: str) -> None:
+    """Refuse a ``launch:`` template that cannot be filled at launch.
+
+    Accepted: ``{name}`` and ``{name:spec}`` with ``name`` in :data:`LAUNCH_PLACEHOLDERS` (``{{``/``}}``
+    for a literal brace); refused: an unknown name, a positional ``{}``, attribute or index access
+    (``{rank.real}``, ``{job[0]}``), a conversion (``{job!r}``), a format spec the value's type does not
+    take, and ``{rank}``/``{local_rank}`` in a ``per: host`` launch.
+
+    Raises:
+        ValueError: one line naming the placeholder and why.
+    """
+    import string
+
+    try:
+        parsed = list(string.Formatter().parse(text))
+    except ValueError as exc:
+        raise ValueError(f"bad template {text[:80]!r}: {exc}") from None
+    for _, name, spec, conversion in parsed:
+        if name is None:
+            continue
+        if name not in LAUNCH_PLACEHOLDERS:
+            known = ", ".join("{" + k + "}" for k in LAUNCH_PLACEHOLDERS)
+            raise ValueError(f"unknown placeholder {{{name[:40]}}} (known: {known}; write {{{{ for a brace)")
+        if conversion is not None:
+            raise ValueError(f"placeholder {{{name}!{conversion}}}: conversions are not supported")
+        if per == "host" and name in PER_RANK_PLACEHOLDERS:
+            raise ValueError(
+                f"placeholder {{{name}}} needs per: rank (a per: host process holds several ranks)"
+            )
+        if spec and ("{" in spec or "}" in spec):
+            raise ValueError(f"placeholder {{{name}:{spec[:40]}}}: nested placeholders are not supported")
+        spec = spec or ""
+        sample: object = 7 if LAUNCH_PLACEHOLDERS[name] is int else "none"
+        try:
+            format(sample, spec)
+        except (ValueError, TypeError) as exc:
+            raise ValueError(f"placeholder {{{name}:{spec[:40]}}}: {exc}") from None
+
+
+class LaunchSpec(StrictModel):
+    """``jobs.NAME.launch``: how the ``inventory`` back end starts the job itself (``robustctl restart``).
+
+    ``per: rank`` starts ``command`` once per rank on its machine, with ``RANK``, ``WORLD_SIZE``,
+    ``LOCAL_RANK``, ``LOCAL_WORLD_SIZE``, ``NODE_RANK``, ``NNODES``, ``MASTER_ADDR``, ``MASTER_PORT`` in
+    its environment (the variables torchrun gives its workers); ``per: host`` starts it once per
+    machine (a torchrun-style launcher that starts the machine's ranks), with ``NODE_RANK``, ``NNODES``,
+    ``MASTER_ADDR``, ``MASTER_PORT``. ``MASTER_ADDR`` is the address of the job's machine 0.
+    A leading ``~`` in ``cwd`` and ``log_dir`` is the home of the user robustctl logs in as.
+    ``command`` items, ``env`` values, ``cwd`` and ``log_dir`` may hold the placeholders of
+    :data:`LAUNCH_PLACEHOLDERS` (checked at load: :func:`check_template`). Each process is started
+    detached (its own session, standard input ``/dev/null``) with its output appended to
+    ``log_dir/JOB-rankRRRRR.log`` (per rank) or ``log_dir/JOB-nodeNNNN.log`` (per host).
+    """
+
+    command: list[LaunchText] = Field(
+        min_length=1, max_length=MAX_LAUNCH_ARGS, description="argv template; at most 256 items."
+    )
+    per: Literal["host", "rank"] = Field("rank", description="One process per rank, or one per host.")
+    env: dict[str, LaunchText] = Field(
+        default_factory=dict, max_length=MAX_LAUNCH_ENV, description="Extra environment (templates)."
+    )
+    cwd: LaunchText | None = Field(None, description="Working directory (template); default the login's.")
+    log_dir: LaunchText = Field(
+        "~/.robustctl/logs/{job}",
+        min_length=1,
+        description="Directory of the log files on each host (template; ~ is the host user's home).",
+    )
+    master_port: int = Field(29500, ge=1024, le=65535, description="MASTER_PORT (rendezvous of rank 0).")
+    stop_grace_s: float = Field(
+        30.0, gt=0, le=3600, description="Seconds between SIGTERM and SIGKILL when stopping the job."
+    )
+    start_timeout_s: float = Field(
+        300.0, gt=0, le=86_400, description="Seconds to wait until every rank runs after a launch."
+    )
+
+    @field_validator("env")
+    @classmethod
+    def _env_names(cls, value: dict[str, str]) -> dict[str, str]:
+        """Refuse a variable name a shell could not export, or one the launcher sets itself."""
+        for key in value:
+            if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,127}", key):
+                raise ValueError(f"environment variable name {key[:40]!r} is not a valid name")
+            if key in RANK_ENV_NAMES:
+                raise ValueError(f"{key} is set by the launcher (per rank/host); remove it from env")
+        return value
+
+    @model_validator(mode="after")
+    def _templates(self) -> LaunchSpec:
+        """Check every template against the placeholder whitelist (see :func:`check_template`)."""
+        for i, item in enumerate(self.command):
+            try:
+                check_template(item, per=self.per)
+            except ValueError as exc:
+                raise ValueError(f"command[{i}]: {exc}") from None
+        for key, item in self.env.items():
+            try:
+                check_template(item, per=self.per)
+            except ValueError as exc:
+                raise ValueError(f"env.{key}: {exc}") from None
+        for field_name in ("cwd", "log_dir"):
+            item = getattr(self, field_name)
+            if item is not None:
+                try:
+                    check_template(item, per=self.per)
+                except ValueError as exc:
+                    raise ValueError(f"{field_name}: {exc}") from None
+        return self
+
+
 class JobSpec(StrictModel):
     """A training job: where its ranks run and how they are laid out."""
 
@@ -386,6 +534,19 @@ class JobSpec(StrictModel):
     )
     process: RankProcessSpec | None = None
     ckpt: CheckpointSpec | None = Field(None, description="Where the job's checkpoints are (ckpt status).")
+    launch: LaunchSpec | None = Field(
+        None, description="How the inventory back end starts the job (robustctl restart); needs process:."
+    )
+
+    @model_validator(mode="after")
+    def _launch_needs_process(self) -> JobSpec:
+        """Refuse ``launch:`` without ``process:``: stop and the start check find the ranks by it."""
+        if self.launch is not None and self.process is None:
+            raise ValueError(
+                "launch: needs a process: section (restart stops the job and checks its ranks started "
+                "by process.match)"
+            )
+        return self
 
 
 class SlurmSettings(StrictModel):

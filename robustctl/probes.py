@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from robustctl.inventory import Host
     from robustctl.transport.base import CommandResult, Transport
 
-PROBES = ("host", "nvml", "burn", "allreduce", "stacks", "bundle", "replay", "ckpt")
+PROBES = ("host", "nvml", "burn", "allreduce", "stacks", "bundle", "replay", "ckpt", "jobprocs", "launch")
 """Probes shipped in ``diagnostics/``."""
 
 PRELUDE = "_prelude"
@@ -95,6 +95,16 @@ def probe_script(name: str) -> bytes:
     Raises ValueError for an unknown probe.
     """
     return _streamed(name)
+
+
+def streamed_script(name: str, *extra: Any) -> bytes:
+    """What a host's ``python3 -`` reads to run probe ``name`` with ``extra`` arguments for its
+    ``main`` (Python literals), e.g. the process list of ``launch`` or the ``stacks`` source that
+    ``jobprocs`` scans with.
+
+    Raises ValueError for an unknown probe.
+    """
+    return _streamed(name, *extra)
 
 
 def bundle_script(probes: Sequence[tuple[str, Sequence[str]]]) -> bytes:
@@ -170,12 +180,19 @@ def command_deadline(host: Host, deadline: float) -> float:
 
 
 def run_probe(
-    transport: Transport, host: Host, name: str, args: Sequence[str] = (), *, deadline: float
+    transport: Transport,
+    host: Host,
+    name: str,
+    args: Sequence[str] = (),
+    *,
+    deadline: float,
+    extra: Sequence[Any] = (),
 ) -> ProbeDocument:
     """Run probe ``name`` on ``host`` and parse its document.
 
     Args:
         deadline: ``time.monotonic()`` instant by which the probe must have answered.
+        extra: what the probe's ``main`` takes besides its arguments (:func:`streamed_script`).
 
     Raises:
         HostUnreachable, HostKeyError, CommandTimeout: from the transport.
@@ -187,7 +204,7 @@ def run_probe(
     res = transport.run(
         host,
         probe_argv(host, args),
-        stdin=framed(probe_script(name)),
+        stdin=framed(streamed_script(name, *extra) if extra else probe_script(name)),
         timeout_s=timeout,
         keep_stdin_open=True,
     )

@@ -23,6 +23,7 @@ from __future__ import annotations
 import enum
 import os
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,6 +42,7 @@ __all__ = [
     "Step",
     "StepKind",
     "StepResult",
+    "StepRunner",
     "apply_json",
     "apply_plan",
     "audit_refusal",
@@ -68,6 +70,26 @@ class StepKind(str, enum.Enum):
     """Record in the store that ``new_host`` took ``host``'s place in ``job``."""
     REQUEUE = "requeue"
     """scheduler.requeue(job)."""
+    STOP_JOB = "stop_job"
+    """End the job's process trees on its hosts: TERM, grace, KILL, verify (robustctl.actions.restart)."""
+    PICK_CHECKPOINT = "pick_checkpoint"
+    """Choose the checkpoint iteration the job restarts from (robustctl.actions.restart)."""
+    LAUNCH = "launch"
+    """Start the job's processes from its ``launch:`` section (robustctl.actions.restart)."""
+    WAIT_RUNNING = "wait_running"
+    """Wait until every rank of the job runs, or the start timeout passes (robustctl.actions.restart)."""
+
+
+StepRunner = Callable[["Step", "Plan"], tuple[bool, str]]
+"""Runs one step of a kind the scheduler does not handle; returns ``(changed, detail)`` and raises a
+:class:`~robustctl.errors.RobustctlError` when the step failed (:func:`apply_plan`'s ``runners``)."""
+
+_JOB_STEP_VERBS = {
+    StepKind.STOP_JOB: "stop job",
+    StepKind.PICK_CHECKPOINT: "pick the checkpoint of job",
+    StepKind.LAUNCH: "launch job",
+    StepKind.WAIT_RUNNING: "wait until every rank runs: job",
+}
 
 
 @dataclass(frozen=True)
@@ -103,6 +125,10 @@ class Step:
             return f"record {self.new_host} in place of {self.host} in job {self.job} in the store"
         if self.kind is StepKind.REQUEUE:
             return f"requeue job {self.job} via {self.via}"
+        if self.kind in _JOB_STEP_VERBS:
+            return f"{_JOB_STEP_VERBS[self.kind]} {self.job} via {self.via}" + (
+                f": {self.note}" if self.note else ""
+            )
         return f"{self.kind.value.replace('_', ' ')} {self.host} via {self.via}"
 
 
@@ -233,8 +259,21 @@ def apply_json(result: ApplyResult) -> dict[str, Any]:
     return out
 
 
-def _run_step(step: Step, plan: Plan, scheduler: Scheduler, store: Store, audit_id: int) -> tuple[bool, str]:
+def _run_step(
+    step: Step,
+    plan: Plan,
+    scheduler: Scheduler,
+    store: Store,
+    audit_id: int,
+    runners: Mapping[StepKind, StepRunner],
+) -> tuple[bool, str]:
     """Run one step; return (changed, detail)."""
+    if step.kind in runners:
+        return runners[step.kind](step, plan)
+    if step.kind in _JOB_STEP_VERBS:
+        raise RobustctlError(
+            f"no runner for step kind {step.kind.value} (the action that planned it runs it)"
+        )
     if step.kind is StepKind.DRAIN:
         r = scheduler.drain([step.host], plan.reason)[0]
     elif step.kind is StepKind.RESUME:
@@ -286,8 +325,13 @@ def audit_refusal(plan: Plan, store: Store) -> int | None:
         return None
 
 
-def apply_plan(plan: Plan, scheduler: Scheduler, store: Store) -> ApplyResult:
+def apply_plan(
+    plan: Plan, scheduler: Scheduler, store: Store, *, runners: Mapping[StepKind, StepRunner] | None = None
+) -> ApplyResult:
     """Apply ``plan`` step by step with an audit record (see the module docstring).
+
+    ``runners`` run the steps of the kinds they name (the job steps of ``restart``: stop, pick the
+    checkpoint, launch, wait running); every other step goes to the scheduler or the store.
 
     Raises:
         ActionRefused: a rail failed and the plan is not forced (audited as ``refused``).
@@ -314,7 +358,7 @@ def apply_plan(plan: Plan, scheduler: Scheduler, store: Store) -> ApplyResult:
             if sleep_s > 0:
                 time.sleep(sleep_s)
             try:
-                changed, detail = _run_step(step, plan, scheduler, store, audit_id)
+                changed, detail = _run_step(step, plan, scheduler, store, audit_id, runners or {})
             except RobustctlError as exc:  # SchedulerError, StoreError, a job that changed under us
                 failed = f"step {i} ({desc}) failed: {exc}"
                 store.audit_step_end(audit_id, i, "failed", str(exc))

@@ -33,14 +33,23 @@ inventory, unwritable store: exit 78), StoreLocked (another robustctl holds the 
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
 from robustctl.actions import ActionContext, open_context
-from robustctl.actions.plan import ApplyResult, Plan, apply_json, apply_plan, audit_refusal, plan_json
+from robustctl.actions.plan import (
+    ApplyResult,
+    Plan,
+    StepKind,
+    StepRunner,
+    apply_json,
+    apply_plan,
+    audit_refusal,
+    plan_json,
+)
 from robustctl.errors import ActionRefused, UsageError
 from robustctl.exit_codes import ExitCode
 from robustctl.models import SCHEMA_VERSION
@@ -197,17 +206,23 @@ class ActionSession:
             raise RuntimeError("ActionSession.ctx used outside its with block")
         return self._ctx
 
-    def run(self, planner: Callable[[ActionContext], Plan]) -> ActionResult:
+    def run(
+        self,
+        planner: Callable[[ActionContext], Plan],
+        *,
+        runners: Mapping[StepKind, StepRunner] | None = None,
+    ) -> ActionResult:
         """Plan with ``planner(ctx)``, then :meth:`settle` the plan.
 
         Raises:
             UsageError: from the planner (bad input), or a plan that needs confirming without ``confirm``.
             StoreError: the store cannot be written.
         """
-        return self.settle(planner(self.ctx))
+        return self.settle(planner(self.ctx), runners=runners)
 
-    def settle(self, plan: Plan) -> ActionResult:
-        """Show ``plan``, then refuse, confirm and apply it as the module docstring says."""
+    def settle(self, plan: Plan, *, runners: Mapping[StepKind, StepRunner] | None = None) -> ActionResult:
+        """Show ``plan``, then refuse, confirm and apply it as the module docstring says (``runners``:
+        see :func:`~robustctl.actions.plan.apply_plan`)."""
         ctx = self.ctx
         if self._show is not None:
             self._show(plan)
@@ -223,7 +238,7 @@ class ActionSession:
                 raise UsageError(NO_CONFIRMATION)
             if not self._confirm(plan):
                 return ActionResult(plan.action, Outcome.DECLINED, plan)
-        applied = apply_plan(plan, ctx.scheduler, ctx.store)
+        applied = apply_plan(plan, ctx.scheduler, ctx.store, runners=runners)
         return ActionResult(
             plan.action, Outcome(applied.status), plan, applied=applied, audit_id=applied.audit_id
         )

@@ -86,12 +86,15 @@ def _register_optional() -> None:
 def _register_actions() -> None:
     from robustctl.cli import audit as audit_cmd
     from robustctl.cli import evict as evict_cmd
+    from robustctl.cli import restart as restart_cmd
     from robustctl.cli import standby as standby_cmd
 
     app.command("evict", epilog=evict_cmd.EVICT_EXAMPLES)(evict_cmd.evict)
     app.command("return", epilog=evict_cmd.RETURN_EXAMPLES)(evict_cmd.return_)
     app.add_typer(standby_cmd.app, name="standby")
     app.command("audit", epilog=audit_cmd.EXAMPLES)(audit_cmd.audit)
+    app.command("restart", epilog=restart_cmd.RESTART_EXAMPLES)(restart_cmd.restart)
+    app.command("stop", epilog=restart_cmd.STOP_EXAMPLES)(restart_cmd.stop)
 
 
 _register_optional()

@@ -25,6 +25,7 @@ from robustctl.config import (
     HostState,
     InventoryFile,
     JobSpec,
+    LaunchSpec,
     ParallelLayout,
     PolicySettings,
     PythonSettings,
@@ -70,6 +71,7 @@ class Job:
         layout: the parallel layout; ``layout.world_size == len(hosts) * ranks_per_host``.
         ranks_per_host: G. process: how to find rank processes (None: not configured).
         ckpt: where its checkpoints are (None: not configured).
+        launch: how the inventory back end starts it (None: not configured).
     """
 
     name: str
@@ -78,6 +80,7 @@ class Job:
     ranks_per_host: int
     process: RankProcessSpec | None = None
     ckpt: CheckpointSpec | None = None
+    launch: LaunchSpec | None = None
 
     @property
     def world_size(self) -> int:
@@ -243,7 +246,7 @@ def _resolve_job(name: str, spec: JobSpec, hosts: Mapping[str, Host], gpus_per_h
     dims = spec.layout.order.split("-")
     if len(set(dims)) != 5:
         raise InventoryError(f"{where}: job {name}: layout order {spec.layout.order!r} repeats a dimension")
-    return Job(name, tuple(hosts[n] for n in names), spec.layout, g, spec.process, spec.ckpt)
+    return Job(name, tuple(hosts[n] for n in names), spec.layout, g, spec.process, spec.ckpt, spec.launch)
 
 
 def _first_error(exc: ValidationError, smap: SourceMap, environ: Mapping[str, str]) -> str:

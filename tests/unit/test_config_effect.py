@@ -1084,6 +1084,70 @@ def flag_eq(argv: Sequence[str], token: str) -> bool:
     return token in argv
 
 
+# ---- jobs.*.launch (robustctl restart on the inventory back end) ----------------------------------
+
+_LAUNCH = at("jobs.j.launch", {"command": ["train", "--rank", "{rank}"]})
+"""The base of the launch cases: a per-rank launch of ``train --rank {rank}``."""
+
+
+def launched(inv: Inventory) -> list[tuple[str, tuple[str, ...], dict[str, str], str | None, str]]:
+    """What restart's launch step hands the hosts' launch probe: (host, argv, env, cwd, log) per process."""
+    from robustctl.jobs.launch import render_launch
+
+    job = inv.job("j")
+    return [(p.host, p.argv, dict(p.env), p.cwd, p.log) for p in render_launch(job, job.hosts, None)]
+
+
+def stop_sent(inv: Inventory) -> list[str]:
+    """The jobprocs probe's argv (without --timeout) that restart's stop step sends to node1."""
+    from robustctl.jobs.launch import stop_job
+
+    fake = FakeTransport()
+    job = inv.job("j")
+    stop_job(job, job.hosts, TransportPool(override=fake), grace_s=job.launch.stop_grace_s)  # type: ignore[union-attr]
+    return next(without_timeout(a) for h, p, a in fake.calls if p == "jobprocs" and h == "node1")
+
+
+def start_scans(inv: Inventory) -> int:
+    """How many scans restart's wait step makes before giving up on ranks that never start."""
+    from robustctl.jobs.launch import wait_running
+
+    fake = FakeTransport()
+    now = [0.0]
+
+    def sleep(s: float) -> None:
+        now[0] += s
+
+    job = inv.job("j")
+    wait_running(
+        job, job.hosts, TransportPool(override=fake), timeout_s=job.launch.start_timeout_s,  # type: ignore[union-attr]
+        sleep=sleep, clock=lambda: now[0],
+    )  # fmt: skip
+    return len([c for c in fake.calls if c[0] == "node1"])
+
+
+_LA = "jobs.j.launch"
+_LK = "jobs.*.launch"
+expect(f"{_LK}.command", "restart launch", at(f"{_LA}.command", ["torchrun", "--node-rank={node_rank}"]),
+       launched, lambda d, c: c[0][1] == ("torchrun", "--node-rank=0") and d[0][1] == ("train", "--rank", "0"),
+       _LAUNCH)  # fmt: skip
+expect(f"{_LK}.per", "restart launch", at(f"{_LA}.per", "host"), launched,
+       lambda d, c: len(d) == 8 and len(c) == 4 and "RANK" in d[0][2] and "RANK" not in c[0][2],
+       at(f"{_LA}.command", ["train", "{node_rank}"]))  # fmt: skip
+expect(f"{_LK}.env", "restart launch", at(f"{_LA}.env", {"NCCL_DEBUG": "INFO", "SHARD": "s{rank}"}), launched,
+       lambda d, c: c[3][2]["SHARD"] == "s3" and "SHARD" not in d[3][2], _LAUNCH)  # fmt: skip
+expect(f"{_LK}.cwd", "restart launch", at(f"{_LA}.cwd", "/srv/{job}"), launched,
+       lambda d, c: d[0][3] is None and c[0][3] == "/srv/j", _LAUNCH)  # fmt: skip
+expect(f"{_LK}.log_dir", "restart launch", at(f"{_LA}.log_dir", "/var/log/train/{job}"), launched,
+       lambda d, c: c[5][4] == "/var/log/train/j/j-rank00005.log", _LAUNCH)  # fmt: skip
+expect(f"{_LK}.master_port", "restart launch", at(f"{_LA}.master_port", 31000), launched,
+       lambda d, c: c[7][2]["MASTER_PORT"] == "31000" and d[7][2]["MASTER_PORT"] == "29500", _LAUNCH)  # fmt: skip
+expect(f"{_LK}.stop_grace_s", "restart stop", at(f"{_LA}.stop_grace_s", 5), stop_sent,
+       lambda d, c: flag(d, "--grace") == "30" and flag(c, "--grace") == "5", _LAUNCH)  # fmt: skip
+expect(f"{_LK}.start_timeout_s", "restart wait", at(f"{_LA}.start_timeout_s", 10), start_scans,
+       lambda d, c: c < d, _LAUNCH, at(f"{_LA}.start_timeout_s", 30))  # fmt: skip
+
+
 # ---- scheduler ----------------------------------------------------------------------------------
 
 

@@ -64,6 +64,8 @@ def bases(box: Path) -> dict[str, list[str]]:
         "replay-sdc": ["replay-sdc", "--hosts", "node[01-08]", "--pp", "2", "--dp", "4", "--plan", "-q"],
         "standby size": ["standby", "size", "--machines", "100", "--daily-failure-rate", "0.001"],
         "ckpt status": ["ckpt", "status", "--job", "nojob", "-q"],
+        "restart": ["restart", "--job", "nojob", "--dry-run", "-q"],  # 64: no such job; nothing starts
+        "stop": ["stop", "--job", "nojob", "--dry-run", "-q"],
     }
 
 

@@ -1,0 +1,433 @@
+"""Restart (and stop) a training job: plan → show → apply, one audited step at a time.
+
+A restart brings a job back on its current machines (after an eviction and a standby activation:
+the new host list, :meth:`ActionContext.job_hosts`). What it does depends on the scheduler back end:
+
+* ``inventory`` (robustctl launches the job itself, from the job's ``launch:`` section):
+
+  1. ``stop_job``: end the job's process trees on every machine (found by ``process.match``;
+     SIGTERM, ``launch.stop_grace_s``, SIGKILL, verified gone: :func:`robustctl.jobs.launch.stop_job`);
+     the inventory's machines of the job that a standby replaced are stopped too, best effort (an
+     evicted machine may be down: what happens there is reported, not required);
+  2. the pending code updates (:func:`_code_update_steps`: none yet);
+  3. ``pick_checkpoint``: the iteration to restart from (:func:`_pick_checkpoint`: the newest complete
+     one, :func:`robustctl.ckpt.resolve_checkpoint`), passed to the
+     launch as ``{ckpt_iter}``;
+  4. ``launch``: start the processes detached (:func:`robustctl.jobs.launch.launch_job`); a launch
+     that fails on some machine stops what it started on the others, so nothing is left half-started;
+  5. ``wait_running``: until every rank runs or ``launch.start_timeout_s`` passes; the step fails
+     naming the ranks that did not start (they are left as they are, their logs to read).
+
+  A job without ``launch:`` cannot be restarted here: :class:`~robustctl.errors.ConfigError` (exit 78).
+* ``slurm``: ``requeue`` (``scontrol requeue``, then eligible at once), then ``wait_running`` until
+  Slurm reports the job running again.
+* ``kubernetes``: ``requeue`` (its pods deleted; the job's controller recreates them). The back end
+  cannot tell when the new pods train, so nothing is waited for (the plan says so).
+
+On ``slurm`` and ``kubernetes`` the job's own script chooses its checkpoint: ``--from-checkpoint``
+other than ``latest-complete`` cannot take effect there and is refused (UsageError).
+
+``stop`` is step 1 alone (the inventory back end; a scheduler's job is stopped through the scheduler).
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from robustctl.actions import ActionContext
+from robustctl.actions.plan import Plan, Step, StepKind, StepRunner
+from robustctl.errors import ConfigError, InventoryError, RobustctlError, UsageError
+from robustctl.inventory.hostrange import collapse
+from robustctl.jobs.launch import launch_job, render_launch, stop_job, wait_running
+
+if TYPE_CHECKING:
+    from robustctl.inventory import Host, Job
+    from robustctl.transport.pool import TransportPool
+
+__all__ = [
+    "FROM_LATEST",
+    "FROM_NONE",
+    "RestartFailed",
+    "RestartSpec",
+    "Want",
+    "parse_from_checkpoint",
+    "plan_restart",
+    "plan_stop",
+    "restart_runners",
+]
+
+FROM_LATEST = "latest-complete"
+"""``--from-checkpoint`` default: the newest iteration whose every shard is present (part of ckpt)."""
+FROM_NONE = "none"
+"""``--from-checkpoint none``: start without a checkpoint."""
+MAX_ITERATION = 10**12
+"""Largest ``--from-checkpoint ITER`` accepted (Megatron writes iterations as 7 digits; 10^12 steps
+would take millennia at one step per second)."""
+DEFAULT_STOP_GRACE_S = 30.0
+"""SIGTERM → SIGKILL grace of ``stop`` for a job without ``launch:`` (launch.stop_grace_s's default)."""
+SCHEDULER_START_TIMEOUT_S = 300.0
+"""How long a Slurm restart waits for the job to run again when the job has no ``launch:`` section."""
+SCHEDULER_POLL_S = 2.0
+"""Seconds between two looks at the Slurm job while waiting for it to run."""
+
+Want = str | int
+"""What ``--from-checkpoint`` asked: :data:`FROM_LATEST`, :data:`FROM_NONE` or an iteration."""
+
+
+class RestartFailed(RobustctlError):
+    """A restart step failed on some machine (the message says where and what is left); exit 3."""
+
+
+def parse_from_checkpoint(text: str) -> Want:
+    """``--from-checkpoint`` parsed: ``latest-complete``, ``none`` or an iteration (0 … 10^12).
+
+    Raises:
+        UsageError: anything else (the message lists what is accepted).
+    """
+    value = text.strip().lower()
+    if value in (FROM_LATEST, FROM_NONE):
+        return value
+    if re.fullmatch(r"\d{1,13}", value) and int(value) <= MAX_ITERATION:
+        return int(value)
+    raise UsageError(
+        f"--from-checkpoint {text[:40]!r}: expected latest-complete, none, or an iteration number "
+        f"(0 to {MAX_ITERATION})"
+    )
+
+
+@dataclass(frozen=True)
+class RestartSpec:
+    """The planner's input.
+
+    Attributes:
+        job: the inventory job. want: see :data:`Want`. reason: recorded in the audit log.
+    """
+
+    job: str
+    want: Want = FROM_LATEST
+    reason: str = ""
+
+
+# ------------------------------------------------------------------------------------------- hooks
+def _code_update_steps(ctx: ActionContext, job: Job, hosts: Sequence[Host]) -> tuple[Step, ...]:
+    """The steps that apply ``job``'s pending code updates on ``hosts`` before the launch.
+
+    Runs between the stop and the checkpoint pick; the steps it returns are planned (and audited)
+    like the others, and their kinds need a runner in :func:`restart_runners`. None yet: returns ().
+    """
+    del ctx, job, hosts
+    return ()
+
+
+def _pick_checkpoint(
+    ctx: ActionContext, job: Job, hosts: Sequence[Host], want: Want
+) -> tuple[int | None, str]:
+    """The checkpoint iteration to restart ``job`` from, and one line saying why.
+
+    ``none``: no checkpoint. A job with a ``ckpt:`` section: :func:`robustctl.ckpt.resolve_checkpoint`
+    on ``hosts`` (``latest-complete``: the newest iteration every rank's shard of which is present
+    and readable there, the tracker file never trusted alone; an iteration: that one, if complete).
+    Without a ``ckpt:`` section nothing can be checked: an asked-for iteration is passed as it is,
+    ``latest-complete`` gives ``(None, "job has no ckpt section")``.
+
+    Raises:
+        CheckpointError (exit 2) / CheckpointUnknown (exit 3): no complete iteration (or not the one
+            asked for), with or without hosts that could not be read; the restart is then refused
+            before anything stops (``--from-checkpoint none`` starts without one).
+    """
+    if want == FROM_NONE:
+        return None, "no checkpoint (--from-checkpoint none)"
+    if job.ckpt is None:
+        if isinstance(want, int):
+            return want, f"iteration {want}, as asked (job has no ckpt section: not checked)"
+        return None, "job has no ckpt section"
+    from robustctl.ckpt import resolve_checkpoint
+
+    pick = resolve_checkpoint(ctx.inventory, job.name, [h.name for h in hosts], want)
+    return pick.iteration, pick.note or f"iteration {pick.iteration}"
+
+
+# ------------------------------------------------------------------------------------------ planning
+def _job_hosts(ctx: ActionContext, name: str) -> tuple[Job, list[Host], str | None]:
+    """The job, its current machines (rank order) as inventory hosts, and the fallback note."""
+    try:
+        job = ctx.inventory.job(name)
+    except InventoryError as exc:
+        raise UsageError(str(exc)) from None
+    found = ctx.job_hosts(name)
+    try:
+        hosts = [ctx.inventory.by_name(h) for h in found.hosts]
+    except InventoryError as exc:
+        raise ConfigError(f"job {name}: {exc}") from None
+    if not hosts:
+        raise UsageError(f"job {name} has no hosts ({found.source.value}): nothing to restart")
+    expected = job.layout.world_size // job.ranks_per_host
+    if len(hosts) != expected:
+        raise ConfigError(
+            f"job {name}: {len(hosts)} host(s) ({found.source.value}) but its layout needs {expected} "
+            f"({job.layout.world_size} ranks, {job.ranks_per_host} per host)"
+        )
+    return job, hosts, found.note()
+
+
+def _via(hosts: Sequence[Host]) -> str:
+    return "+".join(sorted({h.transport for h in hosts}))
+
+
+def _want_text(want: Want) -> str:
+    return str(want) if isinstance(want, int) else want
+
+
+def _need_launch(ctx: ActionContext, job: Job) -> None:
+    if job.launch is None:
+        raise ConfigError(
+            f"{ctx.inventory.source}: jobs.{job.name}: no launch: section; the inventory back end can "
+            f"only restart a job it knows how to start (add jobs.{job.name}.launch: command, per, ...)"
+        )
+
+
+def _former_hosts(job: Job, hosts: Sequence[Host]) -> list[Host]:
+    """The inventory's hosts of ``job`` that are no longer among its current ``hosts`` (replaced by a
+    standby): the stop also ends what may still run there, best effort."""
+    current = {h.name for h in hosts}
+    return [h for h in job.hosts if h.name not in current]
+
+
+def _stop_step(job: Job, hosts: Sequence[Host], grace_s: float) -> Step:
+    names = collapse([h.name for h in hosts])
+    former = _former_hosts(job, hosts)
+    also = f"; also, best effort, former host(s) {collapse([h.name for h in former])}" if former else ""
+    return Step(
+        StepKind.STOP_JOB,
+        job.name,
+        _via(hosts),
+        job=job.name,
+        note=f"{len(hosts)} host(s) {names}: SIGTERM, {grace_s:g} s grace, SIGKILL, verify gone{also}",
+    )
+
+
+def plan_restart(spec: RestartSpec, ctx: ActionContext) -> Plan:
+    """The restart plan of ``spec.job`` on ``ctx``'s back end (module docstring).
+
+    Raises:
+        UsageError: unknown job, no hosts, ``--from-checkpoint`` that cannot take effect on the back end.
+        ConfigError: the inventory back end and a job without ``launch:`` (or ``process:``), a host
+            that is not in the inventory, a host list that does not match the layout.
+    """
+    kind = ctx.scheduler.name
+    if kind != "inventory":
+        return _plan_requeue(spec, ctx)
+    job, hosts, note = _job_hosts(ctx, spec.job)
+    _need_launch(ctx, job)
+    assert job.launch is not None
+    launch = job.launch
+    notes = [note] if note else []
+    iteration, why = _pick_checkpoint(ctx, job, hosts, spec.want)
+    procs = render_launch(job, hosts, iteration)  # a template that cannot be filled fails here
+    via = _via(hosts)
+    steps = [_stop_step(job, hosts, launch.stop_grace_s), *_code_update_steps(ctx, job, hosts)]
+    steps.append(
+        Step(
+            StepKind.PICK_CHECKPOINT,
+            job.name,
+            "robustctl",
+            job=job.name,
+            note=f"--from-checkpoint {_want_text(spec.want)}; now: {why}",
+        )
+    )
+    steps.append(
+        Step(
+            StepKind.LAUNCH,
+            job.name,
+            via,
+            job=job.name,
+            note=f"{len(procs)} process(es), one per {launch.per}, on {len(hosts)} host(s); "
+            f"MASTER_ADDR {procs[0].env['MASTER_ADDR']}:{launch.master_port}; logs {procs[0].log}, ...",
+        )
+    )
+    steps.append(
+        Step(
+            StepKind.WAIT_RUNNING,
+            job.name,
+            via,
+            job=job.name,
+            note=f"all {job.layout.world_size} rank(s) within {launch.start_timeout_s:g} s",
+        )
+    )
+    return Plan(
+        action="restart",
+        targets=tuple(h.name for h in hosts),
+        steps=tuple(steps),
+        reason=spec.reason,
+        scheduler=kind,
+        job=job.name,
+        notes=tuple(notes),
+    )
+
+
+def _plan_requeue(spec: RestartSpec, ctx: ActionContext) -> Plan:
+    kind = ctx.scheduler.name
+    if spec.want != FROM_LATEST:
+        raise UsageError(
+            f"--from-checkpoint {_want_text(spec.want)} cannot take effect on scheduler.kind {kind}: the "
+            "job's own script chooses its checkpoint when the scheduler restarts it (leave the option out)"
+        )
+    try:
+        job = ctx.inventory.job(spec.job)
+    except InventoryError as exc:
+        raise UsageError(str(exc)) from None
+    found = ctx.job_hosts(spec.job)
+    steps = [Step(StepKind.REQUEUE, job.name, kind, job=job.name)]
+    notes = [n for n in (found.note(),) if n]
+    if kind == "slurm":
+        timeout = job.launch.start_timeout_s if job.launch is not None else SCHEDULER_START_TIMEOUT_S
+        steps.append(
+            Step(StepKind.WAIT_RUNNING, job.name, kind, job=job.name, note=f"RUNNING within {timeout:g} s")
+        )
+    else:
+        notes.append(f"scheduler {kind} cannot tell when the recreated pods train: not waited for")
+    return Plan(
+        action="restart",
+        targets=found.hosts,
+        steps=tuple(steps),
+        reason=spec.reason,
+        scheduler=kind,
+        job=job.name,
+        notes=tuple(notes),
+    )
+
+
+def plan_stop(spec: RestartSpec, ctx: ActionContext) -> Plan:
+    """The stop plan of ``spec.job``: one ``stop_job`` step (the inventory back end only).
+
+    Raises:
+        UsageError: unknown job. ConfigError: another back end (stop the job through the scheduler),
+            a job without ``process:``.
+    """
+    kind = ctx.scheduler.name
+    if kind != "inventory":
+        raise ConfigError(
+            f"scheduler.kind is {kind}: stop the job through the scheduler (scancel / delete its pods); "
+            "robustctl stop ends the processes of jobs the inventory back end launches"
+        )
+    job, hosts, note = _job_hosts(ctx, spec.job)
+    if job.process is None:
+        raise ConfigError(
+            f"{ctx.inventory.source}: jobs.{job.name}: no process: section; stop finds the job's processes by "
+            "process.match (add process: {match: REGEX})"
+        )
+    grace = job.launch.stop_grace_s if job.launch is not None else DEFAULT_STOP_GRACE_S
+    return Plan(
+        action="stop",
+        targets=tuple(h.name for h in hosts),
+        steps=(_stop_step(job, hosts, grace),),
+        reason=spec.reason,
+        scheduler=kind,
+        job=job.name,
+        notes=(note,) if note else (),
+    )
+
+
+# ------------------------------------------------------------------------------------------- apply
+def restart_runners(
+    ctx: ActionContext,
+    spec: RestartSpec,
+    pool: TransportPool,
+    *,
+    sleep: Callable[[float], None] = time.sleep,
+) -> dict[StepKind, StepRunner]:
+    """The runners of the restart/stop steps for :func:`~robustctl.actions.plan.apply_plan`.
+
+    They share one state: the iteration ``pick_checkpoint`` chose is the ``{ckpt_iter}`` of ``launch``.
+    Each raises :class:`RestartFailed` (one line per machine that failed) when its step failed.
+    """
+    chosen: dict[str, int | None] = {}
+
+    def current() -> tuple[Job, list[Host]]:
+        job, hosts, _ = _job_hosts(ctx, spec.job)
+        return job, hosts
+
+    def stop(step: Step, plan: Plan) -> tuple[bool, str]:
+        job, hosts = current()
+        former = _former_hosts(job, hosts)
+        grace = job.launch.stop_grace_s if job.launch is not None else DEFAULT_STOP_GRACE_S
+        results = stop_job(job, [*hosts, *former], pool, grace_s=grace, diagnose=ctx.inventory.diagnose)
+        mine, old = results[: len(hosts)], results[len(hosts) :]
+        detail = "; ".join(r.line() for r in mine)
+        if old:  # best effort: an evicted machine may be down, which must not block the restart
+            detail += "; former host(s): " + "; ".join(r.line() for r in old)
+        if not all(r.ok for r in mine):
+            bad = [r.host for r in mine if not r.ok]
+            raise RestartFailed(f"could not verify job {job.name} stopped on {', '.join(bad)}: {detail}")
+        return any(r.found or r.killed for r in results), detail
+
+    def pick(step: Step, plan: Plan) -> tuple[bool, str]:
+        job, hosts = current()
+        iteration, why = _pick_checkpoint(ctx, job, hosts, spec.want)
+        chosen["iteration"] = iteration
+        return False, f"iteration {iteration}: {why}" if iteration is not None else f"no checkpoint: {why}"
+
+    def launch(step: Step, plan: Plan) -> tuple[bool, str]:
+        job, hosts = current()
+        results = launch_job(
+            job, hosts, pool, ckpt_iter=chosen.get("iteration"), diagnose=ctx.inventory.diagnose
+        )
+        detail = "; ".join(r.line() for r in results)
+        if not all(r.ok for r in results):
+            grace = job.launch.stop_grace_s if job.launch is not None else DEFAULT_STOP_GRACE_S
+            undo = stop_job(job, hosts, pool, grace_s=grace, diagnose=ctx.inventory.diagnose)
+            undone = "; ".join(r.line() for r in undo)
+            raise RestartFailed(f"launch failed: {detail}; what started was stopped again: {undone}")
+        return True, detail
+
+    def wait(step: Step, plan: Plan) -> tuple[bool, str]:
+        job, hosts = current()
+        if plan.scheduler == "slurm":
+            return _wait_slurm(ctx, job, sleep)
+        assert job.launch is not None
+        report = wait_running(
+            job,
+            hosts,
+            pool,
+            timeout_s=job.launch.start_timeout_s,
+            diagnose=ctx.inventory.diagnose,
+            sleep=sleep,
+        )
+        if not report.ok:
+            raise RestartFailed(report.line())
+        return False, report.line()
+
+    return {
+        StepKind.STOP_JOB: stop,
+        StepKind.PICK_CHECKPOINT: pick,
+        StepKind.LAUNCH: launch,
+        StepKind.WAIT_RUNNING: wait,
+    }
+
+
+def _wait_slurm(ctx: ActionContext, job: Job, sleep: Callable[[float], None]) -> tuple[bool, str]:
+    """Poll the Slurm job until it runs (``scontrol show job``) or the start timeout passes."""
+    timeout = job.launch.start_timeout_s if job.launch is not None else SCHEDULER_START_TIMEOUT_S
+    look = getattr(ctx.scheduler, "job", None)
+    if not callable(look):
+        raise RestartFailed(f"scheduler {ctx.scheduler.name} cannot report the job's state")
+    t0 = time.monotonic()
+    while True:
+        info = look(job.name)
+        waited = time.monotonic() - t0
+        if getattr(info, "running", False):
+            return False, f"Slurm job {getattr(info, 'job_id', job.name)} {info.state} after {waited:.1f} s"
+        if getattr(info, "finished", False):
+            raise RestartFailed(
+                f"Slurm job {getattr(info, 'job_id', job.name)} is {info.state}: it did not run"
+            )
+        if waited + SCHEDULER_POLL_S > timeout:
+            raise RestartFailed(
+                f"Slurm job {getattr(info, 'job_id', job.name)} still {info.state} after {waited:.1f} s "
+                f"(reason {getattr(info, 'reason', '?')})"
+            )
+        sleep(SCHEDULER_POLL_S)

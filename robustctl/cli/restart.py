@@ -1,0 +1,100 @@
+"""``robustctl restart`` and ``robustctl stop``.
+
+Parse → :mod:`robustctl.commands.restart` → render (:mod:`robustctl.report.actions`) → exit code.
+
+Exit codes: 0 applied (and ``--dry-run``) · 2 another robustctl holds the store's lock · 3 a step
+failed (unreachable machine, processes that would not die, ranks that did not start) · 64 bad
+arguments, or no ``--yes`` without a terminal to confirm on · 78 bad inventory (on the inventory back
+end: a job without ``launch:`` for restart, without ``process:`` for stop) or an unwritable state store.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from robustctl.cli.common import InventoryOpt, JsonOpt, StateOpt
+from robustctl.cli.evict import DryRunOpt, LockTimeoutOpt, QuietOpt, YesOpt, confirmer, finish, plan_shower
+from robustctl.cli.help import examples
+
+RESTART_EXAMPLES = examples(
+    ("robustctl restart --job llama70b --dry-run", "show the plan: stop, checkpoint, launch, wait"),
+    (
+        "robustctl restart --job llama70b --from-checkpoint 1200 --reason 'loss spike' --yes",
+        "from iteration 1200",
+    ),
+)
+STOP_EXAMPLES = examples(
+    ("robustctl stop --job llama70b --dry-run", "show what would be stopped"),
+    ("robustctl stop --job llama70b --reason maintenance --yes", "TERM, grace, KILL, verified gone"),
+)
+
+JobOpt = Annotated[str, typer.Option("--job", help="The job (a jobs: entry of the inventory).")]
+ReasonOpt = Annotated[str, typer.Option("--reason", help="Why (recorded in the audit log).")]
+
+
+def restart(
+    job: JobOpt,
+    from_checkpoint: Annotated[
+        str,
+        typer.Option(
+            "--from-checkpoint",
+            help="latest-complete (the newest iteration with every shard present), none, or an iteration.",
+        ),
+    ] = "latest-complete",
+    reason: ReasonOpt = "",
+    inventory: InventoryOpt = None,
+    state: StateOpt = None,
+    yes: YesOpt = False,
+    dry_run: DryRunOpt = False,
+    json_out: JsonOpt = False,
+    lock_timeout: LockTimeoutOpt = None,
+    quiet: QuietOpt = False,
+) -> int:
+    """Restart a job on its current machines.
+
+    Inventory back end (jobs.J.launch): stop its processes (TERM, grace, KILL, verified gone), pick
+    the checkpoint, launch every rank detached, wait until every rank runs. Slurm: scontrol requeue,
+    then wait until it runs. Kubernetes: delete its pods for its controller to recreate.
+    Exit: 0 applied, 2 lock held, 3 a step failed, 64 usage, 78 config (no launch: section).
+    """
+    from robustctl.commands.restart import RestartRequest, run_restart
+
+    request = RestartRequest(
+        job=job,
+        from_checkpoint=from_checkpoint,
+        reason=reason,
+        inventory=inventory,
+        state=state,
+        dry_run=dry_run,
+        lock_timeout_s=lock_timeout,
+    )
+    return finish(
+        run_restart(request, confirm=confirmer(yes), show=plan_shower(quiet)), json_out=json_out, quiet=quiet
+    )
+
+
+def stop(
+    job: JobOpt,
+    reason: ReasonOpt = "",
+    inventory: InventoryOpt = None,
+    state: StateOpt = None,
+    yes: YesOpt = False,
+    dry_run: DryRunOpt = False,
+    json_out: JsonOpt = False,
+    lock_timeout: LockTimeoutOpt = None,
+    quiet: QuietOpt = False,
+) -> int:
+    """Stop a job the inventory back end runs: its process trees get SIGTERM, the grace, SIGKILL.
+
+    Exit: 0 applied, 2 lock held, 3 a host unreachable or processes left, 64 usage, 78 config.
+    """
+    from robustctl.commands.restart import StopRequest, run_stop
+
+    request = StopRequest(
+        job=job, reason=reason, inventory=inventory, state=state, dry_run=dry_run, lock_timeout_s=lock_timeout
+    )
+    return finish(
+        run_stop(request, confirm=confirmer(yes), show=plan_shower(quiet)), json_out=json_out, quiet=quiet
+    )
