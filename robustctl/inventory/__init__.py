@@ -19,6 +19,7 @@ from pydantic import ValidationError
 
 from robustctl.checks.thresholds import Thresholds
 from robustctl.config import (
+    CodeSpec,
     DiagnoseSettings,
     HostEntry,
     HostState,
@@ -26,6 +27,7 @@ from robustctl.config import (
     JobSpec,
     ParallelLayout,
     PolicySettings,
+    ProgressSpec,
     PythonSettings,
     RankProcessSpec,
     SchedulerSettings,
@@ -68,6 +70,7 @@ class Job:
         name: job name. hosts: machines in rank order (machine k holds ranks k·G … k·G+G-1).
         layout: the parallel layout; ``layout.world_size == len(hosts) * ranks_per_host``.
         ranks_per_host: G. process: how to find rank processes (None: not configured).
+        code: its git work tree (update, rollback). progress: its progress signal (None: not configured).
     """
 
     name: str
@@ -75,6 +78,8 @@ class Job:
     layout: ParallelLayout
     ranks_per_host: int
     process: RankProcessSpec | None = None
+    code: CodeSpec | None = None
+    progress: ProgressSpec | None = None
 
     @property
     def world_size(self) -> int:
@@ -240,7 +245,7 @@ def _resolve_job(name: str, spec: JobSpec, hosts: Mapping[str, Host], gpus_per_h
     dims = spec.layout.order.split("-")
     if len(set(dims)) != 5:
         raise InventoryError(f"{where}: job {name}: layout order {spec.layout.order!r} repeats a dimension")
-    return Job(name, tuple(hosts[n] for n in names), spec.layout, g, spec.process)
+    return Job(name, tuple(hosts[n] for n in names), spec.layout, g, spec.process, spec.code, spec.progress)
 
 
 def _first_error(exc: ValidationError, smap: SourceMap, environ: Mapping[str, str]) -> str:
