@@ -90,6 +90,14 @@ def _register_actions() -> None:
     app.command("return", epilog=evict_cmd.RETURN_EXAMPLES)(evict_cmd.return_)
     app.add_typer(standby_cmd.app, name="standby")
     app.command("audit", epilog=audit_cmd.EXAMPLES)(audit_cmd.audit)
+    _register_update()
+
+
+def _register_update() -> None:
+    from robustctl.cli import update as update_cmd
+
+    app.add_typer(update_cmd.app, name="update")
+    app.command("rollback", epilog=update_cmd.ROLLBACK_EXAMPLES)(update_cmd.rollback)
 
 
 _register_optional()
