@@ -320,6 +320,10 @@ def _checkout(pool: TransportPool, host: Host, path: str, commit: str, deadline:
 def _restore(pool: TransportPool, host: Host, code: HostCode, deadline: float) -> str:
     assert code.head is not None
     path = code.path
+    rc, now, _ = _git(pool, host, path, ["rev-parse", "--verify", "HEAD^{commit}"], deadline)
+    rc_b, branch, _ = _git(pool, host, path, ["symbolic-ref", "-q", "--short", "HEAD"], deadline)
+    if rc == 0 and now == code.head and (branch if rc_b == 0 and branch else None) == code.branch:
+        return now  # never moved (its own checkout failed before touching HEAD)
     if code.branch is not None:
         rc, _, _ = _git(pool, host, path, ["checkout", "-q", code.branch], deadline)
         if rc == 0:
