@@ -63,6 +63,20 @@ def bases(box: Path) -> dict[str, list[str]]:
         "standby activate": ["standby", "activate", "--for", "node01", "--job", "llama", "--dry-run", "-q"],
         "replay-sdc": ["replay-sdc", "--hosts", "node[01-08]", "--pp", "2", "--dp", "4", "--plan", "-q"],
         "standby size": ["standby", "size", "--machines", "100", "--daily-failure-rate", "0.001"],
+        "update stage": [
+            "update",
+            "stage",
+            "--job",
+            "nojob",
+            "--ref",
+            "v1",
+            "--reason",
+            "r",
+            "--dry-run",
+            "-q",
+        ],
+        "update list": ["update", "list", "--job", "nojob", "--no-progress"],
+        "rollback": ["rollback", "--job", "nojob", "--dry-run", "-q"],
     }
 
 
