@@ -39,6 +39,13 @@ ROLLBACK_EXAMPLES = examples(
 app = typer.Typer(
     help="Stage code updates of a job (applied at its next restart) and list its code history.",
     no_args_is_help=True,
+    epilog=examples(
+        (
+            "robustctl update stage --job llama70b --ref 3f2c1e0 --reason 'fused rmsnorm'",
+            "at the next restart",
+        ),
+        ("robustctl update list --job llama70b", "pending, applied, forced; who, why, when"),
+    ),
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 
