@@ -519,6 +519,132 @@ class LaunchSpec(StrictModel):
         return self
 
 
+MAX_PATTERN_CHARS = 1024
+"""Longest regular expression accepted in the inventory (``progress.pattern``): a line pattern is a few
+dozen characters; the bound keeps a pasted file out of the compiled-pattern cache."""
+MAX_PROGRESS_FILES = 4096
+"""Most heartbeat files read per host in one progress reading (one per rank: a host runs at most
+:data:`MAX_HOST_RANKS` ranks, so 4096 leaves room for per-thread or per-worker files)."""
+MAX_TAIL_BYTES = 16 << 20
+"""Most bytes read from the end of a job's log per host (16 MiB; the default 64 KiB holds the last few
+hundred lines of a Megatron log, which prints one line per iteration)."""
+
+
+class CodeSpec(StrictModel):
+    """``jobs.NAME.code``: where the job's code lives, for hot update and rollback (ByteRobust §6.1).
+
+    The code is a git work tree at ``path`` on every host of the job (``{host}`` in the path is
+    replaced by the inventory host name, for work trees kept side by side on a shared file system).
+    A version becomes *stable* once, after a restart, the job's progress signal shows it ran for
+    ``stable_after_s`` seconds or ``stable_after_steps`` steps (whichever comes first; at least one is
+    set); ``rollback`` goes back to the last stable version. A change staged without ``--urgent``
+    waits for the next restart, and is forced once ``update_window_s`` passed since it was staged.
+    """
+
+    path: str = Field(
+        min_length=1,
+        max_length=4096,
+        description="The git work tree of the job's code on every host ({host}: the host's name).",
+    )
+    stable_after_s: float | None = Field(
+        1800.0,
+        gt=0,
+        le=30 * 86_400,
+        description="Seconds of progress after a restart that make a version stable (at most 30 days).",
+    )
+    stable_after_steps: int | None = Field(
+        None,
+        ge=1,
+        le=10_000_000,
+        description="Training steps after a restart that make a version stable (at most 10^7).",
+    )
+    update_window_s: float = Field(
+        86_400.0,
+        gt=0,
+        le=30 * 86_400,
+        description="A staged (lazy) update is forced when this long passed since staging (at most 30 days).",
+    )
+
+    @field_validator("path")
+    @classmethod
+    def _absolute(cls, value: str) -> str:
+        """Refuse a relative path or one with a NUL (a remote ``git -C`` would resolve it in the login
+        directory, which differs between hosts)."""
+        if "\x00" in value or not value.startswith("/"):
+            raise ValueError("must be an absolute path (e.g. /srv/train/code)")
+        return value
+
+    @model_validator(mode="after")
+    def _some_criterion(self) -> CodeSpec:
+        """Refuse a spec under which no version could ever become stable."""
+        if self.stable_after_s is None and self.stable_after_steps is None:
+            raise ValueError("set stable_after_s or stable_after_steps: otherwise no version is ever stable")
+        return self
+
+
+class ProgressSpec(StrictModel):
+    r"""``jobs.NAME.progress``: the job's progress signal, read on every host of the job.
+
+    Either ``files``: a glob of heartbeat files per host, each one JSON object with the step under
+    ``step_field`` and, optionally, its UNIX time under ``time_field`` (else the file's mtime), e.g.
+    ``/run/train/progress/rank*.json``; or ``log`` + ``pattern``: the job's log file per host and a
+    regular expression with a named group ``step`` (``iteration\s+(?P<step>\d+)``, Megatron's
+    ``iteration N/ M`` line), searched in the last ``tail_bytes`` of the log; the newest match is the
+    host's step and the log's mtime its time. ``{host}`` in a path is the inventory host name.
+    """
+
+    files: str | None = Field(
+        None, min_length=1, max_length=4096, description="Glob of heartbeat JSON files per host."
+    )
+    step_field: str = Field("step", min_length=1, max_length=128, description="JSON key holding the step.")
+    time_field: str | None = Field(
+        "time", min_length=1, max_length=128, description="JSON key holding the UNIX time; else the mtime."
+    )
+    max_files: int = Field(
+        64, ge=1, le=MAX_PROGRESS_FILES, description="Most heartbeat files read per host (at most 4096)."
+    )
+    log: str | None = Field(None, min_length=1, max_length=4096, description="The job's log file per host.")
+    pattern: str | None = Field(
+        None,
+        min_length=1,
+        max_length=MAX_PATTERN_CHARS,
+        description="Regular expression with a named group step, searched in the log's last lines.",
+    )
+    tail_bytes: int = Field(
+        65_536, ge=1024, le=MAX_TAIL_BYTES, description="Bytes read from the end of the log (at most 16 MiB)."
+    )
+    timeout_s: Seconds = Field(30.0, description="Deadline of one progress reading on one host.")
+
+    @field_validator("pattern")
+    @classmethod
+    def _step_group(cls, value: str | None) -> str | None:
+        """Compile the pattern at load: it must compile and have a named group ``step``."""
+        if value is None:
+            return None
+        try:
+            compiled = re.compile(value)
+        except (re.error, RecursionError, OverflowError) as exc:
+            raise ValueError(f"invalid regular expression: {exc}") from None
+        if "step" not in compiled.groupindex:
+            raise ValueError("the regular expression needs a named group (?P<step>...) capturing the step")
+        return value
+
+    @model_validator(mode="after")
+    def _one_source(self) -> ProgressSpec:
+        """Exactly one source: ``files``, or ``log`` with ``pattern``; refuse settings of the other."""
+        if (self.files is None) == (self.log is None):
+            raise ValueError("set either files (heartbeat files) or log + pattern, not both and not neither")
+        if self.log is not None and self.pattern is None:
+            raise ValueError("log needs pattern: a regular expression with a named group step")
+        if self.files is not None and self.pattern is not None:
+            raise ValueError("pattern would be ignored: it applies to log, not to heartbeat files")
+        for name in ("files", "log"):
+            value = getattr(self, name)
+            if value is not None and ("\x00" in value or not value.startswith("/")):
+                raise ValueError(f"{name} must be an absolute path")
+        return self
+
+
 class JobSpec(StrictModel):
     """A training job: where its ranks run and how they are laid out."""
 
@@ -537,6 +663,8 @@ class JobSpec(StrictModel):
     launch: LaunchSpec | None = Field(
         None, description="How the inventory back end starts the job (robustctl restart); needs process:."
     )
+    code: CodeSpec | None = Field(None, description="The job's git work tree, for update and rollback.")
+    progress: ProgressSpec | None = Field(None, description="The job's progress signal (heartbeats or log).")
 
     @model_validator(mode="after")
     def _launch_needs_process(self) -> JobSpec:

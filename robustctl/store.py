@@ -11,6 +11,10 @@ What it holds (schema version :data:`SCHEMA_VERSION`, migrations recorded in ``m
   A host without a row is in its inventory state.
 * ``sched_nodes``: the embedded ``inventory`` scheduler's view (drained/standby/active) of each host.
 * ``job_hosts``: a job's machines in rank order once robustctl changed them (standby activation).
+* ``code_changes`` and ``job_versions`` (:mod:`robustctl.jobcode.records`): every staged update and
+  rollback of a job's code (who, why, when, from, to, its state) and every version a job ran after a
+  (re)start, with the steps it made and when it became stable. Rows are never deleted; a change's facts
+  never change, only its state.
 * ``audit`` + ``audit_steps``: an append-only log (deleting rows is refused by a trigger). An action
   writes its record *before* applying (status ``started``, the plan JSON included), marks each step
   ``running`` before it runs and ``done``/``noop``/``failed`` after, then the final status. A robustctl
@@ -83,7 +87,7 @@ __all__ = [
     "whoami",
 ]
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 """Version of the store's schema; :meth:`Store.open` migrates older files forward."""
 
 MAX_TEXT = 65_536
@@ -271,6 +275,31 @@ _MIGRATIONS: dict[int, tuple[str, str]] = {
             BEGIN SELECT RAISE(ABORT, 'the audit log is append-only'); END;
         CREATE TRIGGER audit_steps_append_only BEFORE DELETE ON audit_steps
             BEGIN SELECT RAISE(ABORT, 'the audit log is append-only'); END;
+        """,
+    ),
+    2: (
+        "job code changes (hot update, rollback) and job versions",
+        """
+        CREATE TABLE code_changes(
+            id INTEGER PRIMARY KEY AUTOINCREMENT, job TEXT NOT NULL, kind TEXT NOT NULL, ref TEXT NOT NULL,
+            commit_id TEXT NOT NULL, from_ref TEXT, reason TEXT NOT NULL, urgent INTEGER NOT NULL,
+            who TEXT NOT NULL, staged_at REAL NOT NULL, due_at REAL NOT NULL, state TEXT NOT NULL,
+            applied_at REAL, note TEXT NOT NULL DEFAULT '');
+        CREATE INDEX code_changes_job ON code_changes(job, state);
+        CREATE TABLE job_versions(
+            id INTEGER PRIMARY KEY AUTOINCREMENT, job TEXT NOT NULL, commit_id TEXT NOT NULL, ref TEXT,
+            started_at REAL NOT NULL, base_step INTEGER, last_step INTEGER, last_progress_at REAL,
+            stable_at REAL, change_id INTEGER);
+        CREATE INDEX job_versions_job ON job_versions(job, started_at);
+        CREATE TRIGGER code_changes_append_only BEFORE DELETE ON code_changes
+            BEGIN SELECT RAISE(ABORT, 'code changes are append-only'); END;
+        CREATE TRIGGER code_changes_facts_fixed BEFORE UPDATE OF job, kind, ref, commit_id, from_ref, reason,
+            urgent, who, staged_at, due_at ON code_changes
+            BEGIN SELECT RAISE(ABORT, 'a recorded code change keeps its job, refs, reason, who and when'); END;
+        CREATE TRIGGER job_versions_append_only BEFORE DELETE ON job_versions
+            BEGIN SELECT RAISE(ABORT, 'job versions are append-only'); END;
+        CREATE TRIGGER job_versions_facts_fixed BEFORE UPDATE OF job, commit_id, ref, started_at ON job_versions
+            BEGIN SELECT RAISE(ABORT, 'a recorded job version keeps its job, commit and start'); END;
         """,
     ),
 }

@@ -72,6 +72,8 @@ class StepKind(str, enum.Enum):
     """scheduler.requeue(job)."""
     STOP_JOB = "stop_job"
     """End the job's process trees on its hosts: TERM, grace, KILL, verify (robustctl.actions.restart)."""
+    APPLY_UPDATE = "apply_update"
+    """Check the job's pending code change out on every host, all or none (robustctl.jobcode)."""
     PICK_CHECKPOINT = "pick_checkpoint"
     """Choose the checkpoint iteration the job restarts from (robustctl.actions.restart)."""
     LAUNCH = "launch"
@@ -86,6 +88,7 @@ StepRunner = Callable[["Step", "Plan"], tuple[bool, str]]
 
 _JOB_STEP_VERBS = {
     StepKind.STOP_JOB: "stop job",
+    StepKind.APPLY_UPDATE: "apply the pending code update of job",
     StepKind.PICK_CHECKPOINT: "pick the checkpoint of job",
     StepKind.LAUNCH: "launch job",
     StepKind.WAIT_RUNNING: "wait until every rank runs: job",

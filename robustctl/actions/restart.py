@@ -9,7 +9,8 @@ the new host list, :meth:`ActionContext.job_hosts`). What it does depends on the
      SIGTERM, ``launch.stop_grace_s``, SIGKILL, verified gone: :func:`robustctl.jobs.launch.stop_job`);
      the inventory's machines of the job that a standby replaced are stopped too, best effort (an
      evicted machine may be down: what happens there is reported, not required);
-  2. the pending code updates (:func:`_code_update_steps`: none yet);
+  2. ``apply_update``: the pending code change checked out on every host, all or none
+     (:func:`_code_update_steps`), when the job has a ``code:`` section and one is pending;
   3. ``pick_checkpoint``: the iteration to restart from (:func:`_pick_checkpoint`: the newest complete
      one, :func:`robustctl.ckpt.resolve_checkpoint`), passed to the
      launch as ``{ckpt_iter}``;
@@ -114,13 +115,56 @@ class RestartSpec:
 
 # ------------------------------------------------------------------------------------------- hooks
 def _code_update_steps(ctx: ActionContext, job: Job, hosts: Sequence[Host]) -> tuple[Step, ...]:
-    """The steps that apply ``job``'s pending code updates on ``hosts`` before the launch.
+    """The step that applies ``job``'s pending code change on ``hosts`` before the launch.
 
-    Runs between the stop and the checkpoint pick; the steps it returns are planned (and audited)
-    like the others, and their kinds need a runner in :func:`restart_runners`. None yet: returns ().
+    A job with a ``code:`` section and a pending change (``update stage``; the newest one wins,
+    :func:`robustctl.jobcode.records.pending_update`) gets one ``apply_update`` step: check its commit
+    out on every host, all or none (:func:`robustctl.jobcode.git.switch_code`), then mark the change
+    applied (``forced`` when its window had passed). Nothing pending, or no ``code:`` section: no step.
     """
-    del ctx, job, hosts
-    return ()
+    if job.code is None:
+        return ()
+    from robustctl.jobcode.records import pending_update
+
+    commit, ids, forced = pending_update(ctx.store, job.name, ctx.clock())
+    if commit is None:
+        return ()
+    why = "its update window has passed" if forced else "staged"
+    return (
+        Step(
+            StepKind.APPLY_UPDATE,
+            job.name,
+            _via(hosts),
+            job=job.name,
+            note=f"check out {commit[:12]} on {len(hosts)} host(s), all or none "
+            f"(change(s) {', '.join(map(str, ids))}: {why})",
+        ),
+    )
+
+
+def _record_version(
+    ctx: ActionContext, job: Job, hosts: Sequence[Host], base_step: int | None, pool: TransportPool
+) -> str:
+    """Record the commit the job now runs (``job_versions``: the start its stability is counted from).
+
+    Returns one line for the step's detail; a work tree that cannot be read, or hosts that disagree,
+    are said there (the restart itself succeeded) and nothing is recorded.
+    """
+    if job.code is None:
+        return ""
+    from robustctl.jobcode.git import current_versions, inspect_hosts
+    from robustctl.jobcode.records import record_version_start
+
+    started = ctx.clock()
+    try:
+        codes = inspect_hosts(pool, hosts, job.code, timeout_s=ctx.inventory.diagnose.host_timeout_s)
+        commit, disagree = current_versions(codes)
+        if commit is None or disagree:
+            return f"; version not recorded (work trees disagree or unreadable: {', '.join(disagree) or '?'})"
+        record_version_start(ctx.store, job.name, commit, started_at=started, base_step=base_step)
+    except RobustctlError as exc:
+        return f"; version not recorded ({exc})"
+    return f"; runs {commit[:12]}"
 
 
 def _pick_checkpoint(
@@ -371,6 +415,20 @@ def restart_runners(
         chosen["iteration"] = iteration
         return False, f"iteration {iteration}: {why}" if iteration is not None else f"no checkpoint: {why}"
 
+    def update(step: Step, plan: Plan) -> tuple[bool, str]:
+        job, hosts = current()
+        from robustctl.jobcode.git import switch_code
+        from robustctl.jobcode.records import mark_applied, pending_update
+
+        commit, ids, forced = pending_update(ctx.store, job.name, ctx.clock())
+        if commit is None:
+            return False, "no pending code change (applied or cleared since the plan)"
+        result = switch_code(ctx, job.name, [h.name for h in hosts], commit, pool=pool)
+        if not result.ok:
+            raise RestartFailed(f"code update {commit[:12]} not applied: {result.message}")
+        mark_applied(ctx.store, job.name, ids, forced=forced, note="applied by restart")
+        return True, result.message
+
     def launch(step: Step, plan: Plan) -> tuple[bool, str]:
         job, hosts = current()
         results = launch_job(
@@ -399,10 +457,11 @@ def restart_runners(
         )
         if not report.ok:
             raise RestartFailed(report.line())
-        return False, report.line()
+        return False, report.line() + _record_version(ctx, job, hosts, chosen.get("iteration"), pool)
 
     return {
         StepKind.STOP_JOB: stop,
+        StepKind.APPLY_UPDATE: update,
         StepKind.PICK_CHECKPOINT: pick,
         StepKind.LAUNCH: launch,
         StepKind.WAIT_RUNNING: wait,

@@ -95,6 +95,14 @@ def _register_actions() -> None:
     app.command("audit", epilog=audit_cmd.EXAMPLES)(audit_cmd.audit)
     app.command("restart", epilog=restart_cmd.RESTART_EXAMPLES)(restart_cmd.restart)
     app.command("stop", epilog=restart_cmd.STOP_EXAMPLES)(restart_cmd.stop)
+    _register_update()
+
+
+def _register_update() -> None:
+    from robustctl.cli import update as update_cmd
+
+    app.add_typer(update_cmd.app, name="update")
+    app.command("rollback", epilog=update_cmd.ROLLBACK_EXAMPLES)(update_cmd.rollback)
 
 
 _register_optional()

@@ -20,6 +20,7 @@ from pydantic import ValidationError
 from robustctl.checks.thresholds import Thresholds
 from robustctl.config import (
     CheckpointSpec,
+    CodeSpec,
     DiagnoseSettings,
     HostEntry,
     HostState,
@@ -28,6 +29,7 @@ from robustctl.config import (
     LaunchSpec,
     ParallelLayout,
     PolicySettings,
+    ProgressSpec,
     PythonSettings,
     RankProcessSpec,
     SchedulerSettings,
@@ -72,6 +74,7 @@ class Job:
         ranks_per_host: G. process: how to find rank processes (None: not configured).
         ckpt: where its checkpoints are (None: not configured).
         launch: how the inventory back end starts it (None: not configured).
+        code: its git work tree (update, rollback). progress: its progress signal (None: not configured).
     """
 
     name: str
@@ -81,6 +84,8 @@ class Job:
     process: RankProcessSpec | None = None
     ckpt: CheckpointSpec | None = None
     launch: LaunchSpec | None = None
+    code: CodeSpec | None = None
+    progress: ProgressSpec | None = None
 
     @property
     def world_size(self) -> int:
@@ -246,7 +251,17 @@ def _resolve_job(name: str, spec: JobSpec, hosts: Mapping[str, Host], gpus_per_h
     dims = spec.layout.order.split("-")
     if len(set(dims)) != 5:
         raise InventoryError(f"{where}: job {name}: layout order {spec.layout.order!r} repeats a dimension")
-    return Job(name, tuple(hosts[n] for n in names), spec.layout, g, spec.process, spec.ckpt, spec.launch)
+    return Job(
+        name,
+        tuple(hosts[n] for n in names),
+        spec.layout,
+        g,
+        spec.process,
+        ckpt=spec.ckpt,
+        launch=spec.launch,
+        code=spec.code,
+        progress=spec.progress,
+    )
 
 
 def _first_error(exc: ValidationError, smap: SourceMap, environ: Mapping[str, str]) -> str:

@@ -1366,6 +1366,153 @@ expect("policy.standby_quantile", "standby size", at("policy.standby_quantile", 
        lambda d, c: c[1] == 0.5 and c[2] < d[2])  # fmt: skip
 
 
+# ---- jobs.*.code and jobs.*.progress (update, rollback, the progress signal) ---------------------
+
+
+class _Recorder:
+    """A transport that records (host, argv, timeout) and answers every command with exit 1."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, list[str], float]] = []
+
+    def run(self, host: Host, argv: Sequence[str], *, stdin: bytes | None = None, timeout_s: float,
+            keep_stdin_open: bool = False) -> Any:  # fmt: skip
+        from robustctl.transport.base import CommandResult
+
+        self.calls.append((host.name, list(argv), timeout_s))
+        return CommandResult(host.name, 1, b"", b"fatal: not a git repository", 0.0)
+
+    def close(self) -> None:
+        pass
+
+
+def fresh(path: str, value: dict[str, Any]) -> Mutate:
+    """``at(path, a copy of value)``: later mutations of the section never reach the shared literal."""
+    return lambda data: at(path, copy.deepcopy(value))(data)
+
+
+_CODE = fresh("jobs.j.code", {"path": "/srv/code"})
+_FILES = fresh("jobs.j.progress", {"files": "/run/p/rank*.json"})
+_LOG = fresh("jobs.j.progress", {"log": "/run/train.log", "pattern": r"iteration\s+(?P<step>\d+)"})
+
+
+def git_argv(inv: Inventory) -> list[list[str]]:
+    """The git command lines inspecting the job's work trees would run."""
+    from robustctl.jobcode.git import inspect_hosts
+
+    rec = _Recorder()
+    job = inv.job("j")
+    assert job.code is not None
+    inspect_hosts(TransportPool(override=rec), job.hosts[:1], job.code, "v1")
+    return [a for _, a, _ in rec.calls]
+
+
+def reader(inv: Inventory) -> tuple[list[str], float]:
+    """The progress reader's argv (after the program) and timeout on the first host."""
+    from robustctl.jobcode.progress import read_progress
+
+    rec = _Recorder()
+    job = inv.job("j")
+    assert job.progress is not None
+    read_progress(TransportPool(override=rec), "j", job.hosts[:1], job.progress)
+    _, argv, timeout = rec.calls[0]
+    return argv[argv.index("-c") + 2 :], round(timeout)
+
+
+def parsed(doc: dict[str, Any], text: str | None = None) -> Callable[[Inventory], Any]:
+    """What the progress parser makes of one heartbeat ``doc`` (or log ``text``) under the inventory's spec."""
+
+    def observe(inv: Inventory) -> Any:
+        import json
+        import re
+
+        from robustctl.jobcode.progress import _parse_host
+
+        spec = inv.job("j").progress
+        assert spec is not None
+        body = text if text is not None else json.dumps(doc)
+        out = {"files": [{"path": "/f", "mtime": 5.0, "text": body}], "matched": 1}
+        pattern = re.compile(spec.pattern) if spec.pattern else None
+        return [(e.step, e.at) for e in _parse_host("node1", out, spec, pattern).entries]
+
+    return observe
+
+
+def stability(inv: Inventory) -> float | None:
+    """When a version started at t=0 that made 20 steps by t=600 becomes stable under the job's code spec."""
+    from robustctl.jobcode.records import JobVersion, stable_verdict
+
+    spec = inv.job("j").code
+    assert spec is not None
+    v = JobVersion(1, "j", "a" * 40, None, 0.0, 0, None, None, None, None)
+    return stable_verdict(v, spec, 20, 600.0)[3]
+
+
+def forced_after_2h(inv: Inventory) -> bool:
+    """Whether a change staged with the job's window is forced two hours later."""
+    from robustctl.jobcode.records import pending_update, record_change
+
+    spec = inv.job("j").code
+    assert spec is not None
+    with Store.open(Path(inv.source).with_suffix(".db"), clock=lambda: 0.0) as store:
+        record_change(
+            store, "j", ref="v1", commit="a" * 40, from_ref=None, reason="x", window_s=spec.update_window_s
+        )
+        return pending_update(store, "j", 7200.0)[2]
+
+
+expect("jobs.*.code.path", "git", at("jobs.j.code.path", "/data/{host}/code"), git_argv, has("/data/node1/code"),
+       _CODE)  # fmt: skip
+expect("jobs.*.code.stable_after_steps", "stability", at("jobs.j.code.stable_after_steps", 10), stability,
+       lambda d, c: d is None and c == 600.0, _CODE)  # fmt: skip
+expect("jobs.*.code.stable_after_s", "stability", at("jobs.j.code.stable_after_s", 300.0), stability,
+       lambda d, c: d is None and c == 600.0, _CODE)  # fmt: skip
+expect("jobs.*.code.update_window_s", "pending update", at("jobs.j.code.update_window_s", 3600.0), forced_after_2h,
+       lambda d, c: d is False and c is True, _CODE)  # fmt: skip
+expect("jobs.*.progress.files", "reader", at("jobs.j.progress.files", "/hb/{host}/*.json"), reader,
+       has("/hb/node1/*.json"), _FILES)  # fmt: skip
+expect("jobs.*.progress.max_files", "reader", at("jobs.j.progress.max_files", 8), reader,
+       lambda d, c: c[0][2] == "8", _FILES)  # fmt: skip
+expect("jobs.*.progress.timeout_s", "reader", at("jobs.j.progress.timeout_s", 5.0), reader,
+       lambda d, c: c[1] == 5, _FILES)  # fmt: skip
+expect(
+    "jobs.*.progress.log", "reader", _LOG, reader, lambda d, c: c[0][:2] == ["log", "/run/train.log"], _FILES
+)
+CASES[-1] = Case("jobs.*.progress.log", "reader",
+                 lambda tmp: both(tmp, _LOG, reader, _FILES) and None)  # fmt: skip
+expect("jobs.*.progress.tail_bytes", "reader", at("jobs.j.progress.tail_bytes", 2048), reader,
+       lambda d, c: c[0][3] == "2048", _LOG)  # fmt: skip
+expect("jobs.*.progress.pattern", "log parse", at("jobs.j.progress.pattern", r"step=(?P<step>\d+)"),
+       parsed({}, "iteration 7\nstep=9 iteration 8\n"), lambda d, c: d == [(8, 5.0)] and c == [(9, 5.0)], _LOG)  # fmt: skip
+expect("jobs.*.progress.step_field", "heartbeat parse", at("jobs.j.progress.step_field", "iteration"),
+       parsed({"step": 3, "iteration": 4, "time": 9.0}), lambda d, c: d == [(3, 9.0)] and c == [(4, 9.0)], _FILES)  # fmt: skip
+expect("jobs.*.progress.time_field", "heartbeat parse", at("jobs.j.progress.time_field", "t"),
+       parsed({"step": 3, "time": 9.0, "t": 7.0}), lambda d, c: d == [(3, 9.0)] and c == [(3, 7.0)], _FILES)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("section", "why"),
+    [
+        ({"code": {"path": "relative/code"}}, "must be an absolute path"),
+        ({"code": {"path": "/c", "stable_after_s": None}}, "set stable_after_s or stable_after_steps"),
+        ({"progress": {"log": "/l", "pattern": "(?P<step>"}}, "invalid regular expression"),
+        ({"progress": {"log": "/l", "pattern": "(\\d+)"}}, "named group"),
+        ({"progress": {"log": "/l"}}, "log needs pattern"),
+        ({"progress": {"files": "/f", "log": "/l", "pattern": "(?P<step>x)"}}, "either files"),
+        ({"progress": {"files": "/f", "pattern": "(?P<step>x)"}}, "pattern would be ignored"),
+        ({"progress": {"files": "/f", "max_files": 100000}}, "less than or equal"),
+    ],
+)
+def test_bad_code_and_progress_sections_name_file_and_line(
+    section: dict[str, Any], why: str, tmp_path: Path
+) -> None:
+    data = copy.deepcopy(BASE)
+    data["jobs"]["j"].update(section)
+    path = write(tmp_path, data, "inv")
+    with pytest.raises(ConfigError, match=rf"^{path}:\d+: jobs\.j\.(code|progress).*{why}"):
+        load_inventory(path, environ={})
+
+
 # ---- refusals -----------------------------------------------------------------------------------
 
 

@@ -66,6 +66,20 @@ def bases(box: Path) -> dict[str, list[str]]:
         "ckpt status": ["ckpt", "status", "--job", "nojob", "-q"],
         "restart": ["restart", "--job", "nojob", "--dry-run", "-q"],  # 64: no such job; nothing starts
         "stop": ["stop", "--job", "nojob", "--dry-run", "-q"],
+        "update stage": [
+            "update",
+            "stage",
+            "--job",
+            "nojob",
+            "--ref",
+            "v1",
+            "--reason",
+            "r",
+            "--dry-run",
+            "-q",
+        ],
+        "update list": ["update", "list", "--job", "nojob", "--no-progress"],
+        "rollback": ["rollback", "--job", "nojob", "--dry-run", "-q"],
     }
 
 

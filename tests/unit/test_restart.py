@@ -546,3 +546,47 @@ def test_restart_with_no_complete_checkpoint_is_refused_before_anything_stops(jo
     code = main(argv)
     assert code == ExitCode.CRITICAL
     assert {p.pid for p in job.processes()} == before  # nothing stopped, nothing started
+
+
+def _git(cwd: Path, *args: str) -> str:
+    import os
+    import subprocess
+
+    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.com",
+           "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.com"}  # fmt: skip
+    out = subprocess.run(["git", "-C", str(cwd), *args], check=True, capture_output=True, text=True, env=env)
+    return out.stdout.strip()
+
+
+def test_restart_applies_a_staged_update_on_every_host_and_records_the_version(job: Job) -> None:
+    from robustctl.commands.update import UpdateStageRequest, run_update_stage
+    from robustctl.jobcode.records import ChangeState, changes, versions
+
+    origin = job.tmp / "origin"
+    origin.mkdir()
+    _git(origin, "init", "-q", "-b", "main")
+    commits = []
+    for text in ("v1", "v2"):
+        (origin / "train.py").write_text(text)
+        _git(origin, "add", "train.py")
+        _git(origin, "commit", "-q", "-m", text)
+        commits.append(_git(origin, "rev-parse", "HEAD"))
+    for host in ("n1", "n2"):
+        _git(job.tmp, "clone", "-q", str(origin), f"code-{host}")
+        _git(job.tmp / f"code-{host}", "checkout", "-q", "--detach", commits[0])
+    job.write(code={"path": str(job.tmp) + "/code-{host}", "stable_after_steps": 5})
+    staged = run_update_stage(
+        UpdateStageRequest(job="hb", ref=commits[1], reason="v2", inventory=job.inventory, state=job.state),
+        confirm=always,
+    )
+    assert staged.exit_code == ExitCode.OK
+    result = job.restart(from_checkpoint="none")
+    assert result.outcome is Outcome.APPLIED, result.applied.results if result.applied else result
+    assert [s.kind.value for s in result.plan.steps][:2] == ["stop_job", "apply_update"]
+    for host in ("n1", "n2"):
+        assert _git(job.tmp / f"code-{host}", "rev-parse", "HEAD") == commits[1]
+    with Store.open(job.state) as store:
+        assert [c.state for c in changes(store, "hb")] == [ChangeState.APPLIED]
+        assert [v.commit for v in versions(store, "hb")] == [commits[1]]
+    again = job.restart(from_checkpoint="none")  # nothing pending any more: no update step
+    assert "apply_update" not in [s.kind.value for s in again.plan.steps]
