@@ -84,12 +84,14 @@ def _register_optional() -> None:
 def _register_actions() -> None:
     from robustctl.cli import audit as audit_cmd
     from robustctl.cli import evict as evict_cmd
+    from robustctl.cli import playbook as playbook_cmd
     from robustctl.cli import standby as standby_cmd
 
     app.command("evict", epilog=evict_cmd.EVICT_EXAMPLES)(evict_cmd.evict)
     app.command("return", epilog=evict_cmd.RETURN_EXAMPLES)(evict_cmd.return_)
     app.add_typer(standby_cmd.app, name="standby")
     app.command("audit", epilog=audit_cmd.EXAMPLES)(audit_cmd.audit)
+    app.add_typer(playbook_cmd.app, name="playbook")
 
 
 _register_optional()
