@@ -13,6 +13,7 @@ import typer
 from robustctl.cli.common import InventoryOpt, JsonOpt, StateOpt
 from robustctl.cli.evict import LockTimeoutOpt, QuietOpt, YesOpt, confirmer, plan_shower
 from robustctl.cli.help import examples
+from robustctl.playbooks import MAX_RUN_ID
 
 app = typer.Typer(
     help="Playbooks: the recovery ladder (diagnose → evict → standby → restart → rollback) as YAML steps.",
@@ -143,7 +144,9 @@ def run(
 
 @app.command("resume", epilog=examples(("robustctl playbook resume 12 --yes", "finish run 12")))
 def resume(
-    run_id: Annotated[int, typer.Argument(help="The run's id (printed by 'playbook run').", min=1)],
+    run_id: Annotated[
+        int, typer.Argument(help="The run's id (printed by 'playbook run').", min=1, max=MAX_RUN_ID)
+    ],
     yes: YesOpt = False,
     inventory: InventoryOpt = None,
     state: StateOpt = None,

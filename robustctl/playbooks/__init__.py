@@ -7,3 +7,6 @@
 * :mod:`~robustctl.playbooks.journal`: the run journal in the state store;
 * :mod:`~robustctl.playbooks.catalog`: shipped playbooks (``playbooks/*.yaml``) and the inventory's own.
 """
+
+MAX_RUN_ID = 2**63 - 1
+"""Largest playbook run id (SQLite's INTEGER); ``resume`` refuses a larger one as a usage error."""

@@ -67,7 +67,8 @@ __all__ = [
 
 PLAYBOOK_STEP_SLEEP_ENV = "ROBUSTCTL_TEST_PLAYBOOK_STEP_SLEEP_S"
 """Testing hook: seconds a step sleeps after its library call returned and before the journal records
-it finished (the window in which a killed run leaves an applied action recorded ``running``)."""
+it finished (the window in which a killed run leaves an applied action recorded ``running``):
+``SECONDS`` for every step, ``STEP=SECONDS`` for one."""
 
 STOP_GRACE_S = 30.0
 """Seconds a step past its ``timeout_s`` is given to return once what it started was stopped."""
@@ -398,9 +399,10 @@ def _walk(ctx: _Ctx, *, resumed: bool) -> RunOutcome:
                     message = f"step {s.id} failed: {out.error or f'exit {out.exit_code}'}"
                     break
                 i = succ["failed"]
-    except _Stuck as exc:
+    except _Stuck as exc:  # the journal keeps the run running: resume once the step is over
         status, message = journal.RunStatus.FAILED, str(exc)
-    journal.finish_run(ctx.store, ctx.run_id, status, message)
+    else:
+        journal.finish_run(ctx.store, ctx.run_id, status, message)
     return RunOutcome(
         ctx.run_id,
         pb.name,
@@ -424,6 +426,7 @@ def _settle_step(ctx: _Ctx, i: int) -> StepOutcome:
     k = KINDS[s.kind]
     past = ctx.journal_steps.get(s.id, [])
     attempts_done = 0
+    rerun = "rerun" if past and past[-1].status in ("running", "interrupted") else None
     if past:
         last = past[-1]
         if last.status in ("done", "skipped") or (last.status == "failed" and not _may_retry(s, past)):
@@ -452,9 +455,7 @@ def _settle_step(ctx: _Ctx, i: int) -> StepOutcome:
         ctx.emit(StepEvent("start", s.id, s.kind, attempt))
         seq = journal.step_start(ctx.store, ctx.run_id, s.id, s.kind, attempt)
         code, doc, err = _call(k, ctx.pb.args[s.id], ctx.env(s.id, timeout), timeout)
-        sleep_s = float(os.environ.get(PLAYBOOK_STEP_SLEEP_ENV) or 0)
-        if sleep_s > 0:
-            time.sleep(sleep_s)
+        _test_sleep(s.id)
         ok = err == "" and code in k.ok_codes
         if ok and doc.get("outcome") == "declined":
             ok, err = False, "declined: the plan was not confirmed"
@@ -462,13 +463,20 @@ def _settle_step(ctx: _Ctx, i: int) -> StepOutcome:
             err = f"exit {code}" + (f" ({doc.get('message')})" if isinstance(doc.get("message"), str) else "")
         status = "done" if ok else "failed"
         journal.step_end(ctx.store, ctx.run_id, seq, status, exit_code=code, result=doc or None, error=err)
-        last_out = StepOutcome(
-            s.id, s.kind, status, attempt, code, err, journal.cap_result(doc) if doc else None
-        )
+        capped = journal.cap_result(doc) if doc else None
+        last_out = StepOutcome(s.id, s.kind, status, attempt, code, err, capped, rerun)
         if ok:
             break
     assert last_out is not None
     return last_out
+
+
+def _test_sleep(step_id: str) -> None:
+    """The :data:`PLAYBOOK_STEP_SLEEP_ENV` hook: ``SECONDS`` (every step) or ``STEP=SECONDS`` (that step)."""
+    value = os.environ.get(PLAYBOOK_STEP_SLEEP_ENV) or ""
+    step, _, secs = value.rpartition("=")
+    if secs and (not step or step == step_id):
+        time.sleep(float(secs))
 
 
 def _may_retry(s: StepSpec, past: list[journal.JournalStep]) -> bool:

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from robustctl.errors import ActionRefused
+from robustctl.playbooks import MAX_RUN_ID
 from robustctl.store import (
     AuditRecord,
     Store,
@@ -38,6 +39,7 @@ from robustctl.store import (
 
 __all__ = [
     "MAX_RESULT_BYTES",
+    "MAX_RUN_ID",
     "JournalRun",
     "JournalStep",
     "RunStatus",
@@ -229,7 +231,9 @@ def step_skipped(store: Store, run_id: int, step: str, kind: str, why: str) -> N
 
 
 def run_record(store: Store, run_id: int) -> JournalRun | None:
-    """Run ``run_id`` with its steps, or None."""
+    """Run ``run_id`` with its steps, or None (also for an id outside 1..:data:`MAX_RUN_ID`)."""
+    if not 1 <= run_id <= MAX_RUN_ID:
+        return None
     rows = journal_query(
         store,
         "SELECT id, playbook, source, definition, job, params, started_at, finished_at, who, pid, status, message "

@@ -256,6 +256,7 @@ def _action_json(result: Any) -> dict[str, Any]:
     plan = getattr(result, "plan", None)
     doc.setdefault("outcome", getattr(getattr(result, "outcome", None), "value", None))
     doc.setdefault("targets", list(getattr(plan, "targets", ()) or ()))
+    doc.setdefault("exit_code", int(result.exit_code))
     return doc
 
 

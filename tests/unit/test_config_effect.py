@@ -1257,6 +1257,24 @@ expect("policy.standby_quantile", "standby size", at("policy.standby_quantile", 
        lambda d, c: c[1] == 0.5 and c[2] < d[2])  # fmt: skip
 
 
+# ---- playbooks ----------------------------------------------------------------------------------
+
+
+@case("playbooks", "playbook list")
+def _playbooks_listed(tmp: Path) -> None:
+    from robustctl.commands.playbook import run_playbook_list
+
+    (tmp / "site.yaml").write_text(
+        "name: site-hang\nparams: {job: {required: true}}\nsteps:\n  - {id: s, kind: stacks}\n"
+    )
+
+    def names(inv: Inventory) -> list[str | None]:
+        return [p.name for p in run_playbook_list(Path(inv.source)).playbooks]
+
+    d, c = both(tmp, at("playbooks", ["site.yaml"]), names)
+    assert "site-hang" in c and "site-hang" not in d and "hang" in d
+
+
 # ---- refusals -----------------------------------------------------------------------------------
 
 

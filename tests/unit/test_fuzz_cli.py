@@ -27,6 +27,7 @@ from tests.unit.test_fuzz_hostrange import INNER_CATCH_ALLS
 from tests.unit.test_fuzz_store import INVENTORY
 
 pytestmark = pytest.mark.fuzz
+ROOT = Path(__file__).resolve().parent.parent.parent
 
 HOSTILE = (
     "", " ", "-1", "0", "nan", "-inf", "1e999", "99999999999999999999", "[/]", "\x1b[2J", "\udcff",
@@ -63,6 +64,11 @@ def bases(box: Path) -> dict[str, list[str]]:
         "standby activate": ["standby", "activate", "--for", "node01", "--job", "llama", "--dry-run", "-q"],
         "replay-sdc": ["replay-sdc", "--hosts", "node[01-08]", "--pp", "2", "--dp", "4", "--plan", "-q"],
         "standby size": ["standby", "size", "--machines", "100", "--daily-failure-rate", "0.001"],
+        "playbook list": ["playbook", "list"],
+        "playbook show": ["playbook", "show", "hang"],
+        "playbook validate": ["playbook", "validate", str(ROOT / "playbooks" / "hang.yaml")],
+        "playbook run": ["playbook", "run", "hang", "--job", "llama", "--dry-run", "-q"],
+        "playbook resume": ["playbook", "resume", "1"],
     }
 
 
