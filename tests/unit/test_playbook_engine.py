@@ -5,6 +5,7 @@ resume contract with a real SIGKILL of a child process between two destructive s
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import signal
@@ -215,18 +216,8 @@ def test_destructive_steps_need_confirmation(box: Path) -> None:
 
 def test_a_refused_action_fails_the_step_and_aborts(box: Path) -> None:
     (box / "inv.yaml").write_text(INVENTORY.replace("max_job_fraction: 1.0", "max_job_fraction: 0.1"))
-    pb = TWO_EVICTIONS.replace(
-        "args: {hosts: node01}",
-        "args: {hosts: node01}\n    over_evict: pp".replace("\n    over", ", over_evict: pp}").replace(
-            "}, over", ", over"
-        ),
-    )
-    res = run(
-        box,
-        write(box, TWO_EVICTIONS.replace("{hosts: node01}", "{hosts: node01, over_evict: pp}")),
-        confirm=always,
-    )
-    assert pb  # the text above only builds the file
+    pb = write(box, TWO_EVICTIONS.replace("{hosts: node01}", "{hosts: node01, over_evict: pp}"))
+    res = run(box, pb, confirm=always)  # the PP group is half the job: over max_job_fraction
     assert res.status == "failed" and res.steps[0].exit_code == 2 and int(res.exit_code) == 2
     assert [s.step for s in res.steps] == ["first"]
     assert [a.status for a in audits(box)] == ["refused"]
@@ -458,3 +449,20 @@ def test_resume_reruns_a_half_applied_destructive_step(box: Path, capsys: pytest
 def test_resume_of_an_unknown_run_is_a_usage_error(box: Path) -> None:
     with pytest.raises(UsageError, match="no playbook run 99"):
         run_playbook_resume(PlaybookResumeRequest(run_id=99, state=box / "state.db"))
+
+
+def test_the_shipped_gpu_lost_playbook_runs_until_the_restart_it_cannot_call_yet(box: Path) -> None:
+    """gpu-lost through real library calls on the inventory back end: evict, standby in; the restart
+    step fails with one line while ``robustctl.commands.restart`` is not there, and the run stops."""
+    with Store.open(box / "state.db") as s:
+        s.set_state("spare1", MachineState.STANDBY, "checked", readiness=Readiness.READY)
+    res = run(box, "gpu-lost", params={"job": "small", "hosts": "node02"}, confirm=always)
+    got = [(s.step, s.status) for s in res.steps]
+    assert got[:2] == [("evict", "done"), ("standby", "done")]
+    with Store.open(box / "state.db") as s:
+        assert s.job_hosts("small") == ["node01", "spare1", "node03", "node04"]
+    if importlib.util.find_spec("robustctl.commands.restart") is not None:  # wired: the call was made
+        assert got[2][0] == "restart" and "not available" not in res.steps[2].error
+        return
+    assert got[2] == ("restart", "failed") and "not available" in res.steps[2].error
+    assert res.status == "failed" and int(res.exit_code) == 3
