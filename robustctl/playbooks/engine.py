@@ -219,9 +219,9 @@ def _result_doc(result: Any) -> dict[str, Any]:
     from robustctl.commands.base import result_json
 
     if hasattr(result, "outcome") and hasattr(result, "plan"):
-        from robustctl.playbooks.kinds import _action_json
+        from robustctl.playbooks.kinds import action_json
 
-        return _action_json(result)
+        return action_json(result)
     return dict(result_json(result))
 
 

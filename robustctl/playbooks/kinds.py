@@ -53,6 +53,7 @@ __all__ = [
     "StepError",
     "StepKind",
     "StepsResult",
+    "action_json",
     "kind",
     "register_kind",
 ]
@@ -248,7 +249,7 @@ class NotifyResult:
         return ExitCode.OK if self.returncode == 0 else ExitCode.UNKNOWN
 
 
-def _action_json(result: Any) -> dict[str, Any]:
+def action_json(result: Any) -> dict[str, Any]:
     """An action result's document plus ``outcome`` and ``targets`` at the top level (for expressions)."""
     from robustctl.commands.base import result_json
 
@@ -501,7 +502,7 @@ def _standby_call(req: tuple[tuple[str, ...], StandbyActivateArgs], env: StepEnv
             confirm=env.confirm,
             show=env.show,
         )
-        docs.append(_action_json(r))
+        docs.append(action_json(r))
         done.append(host)
         if int(r.exit_code) != 0:
             break
