@@ -34,6 +34,7 @@ Inventory YAML (every key optional except ``hosts``)::
     scheduler: {kind: inventory, timeout_s: 30}   # inventory | slurm | kubernetes (+ slurm:/kubernetes:)
     policy: {max_job_fraction: 0.5, max_cluster_fraction: 0.1, max_evictions_per_hour: 32,
              circuit_breaker_fraction: 0.3, window_s: 3600, lock_timeout_s: 30}
+    playbooks: [playbooks/site-hang.yaml]   # the site's own playbooks (paths relative to this file)
 """
 
 from __future__ import annotations
@@ -75,6 +76,9 @@ MAX_MESSAGE_BYTES = 8 << 30
 MAX_MESSAGE_SIZES = 64
 """Most all-reduce message sizes per run (powers of two from 4 B to 8 GiB are 32)."""
 
+
+MAX_PLAYBOOK_FILES = 256
+"""Most playbook files an inventory names (``playbooks:``); a site keeps a handful."""
 
 Seconds = Annotated[float, Field(gt=0, le=86_400)]
 
@@ -819,6 +823,11 @@ class InventoryFile(StrictModel):
     jobs: dict[str, JobSpec] = Field(default_factory=dict, description="Training jobs by name.")
     scheduler: SchedulerSettings = Field(default_factory=SchedulerSettings)
     policy: PolicySettings = Field(default_factory=PolicySettings)
+    playbooks: list[Annotated[str, Field(min_length=1, max_length=4096)]] = Field(
+        default_factory=list,
+        max_length=MAX_PLAYBOOK_FILES,
+        description="The inventory's own playbook files (relative to the inventory); at most 256.",
+    )
 
 
 ENV_VARS: dict[str, str] = {

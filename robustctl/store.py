@@ -87,7 +87,7 @@ __all__ = [
     "whoami",
 ]
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 """Version of the store's schema; :meth:`Store.open` migrates older files forward."""
 
 MAX_TEXT = 65_536
@@ -300,6 +300,22 @@ _MIGRATIONS: dict[int, tuple[str, str]] = {
             BEGIN SELECT RAISE(ABORT, 'job versions are append-only'); END;
         CREATE TRIGGER job_versions_facts_fixed BEFORE UPDATE OF job, commit_id, ref, started_at ON job_versions
             BEGIN SELECT RAISE(ABORT, 'a recorded job version keeps its job, commit and start'); END;
+        """,
+    ),
+    3: (
+        "playbook runs and their steps (the journal resume reads)",
+        """
+        CREATE TABLE playbook_runs(
+            id INTEGER PRIMARY KEY AUTOINCREMENT, playbook TEXT NOT NULL, source TEXT NOT NULL,
+            definition TEXT NOT NULL, job TEXT, params TEXT NOT NULL, started_at REAL NOT NULL,
+            finished_at REAL, who TEXT NOT NULL, pid INTEGER NOT NULL, status TEXT NOT NULL,
+            message TEXT NOT NULL DEFAULT '');
+        CREATE INDEX playbook_runs_job ON playbook_runs(job, status);
+        CREATE TABLE playbook_steps(
+            run_id INTEGER NOT NULL REFERENCES playbook_runs(id), seq INTEGER NOT NULL, step TEXT NOT NULL,
+            kind TEXT NOT NULL, attempt INTEGER NOT NULL, status TEXT NOT NULL, started_at REAL NOT NULL,
+            finished_at REAL, pid INTEGER NOT NULL, audit_after INTEGER NOT NULL DEFAULT 0,
+            exit_code INTEGER, result TEXT, error TEXT NOT NULL DEFAULT '', PRIMARY KEY(run_id, seq))
         """,
     ),
 }
@@ -773,6 +789,25 @@ class Store:
             )
             for r in rows
         ]
+
+
+# --- the playbook journal (robustctl.playbooks.journal reads and writes it) ---------------------------------
+
+
+def journal_connection(store: Store) -> Callable[[], contextlib.AbstractContextManager[sqlite3.Connection]]:
+    """The store's one-transaction context (``BEGIN IMMEDIATE``; SQLite errors → StoreError naming the
+    file) for :mod:`robustctl.playbooks.journal`, which owns the ``playbook_*`` tables."""
+    return store._tx
+
+
+def journal_text(text: str) -> str:
+    """``text`` as the store keeps it: lone surrogates escaped, cut at :data:`MAX_TEXT` with a note."""
+    return _text(text)
+
+
+def journal_query(store: Store, sql: str, args: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+    """A read of the store (SQLite errors → StoreError) for :mod:`robustctl.playbooks.journal`."""
+    return store._query(sql, args)
 
 
 def _uri(path: Path) -> str:

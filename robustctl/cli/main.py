@@ -86,6 +86,7 @@ def _register_optional() -> None:
 def _register_actions() -> None:
     from robustctl.cli import audit as audit_cmd
     from robustctl.cli import evict as evict_cmd
+    from robustctl.cli import playbook as playbook_cmd
     from robustctl.cli import restart as restart_cmd
     from robustctl.cli import standby as standby_cmd
 
@@ -95,6 +96,7 @@ def _register_actions() -> None:
     app.command("audit", epilog=audit_cmd.EXAMPLES)(audit_cmd.audit)
     app.command("restart", epilog=restart_cmd.RESTART_EXAMPLES)(restart_cmd.restart)
     app.command("stop", epilog=restart_cmd.STOP_EXAMPLES)(restart_cmd.stop)
+    app.add_typer(playbook_cmd.app, name="playbook")
     _register_update()
 
 

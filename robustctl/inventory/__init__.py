@@ -99,6 +99,7 @@ class Inventory:
 
     Attributes:
         hosts: every host, unique names, file order. source: file path or ``"<embedded default>"``.
+        playbooks: the inventory's own playbook files (``playbooks:``, relative to the inventory file).
     """
 
     hosts: tuple[Host, ...]
@@ -108,6 +109,7 @@ class Inventory:
     jobs: Mapping[str, Job] = field(default_factory=dict)
     scheduler: SchedulerSettings = field(default_factory=SchedulerSettings)
     policy: PolicySettings = field(default_factory=PolicySettings)
+    playbooks: tuple[Path, ...] = ()
 
     def job(self, name: str) -> Job:
         """The job called ``name``. Raises InventoryError (listing the known jobs) if there is none."""
@@ -213,7 +215,19 @@ def load_inventory(path: Path, *, environ: dict[str, str] | None = None) -> Inve
         jobs=jobs,
         scheduler=model.scheduler,
         policy=model.policy,
+        playbooks=_playbook_paths(model, path, smap),
     )
+
+
+def _playbook_paths(model: InventoryFile, path: Path, smap: SourceMap) -> tuple[Path, ...]:
+    """``playbooks:`` entries as paths, relative to the inventory's directory. Raises ConfigError (``~nouser``)."""
+    out: list[Path] = []
+    for i, p in enumerate(model.playbooks):
+        try:
+            out.append(path.parent / Path(p).expanduser())
+        except RuntimeError as exc:
+            raise ConfigError(f"{smap.where(('playbooks', i))}: playbooks[{i}]: {exc}") from None
+    return tuple(out)
 
 
 def _refuse_unusable(model: InventoryFile, hosts: Sequence[Host], smap: SourceMap) -> None:

@@ -1513,6 +1513,24 @@ def test_bad_code_and_progress_sections_name_file_and_line(
         load_inventory(path, environ={})
 
 
+# ---- playbooks ----------------------------------------------------------------------------------
+
+
+@case("playbooks", "playbook list")
+def _playbooks_listed(tmp: Path) -> None:
+    from robustctl.commands.playbook import run_playbook_list
+
+    (tmp / "site.yaml").write_text(
+        "name: site-hang\nparams: {job: {required: true}}\nsteps:\n  - {id: s, kind: stacks}\n"
+    )
+
+    def names(inv: Inventory) -> list[str | None]:
+        return [p.name for p in run_playbook_list(Path(inv.source)).playbooks]
+
+    d, c = both(tmp, at("playbooks", ["site.yaml"]), names)
+    assert "site-hang" in c and "site-hang" not in d and "hang" in d
+
+
 # ---- refusals -----------------------------------------------------------------------------------
 
 

@@ -27,6 +27,7 @@ from tests.unit.test_fuzz_hostrange import INNER_CATCH_ALLS
 from tests.unit.test_fuzz_store import INVENTORY
 
 pytestmark = pytest.mark.fuzz
+ROOT = Path(__file__).resolve().parent.parent.parent
 
 HOSTILE = (
     "", " ", "-1", "0", "nan", "-inf", "1e999", "99999999999999999999", "[/]", "\x1b[2J", "\udcff",
@@ -80,6 +81,11 @@ def bases(box: Path) -> dict[str, list[str]]:
         ],
         "update list": ["update", "list", "--job", "nojob", "--no-progress"],
         "rollback": ["rollback", "--job", "nojob", "--dry-run", "-q"],
+        "playbook list": ["playbook", "list"],
+        "playbook show": ["playbook", "show", "hang"],
+        "playbook validate": ["playbook", "validate", str(ROOT / "playbooks" / "hang.yaml")],
+        "playbook run": ["playbook", "run", "hang", "--job", "llama", "--dry-run", "-q"],
+        "playbook resume": ["playbook", "resume", "1"],
     }
 
 

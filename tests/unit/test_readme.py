@@ -32,6 +32,8 @@ def runnable(argv: list[str]) -> str | None:
         return "needs an inventory or a cluster"
     if tuple(argv) in SLOW:
         return "a full diagnose run"
+    if argv[:2] == ["playbook", "resume"]:
+        return "needs a run that was killed"
     if argv[0] == "standby" and argv[1] != "size":
         return "needs standbys"
     if argv[0] == "analyze" and not all((ROOT / a).exists() for a in argv[1:] if not a.startswith("-")):
