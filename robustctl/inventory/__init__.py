@@ -30,6 +30,7 @@ from robustctl.config import (
     RankProcessSpec,
     SchedulerSettings,
     SshSettings,
+    SweepSettings,
     apply_env,
     env_override_of,
 )
@@ -97,6 +98,7 @@ class Inventory:
     jobs: Mapping[str, Job] = field(default_factory=dict)
     scheduler: SchedulerSettings = field(default_factory=SchedulerSettings)
     policy: PolicySettings = field(default_factory=PolicySettings)
+    sweep: SweepSettings = field(default_factory=SweepSettings)
 
     def job(self, name: str) -> Job:
         """The job called ``name``. Raises InventoryError (listing the known jobs) if there is none."""
@@ -202,6 +204,7 @@ def load_inventory(path: Path, *, environ: dict[str, str] | None = None) -> Inve
         jobs=jobs,
         scheduler=model.scheduler,
         policy=model.policy,
+        sweep=model.sweep,
     )
 
 
