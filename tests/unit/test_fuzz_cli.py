@@ -63,6 +63,9 @@ def bases(box: Path) -> dict[str, list[str]]:
         "standby activate": ["standby", "activate", "--for", "node01", "--job", "llama", "--dry-run", "-q"],
         "replay-sdc": ["replay-sdc", "--hosts", "node[01-08]", "--pp", "2", "--dp", "4", "--plan", "-q"],
         "standby size": ["standby", "size", "--machines", "100", "--daily-failure-rate", "0.001"],
+        "sweep": ["sweep", "--hosts", "nohost", "-q"],
+        "history": ["history", "node01"],
+        "lemons": ["lemons"],
     }
 
 

@@ -40,7 +40,9 @@ def test_creates_wal_store_with_schema_version(tmp_path: Path) -> None:
         assert s.schema_version == SCHEMA_VERSION
     conn = sqlite3.connect(path)
     assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-    assert conn.execute("SELECT version FROM migrations").fetchall() == [(v,) for v in range(1, SCHEMA_VERSION + 1)]
+    assert conn.execute("SELECT version FROM migrations").fetchall() == [
+        (v,) for v in range(1, SCHEMA_VERSION + 1)
+    ]
     with Store.open(path) as s:  # reopening does not migrate twice
         assert s.schema_version == SCHEMA_VERSION
 
