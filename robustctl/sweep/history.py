@@ -63,6 +63,8 @@ HOST_CHECK = "(host)"
 MAX_DETAIL = 200
 """Longest detail line kept per change or state, in characters (one human line; the full report is
 the command's ``--json``)."""
+_FEW = 64
+"""Up to this many hosts, state and counter reads look each host up by its key; more read the table once."""
 RECENT_BAD = 16
 """CRITICAL observation times kept per (host, check) for the flap rule (``sweep.flap_count`` ≤ 16)."""
 
@@ -319,10 +321,12 @@ def _state(r: tuple[Any, ...]) -> CheckState:
 
 def check_states(store: Store, hosts: Iterable[str] | None = None) -> dict[tuple[str, str], CheckState]:
     """``check_state`` rows keyed by (host, check), of ``hosts`` (None: all). Raises StoreError."""
-    rows = store.query(
-        "SELECT host, check_name, status, since, last_seen, streak, detail, recent_bad FROM check_state"
-    )
+    sql = "SELECT host, check_name, status, since, last_seen, streak, detail, recent_bad FROM check_state"
     wanted = set(hosts) if hosts is not None else None
+    if wanted is not None and len(wanted) <= _FEW:
+        rows = [r for h in sorted(wanted) for r in store.query(sql + " WHERE host=?", [h])]
+    else:
+        rows = store.query(sql)
     return {(str(r[0]), str(r[1])): _state(r) for r in rows if wanted is None or r[0] in wanted}
 
 
@@ -359,10 +363,12 @@ def changes(
 
 def counters(store: Store, hosts: Iterable[str] | None = None) -> dict[str, HostCounters]:
     """``host_counters`` rows by host (None: all). Raises StoreError."""
-    rows = store.query(
-        "SELECT host, seen, failures, unknowns, first_seen, last_seen, last_status FROM host_counters"
-    )
+    sql = "SELECT host, seen, failures, unknowns, first_seen, last_seen, last_status FROM host_counters"
     wanted = set(hosts) if hosts is not None else None
+    if wanted is not None and len(wanted) <= _FEW:
+        rows = [r for h in sorted(wanted) for r in store.query(sql + " WHERE host=?", [h])]
+    else:
+        rows = store.query(sql)
     return {
         str(r[0]): HostCounters(
             str(r[0]), int(r[1]), int(r[2]), int(r[3]), float(r[4]), float(r[5]), str(r[6])
