@@ -157,6 +157,31 @@ def test_clock_going_backwards_keeps_history_in_order(tmp_path: Path) -> None:
         assert history.last_sweeps(store)[0].clock_skew_s == 3600
 
 
+def test_clock_behind_a_diagnose_run_and_several_sweeps(tmp_path: Path) -> None:
+    clock = Clock()
+    with Store.open(tmp_path / "s.db", clock=clock) as store:
+        for _ in range(3):
+            clock.t += 300
+            history.record(store, obs("n1", Status.OK), source="sweep")
+        clock.t += 60
+        history.record(store, obs("n1", Status.OK), source="diagnose", sweep=False)
+        clock.t -= 7200  # behind both the newest sweep row and the diagnose run after it
+        rec = history.record(store, obs("n1", Status.OK), source="sweep")
+        assert rec.clock_skew_s == 7200 and rec.at == clock.t + 7200
+
+
+def test_a_replay_names_the_sweeps_host_count(tmp_path: Path) -> None:
+    clock = Clock()
+    with Store.open(tmp_path / "s.db", clock=clock) as store:
+        history.record(store, obs("n1", Status.CRITICAL), source="sweep", hosts_swept=2000)
+        history.record(store, [], source="sweep", hosts_swept=2000)
+        assert [(s.hosts, s.status) for s in history.last_sweeps(store, 2)] == [
+            (2000, "skipped"),
+            (2000, "critical"),
+        ]
+        assert history.counters(store)["n1"].seen == 1
+
+
 def test_prune_drops_old_changes_and_keeps_the_present(tmp_path: Path) -> None:
     clock = Clock()
     with Store.open(tmp_path / "s.db", clock=clock) as store:
