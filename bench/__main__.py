@@ -7,8 +7,8 @@ in the same process.
   tar.gz), end to end, against clustering the same ranks (100K target).
 - :mod:`bench.stacks_e2e`: live ``stacks`` on the 16-rank test-bed job, start to named suspects.
 - :mod:`bench.replay_sdc`: replay-sdc rounds vs bisection (M = 24…4,096), one round vs one group.
-- :mod:`bench.sweep_history`: a simulated month (``--days 365``: year) of 5-minute sweeps of 2,000 hosts
-  through the history code: store size, ``history --since 7d`` and ``lemons --since 30d`` vs one SELECT.
+- :mod:`bench.sweep_history`: a simulated year (``--days``) of 5-minute sweeps of 2,000 hosts through the
+  history code: store size, ``history --since 7d`` and ``lemons --since 30d`` vs the SELECT of their rows.
 - :mod:`bench.sweep_fanout`: ``robustctl sweep`` of loopback sshd hosts vs ``pdsh -R ssh`` (same probes).
 
 ``python -m bench fanout [args]``, ``python -m bench saved-dumps [args]``, ... runs one of them.

@@ -76,7 +76,7 @@ def pdsh_variant(tb: Testbed, concurrency: int, *, kex: str | None) -> Variant:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the benchmark and print its table and ratios (``--json``: one JSON document instead)."""
     ap = argparse.ArgumentParser(prog="python -m bench sweep-fanout", description=__doc__.splitlines()[0])
-    ap.add_argument("--hosts", type=int, default=48, help="loopback hosts (default 48; 250 documented)")
+    ap.add_argument("--hosts", type=int, default=96, help="loopback hosts (default 96; 250 documented)")
     ap.add_argument("--repeats", type=int, default=3, help="measured runs per variant (default 3)")
     ap.add_argument("--concurrency", type=int, default=64, help="fan-out width for every tool (default 64)")
     ap.add_argument("--json", action="store_true", help="print one JSON document on stdout")
