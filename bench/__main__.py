@@ -7,13 +7,16 @@ in the same process.
   tar.gz), end to end, against clustering the same ranks (100K target).
 - :mod:`bench.stacks_e2e`: live ``stacks`` on the 16-rank test-bed job, start to named suspects.
 - :mod:`bench.replay_sdc`: replay-sdc rounds vs bisection (M = 24…4,096), one round vs one group.
+- :mod:`bench.sweep_history`: a simulated year (``--days``) of 5-minute sweeps of 2,000 hosts through the
+  history code: store size, ``history --since 7d`` and ``lemons --since 30d`` vs the SELECT of their rows.
+- :mod:`bench.sweep_fanout`: ``robustctl sweep`` of loopback sshd hosts vs ``pdsh -R ssh`` (same probes).
 
 ``python -m bench fanout [args]``, ``python -m bench saved-dumps [args]``, ... runs one of them.
 """
 
 import sys
 
-from bench import fanout, replay_sdc, saved_dumps, stacks, stacks_e2e
+from bench import fanout, replay_sdc, saved_dumps, stacks, stacks_e2e, sweep_fanout, sweep_history
 
 BENCHES = {
     "fanout": fanout.main,
@@ -21,6 +24,8 @@ BENCHES = {
     "saved-dumps": saved_dumps.main,
     "stacks-e2e": stacks_e2e.main,
     "replay-sdc": replay_sdc.main,
+    "sweep-history": sweep_history.main,
+    "sweep-fanout": sweep_fanout.main,
 }
 
 args = sys.argv[1:]

@@ -809,6 +809,45 @@ class PolicySettings(StrictModel):
     standby_quantile: float = Field(0.99, gt=0, lt=1, description="Quantile of failures the pool covers.")
 
 
+class SweepSettings(StrictModel):
+    """``sweep:``: history retention, debounce per check class, what ``--act`` does, lemon thresholds.
+
+    Defaults and where they come from (:mod:`robustctl.sweep.policy` classifies the checks):
+
+    * ``retention_days`` 400: more than a year of state changes, so ``lemons --since 365d`` works.
+    * ``flap_count`` 2 within ``flap_window_s`` 300: a network check (NIC, InfiniBand port) names a host
+      only when it fails twice within 5 minutes (ByteRobust, arXiv 2509.16293 §4.1: flapping NICs are
+      tolerated until they repeat). High-confidence hardware events (a critical XID such as 79 or 48, a
+      GPU missing, uncorrectable ECC, remapping failures) name the host at once.
+    * ``sustained_s`` 900: a thermal, clock or load finding (temperature, throttling, clock offset,
+      memory, load) names a host only when it held for 15 minutes of sweeps (three 5-minute sweeps).
+    * ``act`` suspect: ``--act`` records confirmed hosts as suspect; ``drain`` also drains them through the
+      scheduler back end (``robustctl evict``, with its rails and audit record).
+    * ``lemon_failures`` 3 in ``lemon_days`` 30, or ``lemon_returns`` 2 (evicted and returned twice in
+      that window): a lemon (Kokolis et al., "Revisiting Reliability in Large-Scale ML Research
+      Clusters", HPCA 2025: nodes that fail repeatedly; taking them out cut the failure rate of
+      512+-GPU jobs from 14% to 4%). ``lemon_no_standby``: a lemon is never picked as a standby.
+    """
+
+    retention_days: float = Field(
+        400.0, gt=0, le=3650, description="Days of sweep history kept (≤ 10 years)."
+    )
+    flap_count: int = Field(
+        2, ge=1, le=16, description="Network failures within flap_window_s that name a host."
+    )
+    flap_window_s: Seconds = Field(300.0, description="Window of the network flap rule, seconds.")
+    sustained_s: float = Field(
+        900.0, ge=0, le=86_400, description="How long a thermal/clock/load finding must hold, seconds."
+    )
+    act: Literal["suspect", "drain"] = Field("suspect", description="What --act does with a confirmed host.")
+    lemon_failures: int = Field(
+        3, ge=1, le=10_000, description="Failures within lemon_days that make a lemon."
+    )
+    lemon_returns: int = Field(2, ge=1, le=10_000, description="Evict-and-return cycles within lemon_days.")
+    lemon_days: float = Field(30.0, gt=0, le=3650, description="Window of the lemon rules, days.")
+    lemon_no_standby: bool = Field(False, description="Never pick a lemon as the standby to activate.")
+
+
 class InventoryFile(StrictModel):
     """Top level of an inventory file."""
 
@@ -828,6 +867,7 @@ class InventoryFile(StrictModel):
         max_length=MAX_PLAYBOOK_FILES,
         description="The inventory's own playbook files (relative to the inventory); at most 256.",
     )
+    sweep: SweepSettings = Field(default_factory=SweepSettings)
 
 
 ENV_VARS: dict[str, str] = {

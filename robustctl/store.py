@@ -15,6 +15,8 @@ What it holds (schema version :data:`SCHEMA_VERSION`, migrations recorded in ``m
   rollback of a job's code (who, why, when, from, to, its state) and every version a job ran after a
   (re)start, with the steps it made and when it became stable. Rows are never deleted; a change's facts
   never change, only its state.
+* ``check_state``, ``check_changes``, ``host_counters``, ``sweeps``: the sweep history (each host's
+  check states, their changes, per-host counters, one row per sweep; :mod:`robustctl.sweep.history`).
 * ``audit`` + ``audit_steps``: an append-only log (deleting rows is refused by a trigger). An action
   writes its record *before* applying (status ``started``, the plan JSON included), marks each step
   ``running`` before it runs and ``done``/``noop``/``failed`` after, then the final status. A robustctl
@@ -87,7 +89,7 @@ __all__ = [
     "whoami",
 ]
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 """Version of the store's schema; :meth:`Store.open` migrates older files forward."""
 
 MAX_TEXT = 65_536
@@ -318,6 +320,32 @@ _MIGRATIONS: dict[int, tuple[str, str]] = {
             exit_code INTEGER, result TEXT, error TEXT NOT NULL DEFAULT '', PRIMARY KEY(run_id, seq))
         """,
     ),
+    4: (
+        "sweep history: check states, check changes, host counters, sweeps",
+        # robustctl.sweep.history: one row per (host, check) now, one row per state change, one row per
+        # host of counters, one row per sweep; a year of 5-minute sweeps stays small.
+        """
+        CREATE TABLE check_state(
+            host TEXT NOT NULL, check_name TEXT NOT NULL, status TEXT NOT NULL, since REAL NOT NULL,
+            last_seen REAL NOT NULL, streak INTEGER NOT NULL DEFAULT 1, detail TEXT NOT NULL DEFAULT '',
+            recent_bad TEXT NOT NULL DEFAULT '[]', PRIMARY KEY(host, check_name));
+        CREATE TABLE check_changes(
+            id INTEGER PRIMARY KEY AUTOINCREMENT, host TEXT NOT NULL, check_name TEXT NOT NULL,
+            at REAL NOT NULL, from_status TEXT, to_status TEXT NOT NULL, detail TEXT NOT NULL DEFAULT '',
+            source TEXT NOT NULL);
+        CREATE INDEX check_changes_host_at ON check_changes(host, at);
+        CREATE INDEX check_changes_at ON check_changes(at);
+        CREATE TABLE host_counters(
+            host TEXT PRIMARY KEY, seen INTEGER NOT NULL DEFAULT 0, failures INTEGER NOT NULL DEFAULT 0,
+            unknowns INTEGER NOT NULL DEFAULT 0, first_seen REAL NOT NULL, last_seen REAL NOT NULL,
+            last_status TEXT NOT NULL);
+        CREATE TABLE sweeps(
+            id INTEGER PRIMARY KEY AUTOINCREMENT, started_at REAL NOT NULL, finished_at REAL NOT NULL,
+            source TEXT NOT NULL, hosts INTEGER NOT NULL, status TEXT NOT NULL,
+            clock_skew_s REAL NOT NULL DEFAULT 0);
+        CREATE INDEX sweeps_started ON sweeps(started_at)
+        """,
+    ),
 }
 
 
@@ -466,6 +494,15 @@ class Store:
             )
         except sqlite3.Error as exc:
             raise StoreError(_describe(self.path, exc)) from None
+
+    def transaction(self) -> contextlib.AbstractContextManager[sqlite3.Connection]:
+        """One write transaction (``BEGIN IMMEDIATE``) for modules that keep their own tables in the store
+        (:mod:`robustctl.sweep.history`). Raises StoreError."""
+        return self._tx()
+
+    def query(self, sql: str, args: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        """Rows of one read statement. Raises StoreError."""
+        return self._query(sql, args)
 
     @property
     def schema_version(self) -> int:

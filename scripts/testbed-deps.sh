@@ -9,13 +9,17 @@
 #   passwd          useradd/usermod for the testbed's login user
 #   slurmctld slurmd slurm-client munge
 #                   the real Slurm 22.05 controller and nodes of tests/integration/slurmbed.py
+#   chromium chromium-driver
+#                   headless Chromium and its WebDriver for the sweep HTML report's browser test
+#                   (tests/unit/test_sweep_html_browser.py)
 #
 # Idempotent: `apt-get update` runs only when something must be installed; prints one line when
 # nothing is to do. Needs root (or sudo) only when it has to install. Non-Debian systems: says so and
 # exits 0, leaving the tests to skip with their own reason.
 set -euo pipefail
 
-PACKAGES=(openssh-server openssh-client pdsh nftables procps passwd slurmctld slurmd slurm-client munge)
+PACKAGES=(openssh-server openssh-client pdsh nftables procps passwd slurmctld slurmd slurm-client munge
+          chromium chromium-driver)
 
 if ! command -v dpkg-query >/dev/null 2>&1; then
     echo "testbed-deps: not a Debian-like system (no dpkg-query); install ${PACKAGES[*]} by hand" >&2

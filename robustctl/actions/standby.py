@@ -326,7 +326,8 @@ def plan_activate(
 ) -> Plan:
     """Plan swapping a ready standby in for ``for_host`` (evicted or suspect) in ``job``.
 
-    Picks ``standby``, else the first ready standby in inventory order. Steps: ``replace_host``
+    Picks ``standby``, else the first ready standby in inventory order (not a lemon when
+    ``sweep.lemon_no_standby`` is set, :mod:`robustctl.sweep.lemons`). Steps: ``replace_host``
     (scheduler), the store's job host list, ``resume`` the standby (scheduler), mark it active; then
     ``requeue`` the job when asked. Rails: ``replaced-host-out`` (``for_host`` must be evicted or
     suspect: not overridable), ``ready-standby`` (a standby exists; a chosen one that is not ready
@@ -360,6 +361,11 @@ def plan_activate(
         )
     )
     ready = [s for s in pool if s.readiness is Readiness.READY]
+    if standby is None and ctx.inventory.sweep.lemon_no_standby:
+        lemons = _lemons(ctx)
+        if lemons & {s.host for s in ready}:
+            notes.append("lemons not picked (sweep.lemon_no_standby): " + ", ".join(sorted(lemons)))
+        ready = [s for s in ready if s.host not in lemons]
     chosen: StandbyInfo | None
     if standby is not None:
         chosen = next((s for s in pool if s.host == standby), None)
@@ -411,3 +417,13 @@ def plan_activate(
         force_reason=force_reason if force else None,
         notes=tuple(notes),
     )
+
+
+def _lemons(ctx: ActionContext) -> set[str]:
+    """The hosts :func:`robustctl.sweep.lemons.find_lemons` names with the inventory's ``sweep:`` rules."""
+    from robustctl.sweep.lemons import find_lemons
+
+    sw = ctx.inventory.sweep
+    since = ctx.store.clock() - sw.lemon_days * 86_400
+    found = find_lemons(ctx.store, since=since, min_failures=sw.lemon_failures, min_returns=sw.lemon_returns)
+    return {lm.host for lm in found}

@@ -107,8 +107,17 @@ def _register_update() -> None:
     app.command("rollback", epilog=update_cmd.ROLLBACK_EXAMPLES)(update_cmd.rollback)
 
 
+def _register_sweep() -> None:
+    from robustctl.cli import sweep as sweep_cmd
+
+    app.command("sweep", epilog=sweep_cmd.SWEEP_EXAMPLES)(sweep_cmd.sweep)
+    app.command("history", epilog=sweep_cmd.HISTORY_EXAMPLES)(sweep_cmd.history)
+    app.command("lemons", epilog=sweep_cmd.LEMONS_EXAMPLES)(sweep_cmd.lemons)
+
+
 _register_optional()
 _register_actions()
+_register_sweep()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -209,6 +209,9 @@ def run_diagnose(
             pool.close()
     if not request.record:
         return DiagnoseResult(report)
+    from robustctl.sweep.history import record_report
+
+    record_report(request.state, report, source="diagnose")  # best effort; record_findings reports the store
     from robustctl.commands.record import record_findings
     from robustctl.suspects import diagnose_findings
 

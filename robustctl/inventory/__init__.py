@@ -34,6 +34,7 @@ from robustctl.config import (
     RankProcessSpec,
     SchedulerSettings,
     SshSettings,
+    SweepSettings,
     apply_env,
     env_override_of,
 )
@@ -110,6 +111,7 @@ class Inventory:
     scheduler: SchedulerSettings = field(default_factory=SchedulerSettings)
     policy: PolicySettings = field(default_factory=PolicySettings)
     playbooks: tuple[Path, ...] = ()
+    sweep: SweepSettings = field(default_factory=SweepSettings)
 
     def job(self, name: str) -> Job:
         """The job called ``name``. Raises InventoryError (listing the known jobs) if there is none."""
@@ -216,6 +218,7 @@ def load_inventory(path: Path, *, environ: dict[str, str] | None = None) -> Inve
         scheduler=model.scheduler,
         policy=model.policy,
         playbooks=_playbook_paths(model, path, smap),
+        sweep=model.sweep,
     )
 
 

@@ -36,7 +36,7 @@ from robustctl.inventory import Host, Inventory, load_inventory
 from robustctl.models import Status
 from robustctl.probes import load_probe
 from robustctl.stacks.collect import CollectSettings, collect_stacks
-from robustctl.store import MachineState, Store, StoreLocked
+from robustctl.store import MachineState, Readiness, Store, StoreLocked
 from robustctl.testing.fake_kube import FakeKubeApiServer
 from robustctl.testing.fake_nvml import (
     Ecc,
@@ -1573,6 +1573,130 @@ def test_unbounded_or_nan_values_are_refused(text: str, tmp_path: Path) -> None:
     path.write_text("hosts: [{name: n1, address: 127.0.0.2}]\n" + text)
     with pytest.raises(ConfigError, match=rf"^{path}:2: "):
         load_inventory(path, environ={})
+
+
+# ---- sweep ----------------------------------------------------------------------------------------
+
+XID79 = (
+    "[  170.05] NVRM: Xid (PCI:0000:3b:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus."
+)
+
+
+def _sweep_history(inv: Inventory, seq: list[tuple[float, str]], check: str) -> bool:
+    """Whether the policy (inv.sweep) names n1 after ``check`` went through ``seq`` of (seconds, status)."""
+    from robustctl.sweep import history
+    from robustctl.sweep.policy import decide
+
+    now = [1_800_000_000.0]
+    with Store.open(Path(inv.source).with_suffix(".db"), clock=lambda: now[0]) as store:
+        t0 = now[0]
+        for dt, st in seq:
+            now[0] = t0 + dt
+            rec = history.record(store, [history.Observation("n1", check, Status(st), "x")], source="sweep")
+        return any(d.named for d in decide(history.check_states(store), ["n1"], rec.at, inv.sweep))
+
+
+expect("sweep.flap_count", "policy", at("sweep.flap_count", 1),
+       lambda inv: _sweep_history(inv, [(0, "critical")], "host.nic"), lambda d, c: c and not d)  # fmt: skip
+expect("sweep.flap_window_s", "policy", at("sweep.flap_window_s", 1000.0),
+       lambda inv: _sweep_history(inv, [(0, "critical"), (300, "ok"), (900, "critical")], "host.ib"),
+       lambda d, c: c and not d)  # fmt: skip
+expect("sweep.sustained_s", "policy", at("sweep.sustained_s", 300.0),
+       lambda inv: _sweep_history(inv, [(0, "critical"), (300, "critical")], "nvml.temperature"),
+       lambda d, c: c and not d)  # fmt: skip
+
+
+def _sweep_act(inv: Inventory) -> str:
+    from robustctl.commands.sweep import SweepRequest, run_sweep
+
+    db = Path(inv.source).with_suffix(".db")
+    fake = FakeTransport({"node1": {"host": {"xid": {"lines": [XID79], "matches": 1}}}})
+    run_sweep(SweepRequest(inventory=inv, state=db, act=True), pool=TransportPool(override=fake))
+    with Store.open(db) as store:
+        m = store.machine("node1")
+        return m.state.value if m else "active"
+
+
+expect("sweep.act", "sweep --act", at("sweep.act", "drain"), _sweep_act,
+       lambda d, c: (d, c) == ("suspect", "evicted"))  # fmt: skip
+
+
+@case("sweep.retention_days", "sweep history")
+def _retention(tmp: Path) -> None:
+    from robustctl.commands.sweep import SweepRequest, run_sweep
+    from robustctl.sweep import history
+
+    def kept(inv: Inventory) -> int:
+        db = Path(inv.source).with_suffix(".db")
+        now = [1_800_000_000.0]
+        for _ in range(2):
+            run_sweep(SweepRequest(inventory=inv, state=db), pool=TransportPool(override=FakeTransport()),
+                      clock=lambda: now[0])  # fmt: skip
+            now[0] += 3 * 86_400
+        with Store.open(db) as store:
+            return len(history.last_sweeps(store, 10))
+
+    assert both(tmp, at("sweep.retention_days", 1.0), kept) == (2, 1)
+
+
+def _lemon_store(inv: Inventory) -> Path:
+    from robustctl.sweep import history
+
+    db = Path(inv.source).with_suffix(".db")
+    now = [1_800_000_000.0 - 20 * 86_400]
+    with Store.open(db, clock=lambda: now[0]) as store:
+        for i in range(4):  # two failures, 20 and 19 days ago
+            now[0] += 12 * 3600
+            st = Status.CRITICAL if i % 2 == 0 else Status.OK
+            history.record(store, [history.Observation("node4", history.HOST_CHECK, st, "x")], source="sweep")
+        store.set_state("node3", MachineState.EVICTED, "evict")
+        store.set_state("node3", MachineState.RETURNED, "return")
+    return db
+
+
+def _lemons(inv: Inventory) -> list[str]:
+    from robustctl.commands.sweep import LemonsRequest, run_lemons
+
+    db = _lemon_store(inv)
+    res = run_lemons(LemonsRequest(inventory=inv, state=db), clock=lambda: 1_800_000_000.0)
+    return [lm.host for lm in res.lemons]
+
+
+expect("sweep.lemon_failures", "lemons", at("sweep.lemon_failures", 2), _lemons, lambda d, c: "node4" in c)  # fmt: skip
+expect("sweep.lemon_returns", "lemons", at("sweep.lemon_returns", 1), _lemons, lambda d, c: "node3" in c)  # fmt: skip
+expect("sweep.lemon_days", "lemons", at("sweep.lemon_days", 10.0), _lemons, lambda d, c: c == [],
+       at("sweep.lemon_failures", 2))  # fmt: skip
+
+
+@case("sweep.lemon_no_standby", "standby activate")
+def _lemon_standby(tmp: Path) -> None:
+    from robustctl.actions.standby import plan_activate
+
+    two = [{"name": "node[1-4]", "address": "127.0.0.[2-5]"},
+           {"name": "spare[1-2]", "address": "127.0.0.[6-7]", "state": "standby"}]  # fmt: skip
+
+    def picked(inv: Inventory) -> str:
+        from robustctl.sweep import history
+
+        path = Path(inv.source)
+        db = path.with_suffix(".db")
+        with Store.open(db) as store:
+            for i in range(5):
+                st = Status.CRITICAL if i % 2 == 0 else Status.OK
+                history.record(
+                    store, [history.Observation("spare1", history.HOST_CHECK, st, "x")], source="sweep"
+                )
+            for s in ("spare1", "spare2"):
+                store.set_state(s, MachineState.STANDBY, "add", readiness=Readiness.READY)
+            store.set_state("node1", MachineState.EVICTED, "evict")
+        ctx = open_context(path, db)
+        try:
+            plan = plan_activate(ctx, for_host="node1", job="j")
+        finally:
+            ctx.close()
+        return plan.targets[1]
+
+    assert both(tmp, at("sweep.lemon_no_standby", True), picked, at("hosts", two)) == ("spare1", "spare2")
 
 
 # ---- the table's own tests ----------------------------------------------------------------------

@@ -86,6 +86,9 @@ def bases(box: Path) -> dict[str, list[str]]:
         "playbook validate": ["playbook", "validate", str(ROOT / "playbooks" / "hang.yaml")],
         "playbook run": ["playbook", "run", "hang", "--job", "llama", "--dry-run", "-q"],
         "playbook resume": ["playbook", "resume", "1"],
+        "sweep": ["sweep", "--hosts", "nohost", "-q"],
+        "history": ["history", "node01"],
+        "lemons": ["lemons"],
     }
 
 

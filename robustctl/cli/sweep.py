@@ -1,0 +1,162 @@
+"""``robustctl sweep``, ``robustctl history`` and ``robustctl lemons``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from robustctl.cli.common import InventoryOpt, JsonOpt, StateOpt
+from robustctl.cli.help import examples
+from robustctl.commands.base import exit_code_of, result_json
+
+SWEEP_EXAMPLES = examples(
+    ("robustctl sweep -i cluster.yaml", "L0 on every active and standby host; history kept"),
+    (
+        "robustctl sweep -i cluster.yaml --textfile /var/lib/node_exporter/textfile/robustctl.prom",
+        "for Prometheus",
+    ),
+    ("robustctl sweep -i cluster.yaml --act --quiet", "from cron: the policy records suspects or drains"),
+)
+HISTORY_EXAMPLES = examples(("robustctl history node017 --since 7d", "a host's check changes of a week"))
+LEMONS_EXAMPLES = examples(("robustctl lemons --since 30d", "hosts that keep failing or keep coming back"))
+
+
+def sweep(
+    inventory: InventoryOpt = None,
+    state: StateOpt = None,
+    hosts: Annotated[
+        str | None,
+        typer.Option("--hosts", "-H", help="Host range to sweep (default: every host in service)."),
+    ] = None,
+    level: Annotated[
+        int,
+        typer.Option(
+            "--level", "-l", min=0, max=3, help="Highest level; above 0 only on hosts no job holds."
+        ),
+    ] = 0,
+    include_busy: Annotated[
+        bool, typer.Option("--include-busy", help="Run levels above 0 on hosts a job holds too (GPU load!).")
+    ] = False,
+    act: Annotated[
+        bool, typer.Option("--act", help="Apply the policy: record suspects, or drain (sweep.act: drain).")
+    ] = False,
+    textfile: Annotated[
+        Path | None, typer.Option("--textfile", help="Write a Prometheus textfile there (atomically).")
+    ] = None,
+    html: Annotated[
+        Path | None, typer.Option("--html", help="Write the HTML report there (atomically).")
+    ] = None,
+    json_out: JsonOpt = False,
+    quiet: Annotated[
+        bool, typer.Option("--quiet", "-q", help="No table on stderr (warnings still).")
+    ] = False,
+    accept_new_host_keys: Annotated[
+        bool,
+        typer.Option("--accept-new-host-keys", help="Record unknown host keys (changed keys are refused)."),
+    ] = False,
+) -> int:
+    """Sweep the fleet: quick checks (L0, no GPU load) on every active, standby, suspect and returned host.
+
+    Every host's checks go to the history in the state store; the sweep: policy (debounce per check
+    class) names hosts; --act records them suspect or drains them through evict (rails, audit).
+    One sweep at a time: a second one exits 3 at once.
+    Exit: 0 healthy, 1 pending findings or warnings, 2 hosts named, 3 hosts not checked or another
+    sweep running, 64 usage, 78 config, store or output file.
+    """
+    from robustctl.commands.sweep import run_sweep, sweep_request
+    from robustctl.report.console import emit_json, stderr_console
+    from robustctl.report.progress import RichProgress
+    from robustctl.report.sweep import render_sweep
+
+    request = sweep_request(
+        inventory=inventory,
+        state=state,
+        hosts=hosts,
+        level=level,
+        include_busy=include_busy,
+        act=act,
+        textfile=textfile,
+        html=html,
+        accept_new_host_keys=accept_new_host_keys,
+    )
+    console = stderr_console(wide=True)
+    result = run_sweep(request, progress=RichProgress(console, enabled=not quiet))
+    render_sweep(result, console, quiet=quiet)
+    if json_out:
+        emit_json(result_json(result), to_stdout=True, output=None)
+    return exit_code_of(result)
+
+
+def _since(text: str) -> float:
+    from robustctl.commands.options import parse_duration
+
+    seconds = parse_duration(text)
+    if seconds > 3650 * 86_400:
+        from robustctl.errors import UsageError
+
+        raise UsageError(f"bad --since {text!r}: at most 3650d")
+    return seconds
+
+
+def history(
+    host: Annotated[str, typer.Argument(help="The host.")],
+    since: Annotated[str, typer.Option("--since", help="How far back, e.g. 24h, 7d, 4w.")] = "7d",
+    state: StateOpt = None,
+    json_out: JsonOpt = False,
+) -> int:
+    """A host's sweep and diagnose history: counters, each check now, and every state change.
+
+    Nothing is written; a missing store is an empty history. Exit: 0, 64 usage, 78 unreadable store.
+    """
+    from robustctl.commands.sweep import HistoryRequest, run_history
+    from robustctl.report.console import emit_json, stderr_console
+    from robustctl.report.sweep import render_history
+
+    result = run_history(HistoryRequest(host, _since(since), state))
+    if json_out:
+        emit_json(result_json(result), to_stdout=True, output=None)
+    else:
+        render_history(result, stderr_console(wide=True))
+    return exit_code_of(result)
+
+
+def lemons(
+    inventory: InventoryOpt = None,
+    since: Annotated[
+        str | None, typer.Option("--since", help="Window, e.g. 30d \\[default: sweep.lemon_days].")
+    ] = None,
+    failures: Annotated[
+        int | None, typer.Option("--failures", min=1, max=10_000, help="Failures that make a lemon.")
+    ] = None,
+    returns: Annotated[
+        int | None,
+        typer.Option("--returns", min=1, max=10_000, help="Evict-and-return cycles that make one."),
+    ] = None,
+    state: StateOpt = None,
+    json_out: JsonOpt = False,
+) -> int:
+    """Hosts that keep failing (>= N failures) or keep coming back (evicted and returned >= K times).
+
+    Defaults from the inventory's sweep: section (3 failures or 2 returns in 30 days; Kokolis et al.,
+    HPCA 2025). Nothing is written. Exit: 0, 64 usage, 78 unreadable store or inventory.
+    """
+    from robustctl.commands import options
+    from robustctl.commands.sweep import LemonsRequest, run_lemons
+    from robustctl.report.console import emit_json, stderr_console
+    from robustctl.report.sweep import render_lemons
+
+    request = LemonsRequest(
+        since_s=_since(since) if since is not None else None,
+        min_failures=failures,
+        min_returns=returns,
+        inventory=options.inventory_if_given(inventory),
+        state=state,
+    )
+    result = run_lemons(request)
+    if json_out:
+        emit_json(result_json(result), to_stdout=True, output=None)
+    else:
+        render_lemons(result, stderr_console(wide=True))
+    return exit_code_of(result)

@@ -1,0 +1,533 @@
+"""``robustctl sweep``, ``history`` and ``lemons`` as library calls.
+
+:func:`run_sweep` runs the quick diagnose level (L0: host and NVML checks, no GPU load, safe on
+hosts running a job) on every host in service (active, standby, suspect, returned; never evicted),
+deeper levels up to ``level`` only on hosts no job holds (unless ``include_busy``), records every
+host's checks in the history (:mod:`robustctl.sweep.history`), applies the debounce policy
+(:mod:`robustctl.sweep.policy`) and, with ``act``, records the confirmed hosts suspect or drains them
+through ``robustctl evict`` (rails and audit apply). One sweep at a time (:mod:`robustctl.sweep.lock`).
+
+Exit code of a sweep: 2 when the policy names a host (a confirmed finding), else 3 when a host could
+not be checked, else 1 when a finding is pending (CRITICAL but debounced) or a check warns, else 0.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from robustctl.errors import ConfigError, RobustctlError, UsageError
+from robustctl.exit_codes import ExitCode
+from robustctl.models import SCHEMA_VERSION, RunReport, Status
+
+if TYPE_CHECKING:
+    from robustctl.diagnose import ProgressSink
+    from robustctl.inventory import Inventory
+    from robustctl.store import Store
+    from robustctl.sweep.history import CheckChange, CheckState, HostCounters
+    from robustctl.sweep.lemons import Lemon
+    from robustctl.sweep.policy import Decision
+    from robustctl.transport.pool import TransportPool
+
+__all__ = [
+    "HistoryRequest",
+    "HistoryResult",
+    "LemonsRequest",
+    "LemonsResult",
+    "SweepHost",
+    "SweepRequest",
+    "SweepResult",
+    "check_output_path",
+    "run_history",
+    "run_lemons",
+    "run_sweep",
+    "sweep_request",
+]
+
+RECENT_CHANGES = 10
+"""State changes per host carried in a sweep's result (the HTML report's history column)."""
+SWEPT_STATES = ("active", "standby", "suspect", "returned")
+"""Host states a sweep checks (an evicted host is out for repair)."""
+
+
+@dataclass(frozen=True)
+class SweepRequest:
+    """What a sweep does.
+
+    Attributes:
+        inventory: the resolved inventory. state: the store file (None: ``$ROBUSTCTL_STATE``/XDG).
+        hosts: a host range restricting the sweep (None: every host in service).
+        level: highest diagnose level (0: quick checks only). include_busy: run levels above 0 on
+            hosts a job holds too. act: apply the policy (``sweep.act``: suspect or drain).
+        textfile / html: write the Prometheus textfile / HTML report there (atomically).
+        accept_new_host_keys: as diagnose.
+    """
+
+    inventory: Inventory
+    state: Path | None = None
+    hosts: str | None = None
+    level: int = 0
+    include_busy: bool = False
+    act: bool = False
+    textfile: Path | None = None
+    html: Path | None = None
+    accept_new_host_keys: bool = False
+
+
+@dataclass(frozen=True)
+class SweepHost:
+    """One host of a sweep: its verdict, the highest level it got, each check's worst status now.
+
+    Attributes:
+        host, status, busy (a job holds it), max_level, checks ({check: status}), error (unknown
+        outcome), named (the policy names it), pending (CRITICAL checks waiting on their rule).
+    """
+
+    host: str
+    status: Status
+    busy: bool
+    max_level: int
+    checks: Mapping[str, str]
+    error: str | None = None
+    named: bool = False
+    pending: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class SweepResult:
+    """A sweep's outcome (the ``--json`` document).
+
+    Attributes:
+        started_at / finished_at (UNIX s, the store's clock), duration_s; hosts: one per swept host;
+        skipped: hosts not swept (evicted); decisions: the policy's reading of each host with a
+        CRITICAL check; acted: what ``--act`` did (None without it), ``{"suspect": [...], "drained":
+        [...], "skipped": [...], "error": str|None}``; lemons: lemons now (the ``sweep:`` window);
+        recent: each host's newest state changes; counters: each host's counters; warnings: one line each (clock went backwards);
+        state: the store file; report: the diagnose engine's report.
+    """
+
+    started_at: float
+    finished_at: float
+    hosts: tuple[SweepHost, ...]
+    skipped: tuple[str, ...]
+    decisions: tuple[Decision, ...]
+    acted: Mapping[str, Any] | None
+    lemons: tuple[Lemon, ...]
+    recent: Mapping[str, tuple[CheckChange, ...]]
+    counters: Mapping[str, HostCounters]
+    warnings: tuple[str, ...]
+    state: str
+    report: RunReport
+    kind: str = "sweep"
+    schema_version: int = SCHEMA_VERSION
+
+    @property
+    def duration_s(self) -> float:
+        """Wall seconds of the sweep."""
+        return max(0.0, self.finished_at - self.started_at)
+
+    @property
+    def exit_code(self) -> ExitCode:
+        """2 a host named, 3 a host not checked, 1 pending or warning, 0 healthy."""
+        if any(h.named for h in self.hosts):
+            return ExitCode.CRITICAL
+        if any(h.status is Status.UNKNOWN for h in self.hosts):
+            return ExitCode.UNKNOWN
+        if any(h.pending or h.status is Status.WARNING for h in self.hosts):
+            return ExitCode.WARNING
+        return ExitCode.OK
+
+
+def check_output_path(path: Path, flag: str) -> None:
+    """Refuse an output file whose directory is missing or not writable, or that is not a regular file.
+
+    Raises:
+        ConfigError: one line naming ``flag`` and the path (exit 78), before anything runs.
+    """
+    parent = path.parent if str(path.parent) else Path(".")
+    if not parent.is_dir():
+        raise ConfigError(f"{flag} {path}: directory {parent} does not exist")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise ConfigError(f"{flag} {path}: directory {parent} is not writable")
+    if path.exists() and not path.is_file():
+        raise ConfigError(f"{flag} {path}: not a regular file")
+
+
+def sweep_request(
+    *,
+    inventory: Path | None = None,
+    state: Path | None = None,
+    hosts: str | None = None,
+    level: int = 0,
+    include_busy: bool = False,
+    act: bool = False,
+    textfile: Path | None = None,
+    html: Path | None = None,
+    accept_new_host_keys: bool = False,
+    environ: Mapping[str, str] | None = None,
+) -> SweepRequest:
+    """A :class:`SweepRequest` from command-line values; the output paths are checked here.
+
+    Raises:
+        ConfigError / InventoryError: bad inventory; an output directory missing or not writable.
+        UsageError: a bad ``hosts`` range or level.
+    """
+    from robustctl.commands import options
+
+    if not 0 <= level <= 3:
+        raise UsageError(f"bad --level {level}: a sweep runs levels 0-3")
+    inv = options.inventory(inventory, environ)
+    if hosts is not None:
+        options.select_hosts(inv, hosts)
+    for path, flag in ((textfile, "--textfile"), (html, "--html")):
+        if path is not None:
+            check_output_path(path, flag)
+    return SweepRequest(
+        inventory=inv,
+        state=options.state_path(state, environ),
+        hosts=hosts,
+        level=level,
+        include_busy=include_busy,
+        act=act,
+        textfile=textfile,
+        html=html,
+        accept_new_host_keys=accept_new_host_keys,
+    )
+
+
+def _targets(request: SweepRequest, store: Store) -> tuple[list[Any], list[str], set[str]]:
+    """(hosts to sweep, hosts skipped as evicted, busy host names)."""
+    from robustctl.commands import options
+
+    inv = request.inventory
+    chosen = options.select_hosts(inv, request.hosts) if request.hosts else list(inv.hosts)
+    recorded = {m.host: m.state.value for m in store.machines()}
+    swept: list[Any] = []
+    skipped: list[Any] = []
+    for h in chosen:
+        (swept if recorded.get(h.name, h.state.value) in SWEPT_STATES else skipped).append(h)
+    busy: set[str] = set()
+    for name, job in inv.jobs.items():
+        busy.update(h.name for h in job.hosts)
+        busy.update(store.job_hosts(name) or ())
+    return swept, [h.name for h in skipped], busy
+
+
+def _merge(reports: list[RunReport], order: list[str]) -> RunReport:
+    by = {h.host: h for r in reports for h in r.hosts}
+    hosts = tuple(by[n] for n in order if n in by)
+    levels = max((r.levels for r in reports), key=len)
+    return RunReport(
+        status=Status.worst(h.status for h in hosts),
+        hosts=hosts,
+        levels=levels,
+        suspects=tuple(h.host for h in hosts if h.status is Status.CRITICAL),
+        unknown=tuple(h.host for h in hosts if h.status is Status.UNKNOWN),
+        started_at=min(r.started_at for r in reports),
+        finished_at=max(r.finished_at for r in reports),
+    )
+
+
+def _diagnose(
+    request: SweepRequest,
+    hosts: list[Any],
+    busy: set[str],
+    pool: TransportPool,
+    progress: ProgressSink | None,
+) -> tuple[RunReport, dict[str, int]]:
+    from robustctl.diagnose import DiagnoseSpec, run_levels
+
+    inv = request.inventory
+    deep = [h for h in hosts if request.include_busy or h.name not in busy] if request.level > 0 else []
+    quick = [h for h in hosts if h not in deep]
+    reports: list[RunReport] = []
+    levels: dict[str, int] = {}
+    for group, level in ((quick, 0), (deep, request.level)):
+        if not group:
+            continue
+        spec = DiagnoseSpec(
+            hosts=tuple(group), settings=inv.diagnose, thresholds=inv.thresholds, max_level=level
+        )
+        reports.append(run_levels(spec, pool, progress=progress))
+        levels.update({h.name: level for h in group})
+    return _merge(reports, [h.name for h in hosts]), levels
+
+
+def _act(request: SweepRequest, store: Store, decisions: list[Decision]) -> dict[str, Any]:
+    """Record the named hosts suspect; with ``sweep.act: drain``, drain them through ``evict``."""
+    from robustctl.store import MachineState
+    from robustctl.suspects import record_suspects
+
+    named = {d.host: d.reason() for d in decisions if d.named}
+    out: dict[str, Any] = {"suspect": [], "drained": [], "skipped": [], "error": None}
+    if not named:
+        return out
+    inv_states = {h.name: MachineState(h.state.value) for h in request.inventory.hosts}
+    rec = record_suspects(store, named, source="sweep", inventory_states=inv_states)
+    out["suspect"] = list(rec.suspects)
+    out["skipped"] = [f"{s.host} ({s.state.value})" for s in rec.skipped]
+    if request.inventory.sweep.act != "drain" or not rec.suspects:
+        return out
+    from robustctl.commands.actions import always
+    from robustctl.commands.evict import EvictRequest, run_evict
+    from robustctl.inventory.hostrange import collapse
+
+    source = request.inventory.source
+    try:
+        res = run_evict(
+            EvictRequest(
+                inventory=None if source.startswith("<") else Path(source),
+                state=request.state,
+                hosts=collapse(list(rec.suspects)),
+                reason="; ".join(named[h] for h in rec.suspects)[:1000],
+            ),
+            confirm=always,
+        )
+    except RobustctlError as exc:
+        out["error"] = f"drain not applied: {exc}"
+        return out
+    if int(res.exit_code) == 0:
+        out["drained"] = list(rec.suspects)
+    else:
+        out["error"] = f"drain not applied (exit {int(res.exit_code)}): see robustctl audit"
+    return out
+
+
+def run_sweep(
+    request: SweepRequest,
+    *,
+    pool: TransportPool | None = None,
+    progress: ProgressSink | None = None,
+    clock: Callable[[], float] = time.time,
+) -> SweepResult:
+    """Sweep the fleet once (see the module docstring) and write the asked outputs.
+
+    Args:
+        pool: the transports (closed by the caller); None: one opened and closed here.
+        clock: UNIX seconds for the history (tests pass a fake clock).
+
+    Raises:
+        SweepBusy: another sweep runs (exit 3). StoreError: the store cannot be opened or written
+            (exit 78). ConfigError: an output file cannot be written (exit 78; the old file is intact).
+    """
+    from robustctl.commands.options import state_path
+    from robustctl.store import Store
+    from robustctl.sweep import history
+    from robustctl.sweep.lemons import find_lemons
+    from robustctl.sweep.lock import sweep_lock
+    from robustctl.sweep.policy import decide
+
+    path = state_path(request.state)
+    settings = request.inventory.sweep
+    with Store.open(path, clock=clock) as store, sweep_lock(path):
+        started = clock()
+        hosts, skipped, busy = _targets(request, store)
+        own = pool is None
+        if pool is None:
+            from robustctl.transport.pool import TransportPool
+
+            pool = TransportPool(accept_new_host_keys=request.accept_new_host_keys)
+        try:
+            if hosts:
+                report, levels = _diagnose(request, hosts, busy, pool, progress)
+            else:
+                now = clock()
+                report, levels = RunReport(Status.SKIPPED, (), (), (), (), now, now), {}
+        finally:
+            if own:
+                pool.close()
+        obs = [o for h in report.hosts for o in history.observations_of(h)]
+        rec = history.record(store, obs, source="sweep", started_at=started)
+        warnings: list[str] = []
+        if rec.clock_skew_s > 0:
+            warnings.append(
+                f"robustctl: warning: the clock is {rec.clock_skew_s:.0f} s behind the last sweep recorded in "
+                f"{path}; this sweep is recorded at that time"
+            )
+        history.prune(store, rec.at - settings.retention_days * 86_400)
+        names = [h.host for h in report.hosts]
+        states = history.check_states(store, names)
+        decisions = decide(states, names, rec.at, settings)
+        acted = _act(request, store, decisions) if request.act else None
+        lemons = find_lemons(
+            store,
+            since=rec.at - settings.lemon_days * 86_400,
+            min_failures=settings.lemon_failures,
+            min_returns=settings.lemon_returns,
+        )
+        recent = {n: tuple(history.changes(store, host=n, limit=RECENT_CHANGES)) for n in names}
+        counters = history.counters(store, names)
+    by_decision = {d.host: d for d in decisions}
+    swept = tuple(
+        SweepHost(
+            host=h.host,
+            status=h.status,
+            busy=h.host in busy,
+            max_level=levels.get(h.host, 0),
+            checks=_checks(states, h.host),
+            error=h.error,
+            named=h.host in by_decision and by_decision[h.host].named,
+            pending=tuple(f.check for f in by_decision[h.host].findings if not f.confirmed)
+            if h.host in by_decision
+            else (),
+        )
+        for h in report.hosts
+    )
+    result = SweepResult(
+        started_at=min(started, rec.at),
+        finished_at=rec.at,
+        hosts=swept,
+        skipped=tuple(skipped),
+        decisions=tuple(decisions),
+        acted=acted,
+        lemons=tuple(lemons),
+        recent=recent,
+        counters=counters,
+        warnings=tuple(warnings),
+        state=str(path),
+        report=report,
+    )
+    _write_outputs(request, result)
+    return result
+
+
+def _checks(states: Mapping[tuple[str, str], CheckState], host: str) -> dict[str, str]:
+    from robustctl.sweep.history import HOST_CHECK
+
+    return {c: s.status for (h, c), s in sorted(states.items()) if h == host and c != HOST_CHECK}
+
+
+def _write_outputs(request: SweepRequest, result: SweepResult) -> None:
+    from robustctl.report.atomic import write_atomic
+
+    if request.textfile is not None:
+        from robustctl.report.prometheus import sweep_textfile
+
+        write_atomic(request.textfile, sweep_textfile(result), "--textfile")
+    if request.html is not None:
+        from robustctl.report.html import sweep_html
+
+        write_atomic(request.html, sweep_html(result), "--html")
+
+
+# --- history -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class HistoryRequest:
+    """``robustctl history HOST --since 7d``: ``host``, ``since_s`` (seconds back from now), the store."""
+
+    host: str
+    since_s: float = 7 * 86_400
+    state: Path | None = None
+    limit: int = 10_000
+
+
+@dataclass(frozen=True)
+class HistoryResult:
+    """A host's sweep and diagnose history.
+
+    Attributes:
+        host; since (UNIX s); counters (None: never seen); checks: each check's state now;
+        changes: state changes since ``since``, oldest first (at most the request's ``limit``, the newest).
+    """
+
+    host: str
+    since: float
+    counters: HostCounters | None
+    checks: tuple[CheckState, ...]
+    changes: tuple[CheckChange, ...]
+    state: str
+    kind: str = "history"
+    schema_version: int = SCHEMA_VERSION
+
+    @property
+    def exit_code(self) -> ExitCode:
+        """Always OK: a listing, not a verdict."""
+        return ExitCode.OK
+
+
+def run_history(request: HistoryRequest, *, clock: Callable[[], float] = time.time) -> HistoryResult:
+    """Read ``request.host``'s history; a missing store is an empty history (nothing is created).
+
+    Raises:
+        StoreError: the store exists but cannot be read.
+    """
+    from robustctl.commands.options import state_path
+    from robustctl.store import Store
+    from robustctl.sweep.history import host_history
+
+    path = state_path(request.state)
+    since = clock() - request.since_s
+    if not path.exists():
+        return HistoryResult(request.host, since, None, (), (), str(path))
+    with Store.open(path, clock=clock) as store:
+        h = host_history(store, request.host, since=since, limit=request.limit)
+    return HistoryResult(request.host, since, h.counters, h.checks, h.changes, str(path))
+
+
+# --- lemons --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LemonsRequest:
+    """``robustctl lemons --since 30d``: the window (None: ``sweep.lemon_days``), the thresholds
+    (None: the inventory's ``sweep:``), the inventory (None: defaults) and the store."""
+
+    since_s: float | None = None
+    min_failures: int | None = None
+    min_returns: int | None = None
+    inventory: Inventory | None = None
+    state: Path | None = None
+
+
+@dataclass(frozen=True)
+class LemonsResult:
+    """The lemons of the window: ``lemons`` (with evidence), the rules applied, the store read."""
+
+    lemons: tuple[Lemon, ...]
+    since: float
+    min_failures: int
+    min_returns: int
+    state: str
+    rules: Mapping[str, str] = field(default_factory=dict)
+    kind: str = "lemons"
+    schema_version: int = SCHEMA_VERSION
+
+    @property
+    def exit_code(self) -> ExitCode:
+        """Always OK: a listing (a lemon is acted on by policy, not by this exit code)."""
+        return ExitCode.OK
+
+
+def run_lemons(request: LemonsRequest, *, clock: Callable[[], float] = time.time) -> LemonsResult:
+    """List the lemons (:func:`robustctl.sweep.lemons.find_lemons`); a missing store has none.
+
+    Raises:
+        StoreError: the store exists but cannot be read.
+    """
+    from robustctl.commands.options import state_path
+    from robustctl.config import SweepSettings
+    from robustctl.store import Store
+    from robustctl.sweep.lemons import find_lemons
+
+    s = request.inventory.sweep if request.inventory is not None else SweepSettings()
+    window = request.since_s if request.since_s is not None else s.lemon_days * 86_400
+    fails = request.min_failures if request.min_failures is not None else s.lemon_failures
+    rets = request.min_returns if request.min_returns is not None else s.lemon_returns
+    path = state_path(request.state)
+    since = clock() - window
+    rules = {
+        "failures": f">= {fails} failures (changes into critical) since the window's start",
+        "returns": f">= {rets} evicted-and-returned cycles since the window's start",
+        "source": "Kokolis et al., HPCA 2025",
+    }
+    if not path.exists():
+        return LemonsResult((), since, fails, rets, str(path), rules)
+    with Store.open(path, clock=clock) as store:
+        found = find_lemons(store, since=since, min_failures=fails, min_returns=rets)
+    return LemonsResult(tuple(found), since, fails, rets, str(path), rules)

@@ -1,0 +1,431 @@
+"""Sweep history in the state store: state changes per (host, check) plus per-host counters.
+
+Compact by design: a sweep that finds a host as it was last time writes no row per check, only
+updates ``check_state.last_seen``/``streak`` and the host's counters. What is kept:
+
+* ``check_state``: one row per (host, check): the status now, ``since`` (start of the current run of
+  that status), ``streak`` (consecutive observations of it), the detail line of the worst result, and
+  ``recent_bad``: the times of the last :data:`RECENT_BAD` CRITICAL observations (what the flap rule of
+  :mod:`robustctl.sweep.policy` counts).
+* ``check_changes``: one row per change of a check's status (from → to, at, detail cut at
+  :data:`MAX_DETAIL` characters, source ``sweep`` or ``diagnose``). The host's own verdict is the pseudo
+  check :data:`HOST_CHECK`: its changes into ``critical`` are the host's *failures* (lemons count them).
+* ``host_counters``: observations, failures, unknown outcomes, first and last seen, last status.
+* ``sweeps``: one row per sweep (start, end, hosts, status, clock skew).
+
+Size: 2,000 hosts × 15 checks is 30,000 ``check_state`` rows whatever the number of sweeps; a year
+of 5-minute sweeps adds 105,120 ``sweeps`` rows and one ``check_changes`` row per state change
+(``bench/`` measures the file and the ``history`` query on such a year). Rows older than the
+retention (``sweep.retention_days``) are deleted by :func:`prune`.
+
+Time: every row takes the store's clock. A clock that went backwards since the last recorded sweep
+(NTP step, a VM restored from a snapshot) must not put new rows before old ones: the sweep is
+recorded at the last recorded time instead, and :attr:`Recorded.clock_skew_s` says by how much the
+clock was behind (the caller prints one warning line).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from robustctl.models import Outcome, Status
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from robustctl.models import HostReport, RunReport
+    from robustctl.store import Store
+
+__all__ = [
+    "HOST_CHECK",
+    "MAX_DETAIL",
+    "RECENT_BAD",
+    "CheckChange",
+    "CheckState",
+    "HostCounters",
+    "HostHistory",
+    "Observation",
+    "Recorded",
+    "SweepRow",
+    "host_history",
+    "last_sweeps",
+    "observations_of",
+    "prune",
+    "record",
+    "record_report",
+]
+
+HOST_CHECK = "(host)"
+"""The pseudo check holding a host's own verdict (the worst of its checks and its outcome)."""
+MAX_DETAIL = 200
+"""Longest detail line kept per change or state, in characters (one human line; the full report is
+the command's ``--json``)."""
+_FEW = 64
+"""Up to this many hosts, state and counter reads look each host up by its key; more read the table once."""
+RECENT_BAD = 16
+"""CRITICAL observation times kept per (host, check) for the flap rule (``sweep.flap_count`` ≤ 16)."""
+
+
+@dataclass(frozen=True)
+class Observation:
+    """One check of one host as one run saw it: the worst of its results and that result's line."""
+
+    host: str
+    check: str
+    status: Status
+    detail: str
+
+
+@dataclass(frozen=True)
+class CheckState:
+    """A row of ``check_state``: ``status`` since ``since`` (UNIX s), ``streak`` observations in a row."""
+
+    host: str
+    check: str
+    status: str
+    since: float
+    last_seen: float
+    streak: int
+    detail: str
+    recent_bad: tuple[float, ...]
+
+
+@dataclass(frozen=True)
+class CheckChange:
+    """A row of ``check_changes``: ``check`` of ``host`` went ``from_status`` → ``to_status`` at ``at``."""
+
+    host: str
+    check: str
+    at: float
+    from_status: str | None
+    to_status: str
+    detail: str
+    source: str
+
+
+@dataclass(frozen=True)
+class HostCounters:
+    """A row of ``host_counters``: observations (``seen``), failures (changes into CRITICAL), unknown
+    outcomes, first/last seen (UNIX s) and the last status."""
+
+    host: str
+    seen: int
+    failures: int
+    unknowns: int
+    first_seen: float
+    last_seen: float
+    last_status: str
+
+
+@dataclass(frozen=True)
+class SweepRow:
+    """A row of ``sweeps``: when, how long, how many hosts, the worst status, the clock skew found."""
+
+    id: int
+    started_at: float
+    finished_at: float
+    source: str
+    hosts: int
+    status: str
+    clock_skew_s: float
+
+    @property
+    def duration_s(self) -> float:
+        """Wall seconds of the sweep."""
+        return max(0.0, self.finished_at - self.started_at)
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """What :func:`record` wrote.
+
+    Attributes:
+        at: the time the observations were recorded at (UNIX s). changes: state changes written.
+        clock_skew_s: how far the clock was behind the last recorded time (0: it was not).
+        sweep_id: the ``sweeps`` row (None for a diagnose run).
+    """
+
+    at: float
+    changes: tuple[CheckChange, ...]
+    clock_skew_s: float = 0.0
+    sweep_id: int | None = None
+
+
+@dataclass(frozen=True)
+class HostHistory:
+    """One host's history: its counters (None: never seen), its checks now, its changes since a time."""
+
+    host: str
+    counters: HostCounters | None
+    checks: tuple[CheckState, ...]
+    changes: tuple[CheckChange, ...]
+
+
+def _cut(text: str) -> str:
+    line = " ".join(str(text).split())
+    return line if len(line) <= MAX_DETAIL else line[: MAX_DETAIL - 1] + "…"
+
+
+def observations_of(report: HostReport) -> list[Observation]:
+    """A host report as observations: one per check name (the worst result, its summary and device),
+    plus :data:`HOST_CHECK`. A host that could not be checked yields only :data:`HOST_CHECK` (UNKNOWN,
+    its error): checks that did not run are not observed, so they keep their last state."""
+    worst: dict[str, tuple[Status, str]] = {}
+    for c in report.checks:
+        if c.status is Status.SKIPPED:
+            continue
+        line = f"{c.device}: {c.summary}" if c.device else c.summary
+        cur = worst.get(c.name)
+        if cur is None or c.status.severity > cur[0].severity:
+            worst[c.name] = (c.status, line)
+    host_line = report.error or next(
+        (line for s, line in worst.values() if s is report.status), report.status.value
+    )
+    out = [Observation(report.host, HOST_CHECK, report.status, host_line)]
+    if report.outcome is Outcome.OK or worst:
+        out += [Observation(report.host, name, s, line) for name, (s, line) in sorted(worst.items())]
+    return out
+
+
+def _last_time(store: Store) -> float:
+    # The newest sweep row holds the latest time: record() never writes a time before the last one.
+    # (By id through the primary key: MAX(finished_at) would scan a year's 105,120 rows each sweep.)
+    rows = store.query("SELECT finished_at FROM sweeps ORDER BY id DESC LIMIT 1")
+    last = float(rows[0][0]) if rows and rows[0][0] is not None else 0.0
+    rows = store.query("SELECT MAX(last_seen) FROM host_counters")
+    if rows and rows[0][0] is not None:
+        last = max(last, float(rows[0][0]))
+    return last
+
+
+def record(
+    store: Store,
+    observations: Iterable[Observation],
+    *,
+    source: str,
+    started_at: float | None = None,
+    sweep: bool = True,
+    hosts_swept: int | None = None,
+) -> Recorded:
+    """Record one run's observations (one transaction).
+
+    Args:
+        observations: per (host, check); a host's :data:`HOST_CHECK` observation counts it as seen.
+        source: ``"sweep"`` or ``"diagnose"``. started_at: when the run started (UNIX s; default now).
+        sweep: also write a ``sweeps`` row.
+        hosts_swept: the host count of the ``sweeps`` row when ``observations`` carry only the hosts
+            whose checks may have changed (a replay of a simulated history, ``bench/sweep_history.py``:
+            the hosts left out keep their rows as they are, and the row's status is the worst of
+            the observations passed); None: the hosts observed.
+
+    Returns:
+        :class:`Recorded`; ``clock_skew_s`` > 0 when the clock went backwards (rows are then written at
+        the last recorded time, so the history stays in order).
+
+    Raises:
+        StoreError: the store cannot be written.
+    """
+    obs = list(observations)
+    now = store.clock()
+    last = _last_time(store)
+    skew = max(0.0, last - now)
+    at = max(now, last)
+    start = min(at, started_at if started_at is not None and started_at <= at else at)
+    changes: list[CheckChange] = []
+    with store.transaction() as c:
+        for o in obs:
+            detail = _cut(o.detail)
+            row = c.execute(
+                "SELECT status, streak, recent_bad FROM check_state WHERE host=? AND check_name=?",
+                (o.host, o.check),
+            ).fetchone()
+            bad = json.loads(row[2]) if row else []
+            if o.status is Status.CRITICAL:
+                bad = [*bad, at][-RECENT_BAD:]
+            if row is None or row[0] != o.status.value:
+                changes.append(
+                    CheckChange(o.host, o.check, at, row[0] if row else None, o.status.value, detail, source)
+                )
+                c.execute(
+                    "INSERT INTO check_state(host, check_name, status, since, last_seen, streak, detail, recent_bad) "
+                    "VALUES (?, ?, ?, ?, ?, 1, ?, ?) ON CONFLICT(host, check_name) DO UPDATE SET "
+                    "status=excluded.status, since=excluded.since, last_seen=excluded.last_seen, streak=1, "
+                    "detail=excluded.detail, recent_bad=excluded.recent_bad",
+                    (o.host, o.check, o.status.value, at, at, detail, json.dumps(bad)),
+                )
+                c.execute(
+                    "INSERT INTO check_changes(host, check_name, at, from_status, to_status, detail, source) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    (o.host, o.check, at, row[0] if row else None, o.status.value, detail, source),
+                )
+            else:
+                c.execute(
+                    "UPDATE check_state SET last_seen=?, streak=streak+1, detail=?, recent_bad=? "
+                    "WHERE host=? AND check_name=?",
+                    (at, detail, json.dumps(bad), o.host, o.check),
+                )
+            if o.check != HOST_CHECK:
+                continue
+            failed = int(o.status is Status.CRITICAL and (row is None or row[0] != Status.CRITICAL.value))
+            c.execute(
+                "INSERT INTO host_counters(host, seen, failures, unknowns, first_seen, last_seen, last_status) "
+                "VALUES (?, 1, ?, ?, ?, ?, ?) ON CONFLICT(host) DO UPDATE SET seen=seen+1, "
+                "failures=failures+excluded.failures, unknowns=unknowns+excluded.unknowns, "
+                "last_seen=excluded.last_seen, last_status=excluded.last_status",
+                (o.host, failed, int(o.status is Status.UNKNOWN), at, at, o.status.value),
+            )
+        sweep_id: int | None = None
+        if sweep:
+            hosts = [o for o in obs if o.check == HOST_CHECK]
+            worst = Status.worst(o.status for o in hosts).value
+            cur = c.execute(
+                "INSERT INTO sweeps(started_at, finished_at, source, hosts, status, clock_skew_s) "
+                "VALUES (?, ?, ?, ?, ?, ?)",
+                (start, at, source, len(hosts) if hosts_swept is None else hosts_swept, worst, skew),
+            )
+            sweep_id = int(cur.lastrowid or 0)
+    return Recorded(at, tuple(changes), skew, sweep_id)
+
+
+def record_report(path: Path | None, report: RunReport, *, source: str) -> str | None:
+    """Record a diagnose report's hosts in the history of the store at ``path`` (None: the default),
+    best effort: returns the error line when the store cannot be opened or written, else None."""
+    from robustctl.store import Store, StoreError, default_path
+
+    try:
+        with Store.open(path if path is not None else default_path()) as store:
+            record(store, [o for h in report.hosts for o in observations_of(h)], source=source, sweep=False)
+    except (StoreError, OSError) as exc:
+        return str(exc)
+    return None
+
+
+def prune(store: Store, before: float) -> int:
+    """Delete changes and sweeps (by start) older than ``before`` (UNIX s); returns the rows deleted.
+
+    ``check_state`` and ``host_counters`` (the present) are kept. Raises StoreError."""
+    with store.transaction() as c:
+        n = c.execute("DELETE FROM check_changes WHERE at<?", (before,)).rowcount
+        n += c.execute("DELETE FROM sweeps WHERE started_at<?", (before,)).rowcount  # indexed
+    return int(n)
+
+
+def _state(r: tuple[Any, ...]) -> CheckState:
+    return CheckState(
+        str(r[0]),
+        str(r[1]),
+        str(r[2]),
+        float(r[3]),
+        float(r[4]),
+        int(r[5]),
+        str(r[6]),
+        tuple(float(x) for x in json.loads(str(r[7]))),
+    )
+
+
+def check_states(store: Store, hosts: Iterable[str] | None = None) -> dict[tuple[str, str], CheckState]:
+    """``check_state`` rows keyed by (host, check), of ``hosts`` (None: all). Raises StoreError."""
+    sql = "SELECT host, check_name, status, since, last_seen, streak, detail, recent_bad FROM check_state"
+    wanted = set(hosts) if hosts is not None else None
+    if wanted is not None and len(wanted) <= _FEW:
+        rows = [r for h in sorted(wanted) for r in store.query(sql + " WHERE host=?", [h])]
+    else:
+        rows = store.query(sql)
+    return {(str(r[0]), str(r[1])): _state(r) for r in rows if wanted is None or r[0] in wanted}
+
+
+def _change(r: tuple[Any, ...]) -> CheckChange:
+    return CheckChange(
+        str(r[0]),
+        str(r[1]),
+        float(r[2]),
+        None if r[3] is None else str(r[3]),
+        str(r[4]),
+        str(r[5]),
+        str(r[6]),
+    )
+
+
+def changes(
+    store: Store, *, host: str | None = None, since: float | None = None, limit: int = 10_000
+) -> list[CheckChange]:
+    """State changes, oldest first, of ``host`` (None: all) at or after ``since``; the newest
+    ``limit`` of them. Raises StoreError."""
+    cond: list[str] = []
+    args: list[Any] = []
+    if host is not None:
+        cond.append("host=?")
+        args.append(host)
+    if since is not None:
+        cond.append("at>=?")
+        args.append(since)
+    where = (" WHERE " + " AND ".join(cond)) if cond else ""
+    sql = "SELECT host, check_name, at, from_status, to_status, detail, source FROM check_changes"
+    rows = store.query(sql + where + " ORDER BY id DESC LIMIT ?", [*args, limit])
+    return [_change(r) for r in reversed(rows)]
+
+
+def counters(store: Store, hosts: Iterable[str] | None = None) -> dict[str, HostCounters]:
+    """``host_counters`` rows by host (None: all). Raises StoreError."""
+    sql = "SELECT host, seen, failures, unknowns, first_seen, last_seen, last_status FROM host_counters"
+    wanted = set(hosts) if hosts is not None else None
+    if wanted is not None and len(wanted) <= _FEW:
+        rows = [r for h in sorted(wanted) for r in store.query(sql + " WHERE host=?", [h])]
+    else:
+        rows = store.query(sql)
+    return {
+        str(r[0]): HostCounters(
+            str(r[0]), int(r[1]), int(r[2]), int(r[3]), float(r[4]), float(r[5]), str(r[6])
+        )
+        for r in rows
+        if wanted is None or r[0] in wanted
+    }
+
+
+def host_history(store: Store, host: str, *, since: float | None = None, limit: int = 10_000) -> HostHistory:
+    """``host``'s counters, current check states and changes since ``since``. Raises StoreError."""
+    states = sorted(check_states(store, [host]).values(), key=lambda s: (s.check != HOST_CHECK, s.check))
+    return HostHistory(
+        host,
+        counters(store, [host]).get(host),
+        tuple(states),
+        tuple(changes(store, host=host, since=since, limit=limit)),
+    )
+
+
+def last_sweeps(store: Store, n: int = 1) -> list[SweepRow]:
+    """The newest ``n`` sweeps, newest first. Raises StoreError."""
+    rows = store.query(
+        "SELECT id, started_at, finished_at, source, hosts, status, clock_skew_s FROM sweeps "
+        "WHERE source='sweep' ORDER BY id DESC LIMIT ?",
+        [n],
+    )
+    return [
+        SweepRow(int(r[0]), float(r[1]), float(r[2]), str(r[3]), int(r[4]), str(r[5]), float(r[6]))
+        for r in rows
+    ]
+
+
+def failures_since(store: Store, since: float) -> dict[str, list[CheckChange]]:
+    """Each host's failures (changes of :data:`HOST_CHECK` into CRITICAL) at or after ``since``."""
+    rows = store.query(
+        "SELECT host, check_name, at, from_status, to_status, detail, source FROM check_changes "
+        "WHERE check_name=? AND to_status=? AND at>=? ORDER BY id",
+        [HOST_CHECK, Status.CRITICAL.value, since],
+    )
+    out: dict[str, list[CheckChange]] = {}
+    for r in rows:
+        ch = _change(r)
+        out.setdefault(ch.host, []).append(ch)
+    return out
+
+
+def status_map(states: Mapping[tuple[str, str], CheckState]) -> dict[str, dict[str, str]]:
+    """``{host: {check: status}}`` of ``check_state`` rows (the HTML grid and the textfile)."""
+    out: dict[str, dict[str, str]] = {}
+    for (host, check), st in states.items():
+        out.setdefault(host, {})[check] = st.status
+    return out

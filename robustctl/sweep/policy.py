@@ -1,0 +1,151 @@
+"""Debounce and escalation: which CRITICAL findings of a sweep name a host, and when.
+
+Every check belongs to one class (:func:`check_class`), each with its own rule over the history
+(:mod:`robustctl.sweep.history`), configured in the inventory's ``sweep:`` section
+(:class:`robustctl.config.SweepSettings`, which gives the defaults and their sources):
+
+* ``hardware`` (``host.xid``, ``nvml.*`` except temperature and throttling, ``host.disk``, and any
+  check not listed): a CRITICAL result names the host **at once**. These are high-confidence events:
+  an XID the catalog calls critical (79 fell off the bus, 48 double-bit ECC, 94/95 contained and
+  uncontained ECC, ...), a GPU missing from NVML, uncorrectable ECC, a row-remapping failure, a
+  read-only filesystem (ByteRobust, arXiv 2509.16293 §4.1: high-confidence events evict at once).
+* ``network`` (``host.nic``, ``host.ib``): a link can flap and recover; the host is named only when
+  the check was CRITICAL at least ``flap_count`` times within ``flap_window_s`` (default twice within
+  5 minutes, ByteRobust §4.1).
+* ``sustained`` (``nvml.temperature``, ``nvml.throttle``, ``host.clock``, ``host.load``,
+  ``host.memory``): a hot GPU, a clock step or a busy host passes; the host is named only when the
+  check has been CRITICAL without a break for ``sustained_s`` (default 15 minutes) over at least two
+  observations.
+
+WARNING, UNKNOWN and OK results never name a host (a check that could not run says nothing). A
+CRITICAL finding that does not (yet) meet its rule is *pending*: the sweep's exit code reports it as
+a WARNING, so cron mail and Nagios see it without anything being acted on.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from robustctl.models import Status
+from robustctl.sweep.history import HOST_CHECK
+
+if TYPE_CHECKING:
+    from robustctl.config import SweepSettings
+    from robustctl.sweep.history import CheckState
+
+__all__ = ["CHECK_CLASSES", "CheckClass", "Decision", "Finding", "check_class", "decide"]
+
+
+class CheckClass(str, enum.Enum):
+    """How a check's CRITICAL results escalate (see the module docstring)."""
+
+    HARDWARE = "hardware"
+    NETWORK = "network"
+    SUSTAINED = "sustained"
+
+
+CHECK_CLASSES: dict[str, CheckClass] = {
+    "host.nic": CheckClass.NETWORK,
+    "host.ib": CheckClass.NETWORK,
+    "nvml.temperature": CheckClass.SUSTAINED,
+    "nvml.throttle": CheckClass.SUSTAINED,
+    "host.clock": CheckClass.SUSTAINED,
+    "host.load": CheckClass.SUSTAINED,
+    "host.memory": CheckClass.SUSTAINED,
+}
+"""The checks that are not ``hardware`` (the default class of every other check)."""
+
+
+def check_class(check: str) -> CheckClass:
+    """The class of ``check`` (a dotted check name); unlisted checks are ``hardware`` (escalate at once)."""
+    return CHECK_CLASSES.get(check, CheckClass.HARDWARE)
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One CRITICAL check of a host and what the rule of its class says.
+
+    Attributes:
+        check, check_class, detail (the result's line); confirmed: the rule names the host;
+        why: the rule's reading, e.g. ``"2 failures within 300 s (rule: 2)"``.
+    """
+
+    check: str
+    check_class: CheckClass
+    detail: str
+    confirmed: bool
+    why: str
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What the policy says of one host: confirmed findings name it, pending ones wait.
+
+    Attributes:
+        host; findings: its CRITICAL checks, confirmed first.
+    """
+
+    host: str
+    findings: tuple[Finding, ...]
+
+    @property
+    def confirmed(self) -> tuple[Finding, ...]:
+        """Findings whose rule names the host."""
+        return tuple(f for f in self.findings if f.confirmed)
+
+    @property
+    def named(self) -> bool:
+        """Whether the host is named (a confirmed finding)."""
+        return any(f.confirmed for f in self.findings)
+
+    def reason(self) -> str:
+        """One line for the store and the scheduler, e.g. ``sweep: host.xid: XID 79 ... (+1 more)``."""
+        conf = self.confirmed
+        if not conf:
+            return ""
+        more = f" (+{len(conf) - 1} more)" if len(conf) > 1 else ""
+        return f"sweep: {conf[0].check}: {conf[0].detail}{more}"
+
+
+def _rule(cls: CheckClass, st: CheckState, now: float, s: SweepSettings) -> tuple[bool, str]:
+    if cls is CheckClass.HARDWARE:
+        return True, "high-confidence event: at once"
+    if cls is CheckClass.NETWORK:
+        n = sum(1 for t in st.recent_bad if t >= now - s.flap_window_s)
+        return n >= s.flap_count, f"{n} failure(s) within {s.flap_window_s:g} s (rule: {s.flap_count})"
+    held = max(0.0, now - st.since)
+    ok = st.streak >= 2 and held >= s.sustained_s
+    return ok, f"critical for {held:.0f} s over {st.streak} sweep(s) (rule: {s.sustained_s:g} s, 2 sweeps)"
+
+
+def decide(
+    states: Mapping[tuple[str, str], CheckState], hosts: Iterable[str], now: float, settings: SweepSettings
+) -> list[Decision]:
+    """The decision for each of ``hosts`` from the current check states (after the sweep was recorded).
+
+    Args:
+        states: ``check_state`` rows by (host, check) (:func:`robustctl.sweep.history.check_states`).
+        now: the time the sweep was recorded at (UNIX s). settings: the ``sweep:`` section.
+
+    Returns:
+        One :class:`Decision` per host that has a CRITICAL check, in ``hosts`` order.
+    """
+    by_host: dict[str, list[CheckState]] = {}
+    for (host, check), st in states.items():
+        # only what this sweep observed: an unreachable host's old findings are not acted on again
+        if check != HOST_CHECK and st.status == Status.CRITICAL.value and st.last_seen >= now:
+            by_host.setdefault(host, []).append(st)
+    out: list[Decision] = []
+    for host in hosts:
+        found: list[Finding] = []
+        for st in sorted(by_host.get(host, ()), key=lambda x: x.check):
+            cls = check_class(st.check)
+            ok, why = _rule(cls, st, now, settings)
+            found.append(Finding(st.check, cls, st.detail, ok, why))
+        if found:
+            found.sort(key=lambda f: not f.confirmed)
+            out.append(Decision(host, tuple(found)))
+    return out

@@ -1,0 +1,410 @@
+"""robustctl sweep, history, lemons: the history in the store, the debounce policy, --act, the outputs."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from prometheus_client.parser import text_string_to_metric_families
+
+from robustctl.cli.main import main
+from robustctl.commands.sweep import (
+    HistoryRequest,
+    LemonsRequest,
+    run_history,
+    run_lemons,
+    run_sweep,
+    sweep_request,
+)
+from robustctl.config import SweepSettings
+from robustctl.errors import ConfigError
+from robustctl.models import Status
+from robustctl.report.atomic import write_atomic
+from robustctl.store import MachineState, Store
+from robustctl.sweep import history
+from robustctl.sweep.history import HOST_CHECK, Observation
+from robustctl.sweep.lemons import find_lemons
+from robustctl.sweep.lock import SweepBusy, sweep_lock
+from robustctl.sweep.policy import CheckClass, check_class, decide
+from robustctl.testing.fake_transport import FakeTransport
+from robustctl.transport.pool import TransportPool
+
+REPO = Path(__file__).resolve().parents[2]
+NO_GPU = {
+    "available": False,
+    "reason": "nvmlInit: NVML Shared Library Not Found",
+    "reason_code": "library_not_found",
+}
+XID79 = (
+    "[  170.05] NVRM: Xid (PCI:0000:3b:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus."
+)
+
+
+class Clock:
+    def __init__(self, t: float = 1_800_000_000.0) -> None:
+        self.t = t
+
+    def __call__(self) -> float:
+        return self.t
+
+
+@pytest.fixture(scope="module")
+def healthy(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    sys.path.insert(0, str(REPO))
+    from tests.integration.testbed import seed_healthy_root
+
+    root = tmp_path_factory.mktemp("root")
+    seed_healthy_root(root, "node01", 0)
+    out = subprocess.run(
+        [sys.executable, str(REPO / "diagnostics/host.py"), "--root", str(root)],
+        capture_output=True,
+        check=True,
+        env={"PATH": "/usr/bin:/bin"},
+    ).stdout
+    data: dict[str, Any] = json.loads(out)["data"]
+    return data
+
+
+def answer(data: dict[str, Any], xid: bool = False) -> Any:
+    def run(argv: Any) -> dict[str, Any]:
+        import time
+
+        d = json.loads(json.dumps(data))
+        d["clock"]["time"] = time.time()
+        if xid:
+            d["xid"]["lines"] = [XID79]
+            d["xid"]["matches"] = 1
+        return d
+
+    return run
+
+
+def inventory(tmp: Path, sweep: dict[str, Any] | None = None, jobs: bool = False) -> Path:
+    data: dict[str, Any] = {
+        "hosts": [
+            {"name": "node[1-3]", "address": "127.0.0.[2-4]"},
+            {"name": "spare1", "address": "127.0.0.5", "state": "standby"},
+            {"name": "gone1", "address": "127.0.0.6", "state": "evicted"},
+        ],
+        "policy": {"max_cluster_fraction": 1.0, "max_job_fraction": 1.0, "circuit_breaker_fraction": 1.0},
+    }
+    if sweep:
+        data["sweep"] = sweep
+    if jobs:
+        data["jobs"] = {"j": {"hosts": "node[1-2]", "layout": {"dp": 2}}}
+    path = tmp / "inv.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def fake(healthy: dict[str, Any], bad: str | None = "node2") -> FakeTransport:
+    names = ["node1", "node2", "node3", "spare1", "gone1"]
+    return FakeTransport({n: {"host": answer(healthy, xid=n == bad), "nvml": NO_GPU} for n in names})
+
+
+# --- history ---------------------------------------------------------------------------------------
+
+
+def obs(host: str, status: Status, check: str = "host.nic", detail: str = "eth0 down") -> list[Observation]:
+    return [Observation(host, HOST_CHECK, status, detail), Observation(host, check, status, detail)]
+
+
+def test_history_keeps_changes_only_and_counters(tmp_path: Path) -> None:
+    clock = Clock()
+    with Store.open(tmp_path / "s.db", clock=clock) as store:
+        for i in range(10):
+            clock.t += 300
+            history.record(store, obs("n1", Status.OK), source="sweep")
+        clock.t += 300
+        history.record(store, obs("n1", Status.CRITICAL), source="sweep")
+        clock.t += 300
+        history.record(store, obs("n1", Status.OK), source="diagnose", sweep=False)
+        ch = history.changes(store, host="n1")
+        assert [(c.check, c.from_status, c.to_status) for c in ch] == [
+            (HOST_CHECK, None, "ok"), ("host.nic", None, "ok"),
+            (HOST_CHECK, "ok", "critical"), ("host.nic", "ok", "critical"),
+            (HOST_CHECK, "critical", "ok"), ("host.nic", "critical", "ok"),
+        ]  # fmt: skip
+        assert ch[-1].source == "diagnose"
+        c = history.counters(store)["n1"]
+        assert (c.seen, c.failures, c.unknowns, c.last_status) == (12, 1, 0, "ok")
+        assert len(history.last_sweeps(store, 100)) == 11  # the diagnose run is not a sweep
+        st = history.check_states(store)[("n1", "host.nic")]
+        assert st.streak == 1 and st.since == clock.t
+
+
+def test_detail_is_capped_and_kept_as_data(tmp_path: Path) -> None:
+    with Store.open(tmp_path / "s.db", clock=Clock()) as store:
+        history.record(store, obs("n1", Status.CRITICAL, detail="[red]x[/]\x1b" + "y" * 5000), source="sweep")
+        (c, *_) = history.changes(store, host="n1")
+        assert len(c.detail) == history.MAX_DETAIL and c.detail.startswith("[red]x[/]\x1b")
+
+
+def test_clock_going_backwards_keeps_history_in_order(tmp_path: Path) -> None:
+    clock = Clock()
+    with Store.open(tmp_path / "s.db", clock=clock) as store:
+        history.record(store, obs("n1", Status.OK), source="sweep")
+        clock.t -= 3600
+        rec = history.record(store, obs("n1", Status.CRITICAL), source="sweep")
+        assert rec.clock_skew_s == 3600 and rec.at == clock.t + 3600
+        ats = [c.at for c in history.changes(store)]
+        assert ats == sorted(ats)
+        assert history.last_sweeps(store)[0].clock_skew_s == 3600
+
+
+def test_clock_behind_a_diagnose_run_and_several_sweeps(tmp_path: Path) -> None:
+    clock = Clock()
+    with Store.open(tmp_path / "s.db", clock=clock) as store:
+        for _ in range(3):
+            clock.t += 300
+            history.record(store, obs("n1", Status.OK), source="sweep")
+        clock.t += 60
+        history.record(store, obs("n1", Status.OK), source="diagnose", sweep=False)
+        clock.t -= 7200  # behind both the newest sweep row and the diagnose run after it
+        rec = history.record(store, obs("n1", Status.OK), source="sweep")
+        assert rec.clock_skew_s == 7200 and rec.at == clock.t + 7200
+
+
+def test_a_replay_names_the_sweeps_host_count(tmp_path: Path) -> None:
+    clock = Clock()
+    with Store.open(tmp_path / "s.db", clock=clock) as store:
+        history.record(store, obs("n1", Status.CRITICAL), source="sweep", hosts_swept=2000)
+        history.record(store, [], source="sweep", hosts_swept=2000)
+        assert [(s.hosts, s.status) for s in history.last_sweeps(store, 2)] == [
+            (2000, "skipped"),
+            (2000, "critical"),
+        ]
+        assert history.counters(store)["n1"].seen == 1
+
+
+def test_prune_drops_old_changes_and_keeps_the_present(tmp_path: Path) -> None:
+    clock = Clock()
+    with Store.open(tmp_path / "s.db", clock=clock) as store:
+        history.record(store, obs("n1", Status.CRITICAL), source="sweep")
+        clock.t += 86_400 * 10
+        history.record(store, obs("n1", Status.OK), source="sweep")
+        assert history.prune(store, clock.t - 86_400) == 3  # two changes and one sweep row
+        assert [c.to_status for c in history.changes(store)] == ["ok", "ok"]
+        assert history.check_states(store)[("n1", HOST_CHECK)].status == "ok"
+
+
+# --- policy ----------------------------------------------------------------------------------------
+
+
+def test_check_classes() -> None:
+    assert check_class("host.xid") is CheckClass.HARDWARE and check_class("nvml.count") is CheckClass.HARDWARE
+    assert check_class("host.nic") is CheckClass.NETWORK and check_class("host.ib") is CheckClass.NETWORK
+    assert (
+        check_class("nvml.temperature") is CheckClass.SUSTAINED
+        and check_class("host.clock") is CheckClass.SUSTAINED
+    )
+
+
+def policy_after(tmp: Path, seq: list[tuple[float, Status]], check: str, s: SweepSettings) -> Any:
+    clock = Clock()
+    with Store.open(tmp / f"{check}.db", clock=clock) as store:
+        t0 = clock.t
+        for dt, status in seq:
+            clock.t = t0 + dt
+            rec = history.record(store, obs("n1", status, check), source="sweep")
+        return decide(history.check_states(store), ["n1"], rec.at, s)
+
+
+def test_hardware_is_named_at_once(tmp_path: Path) -> None:
+    (d,) = policy_after(tmp_path, [(0, Status.CRITICAL)], "host.xid", SweepSettings())
+    assert d.named and "host.xid" in d.reason()
+
+
+def test_network_flap_named_only_when_seen_twice_within_the_window(tmp_path: Path) -> None:
+    s = SweepSettings()
+    (d,) = policy_after(tmp_path, [(0, Status.CRITICAL)], "host.nic", s)
+    assert not d.named and d.findings[0].check_class is CheckClass.NETWORK
+    (d,) = policy_after(
+        tmp_path / "..", [(0, Status.CRITICAL), (60, Status.OK), (240, Status.CRITICAL)], "host.nic", s
+    )
+    assert d.named
+    far = [(0, Status.CRITICAL), (60, Status.OK), (900, Status.CRITICAL)]
+    (d,) = policy_after(tmp_path, far, "host.ib", s)
+    assert not d.named  # twice, but 15 minutes apart
+    (d,) = policy_after(tmp_path, far, "host.ib2", SweepSettings(flap_window_s=1000))
+    assert d.named
+
+
+def test_thermal_named_only_when_sustained(tmp_path: Path) -> None:
+    s = SweepSettings()
+    held = [(0, Status.CRITICAL), (300, Status.CRITICAL), (600, Status.CRITICAL)]
+    (d,) = policy_after(tmp_path, held, "nvml.temperature", s)
+    assert not d.named  # 600 s < 900 s
+    (d,) = policy_after(tmp_path, [*held, (900, Status.CRITICAL)], "nvml.throttle", s)
+    assert d.named
+    (d,) = policy_after(tmp_path, held, "host.clock", SweepSettings(sustained_s=600))
+    assert d.named
+
+
+def test_no_decision_for_what_this_sweep_did_not_see(tmp_path: Path) -> None:
+    clock = Clock()
+    with Store.open(tmp_path / "s.db", clock=clock) as store:
+        history.record(store, obs("n1", Status.CRITICAL, "host.xid"), source="sweep")
+        clock.t += 300
+        rec = history.record(
+            store, [Observation("n1", HOST_CHECK, Status.UNKNOWN, "unreachable")], source="sweep"
+        )
+        assert decide(history.check_states(store), ["n1"], rec.at, SweepSettings()) == []
+
+
+# --- the sweep -------------------------------------------------------------------------------------
+
+
+def test_sweep_names_the_faulty_host_and_records_history(tmp_path: Path, healthy: dict[str, Any]) -> None:
+    state = tmp_path / "s.db"
+    req = sweep_request(inventory=inventory(tmp_path), state=state, textfile=tmp_path / "r.prom",
+                        html=tmp_path / "r.html", environ={})  # fmt: skip
+    tr = fake(healthy)
+    res = run_sweep(req, pool=TransportPool(override=tr), clock=Clock())
+    assert [h.host for h in res.hosts] == ["node1", "node2", "node3", "spare1"]
+    assert res.skipped == ("gone1",)
+    assert "gone1" not in {h for h, _, _ in tr.calls}
+    assert res.exit_code == 2 and [h.host for h in res.hosts if h.named] == ["node2"]
+    assert res.acted is None
+    with Store.open(state) as store:
+        assert store.machine("node2") is None  # without --act nothing is marked
+        assert history.counters(store)["node2"].failures == 1
+    # the textfile parses with the official client and says what the sweep saw
+    fams = {f.name: f for f in text_string_to_metric_families((tmp_path / "r.prom").read_text())}
+    named = {s.labels["host"]: s.value for s in fams["robustctl_host_named"].samples}
+    assert named == {"node1": 0, "node2": 1, "node3": 0, "spare1": 0}
+    assert fams["robustctl_host_failures"].type == "counter"
+    assert {s.name for s in fams["robustctl_host_failures"].samples} == {"robustctl_host_failures_total"}
+    grid = (tmp_path / "r.html").read_text()
+    assert grid.count('class="cell ') == 4 * len(res.hosts[0].checks)
+    assert 'data-host="node2" data-check="host.xid"' in grid and "<script" not in grid
+
+
+def test_sweep_act_records_suspect_then_drains_through_evict(tmp_path: Path, healthy: dict[str, Any]) -> None:
+    state = tmp_path / "s.db"
+    req = sweep_request(inventory=inventory(tmp_path), state=state, act=True, environ={})
+    res = run_sweep(req, pool=TransportPool(override=fake(healthy)))
+    assert res.acted is not None and res.acted["suspect"] == ["node2"] and res.acted["drained"] == []
+    with Store.open(state) as store:
+        m = store.machine("node2")
+        assert m is not None and m.state is MachineState.SUSPECT and m.reason.startswith("sweep: host.xid")
+    req = sweep_request(inventory=inventory(tmp_path, {"act": "drain"}), state=state, act=True, environ={})
+    res = run_sweep(req, pool=TransportPool(override=fake(healthy)))
+    assert res.acted is not None and res.acted["drained"] == ["node2"], res.acted
+    with Store.open(state) as store:
+        m = store.machine("node2")
+        assert m is not None and m.state is MachineState.EVICTED
+        assert [a.action for a in store.audit()] == ["evict"]  # through the rails and the audit log
+    # an evicted host is no longer swept
+    res = run_sweep(req, pool=TransportPool(override=fake(healthy)))
+    assert "node2" in res.skipped and res.exit_code == 0
+
+
+def test_deeper_levels_never_on_busy_hosts_unless_asked(tmp_path: Path, healthy: dict[str, Any]) -> None:
+    inv = inventory(tmp_path, jobs=True)
+    for include, expect in ((False, {"node3", "spare1"}), (True, {"node1", "node2", "node3", "spare1"})):
+        tr = fake(healthy, bad=None)
+        req = sweep_request(
+            inventory=inv, state=tmp_path / f"{include}.db", level=1, include_busy=include, environ={}
+        )
+        res = run_sweep(req, pool=TransportPool(override=tr))
+        assert {h for h, p, _ in tr.calls if p == "burn"} == expect
+        assert {h.host for h in res.hosts if h.busy} == {"node1", "node2"}
+
+
+def test_one_sweep_at_a_time(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    state = tmp_path / "s.db"
+    with sweep_lock(state):
+        with pytest.raises(SweepBusy), sweep_lock(state):
+            pass
+        assert main(["sweep", "--state", str(state), "-q"]) == 3
+    assert "another sweep is running" in capsys.readouterr().err
+    with sweep_lock(state):  # released
+        pass
+
+
+def test_output_errors_exit_78_and_keep_the_old_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["sweep", "--textfile", str(tmp_path / "missing" / "r.prom"), "-q"]) == 78
+    assert main(["sweep", "--html", str(tmp_path / "missing" / "r.html"), "-q"]) == 78
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 2 and "does not exist" in err[0]
+    old = tmp_path / "r.prom"
+    old.write_text("old\n")
+    with pytest.raises(ConfigError):
+        write_atomic(tmp_path / "gone" / "r.prom", "x", "--textfile")
+    assert old.read_text() == "old\n"
+    write_atomic(old, "new\n", "--textfile")
+    assert old.read_text() == "new\n" and [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
+
+
+def test_html_escapes_host_text(tmp_path: Path) -> None:
+    from robustctl.commands.sweep import SweepHost, SweepResult
+    from robustctl.models import RunReport
+    from robustctl.report.html import sweep_html
+
+    evil = '<script>alert("x")</script>'
+    h = SweepHost("n1", Status.CRITICAL, False, 0, {"host.xid": "critical"}, error=evil)
+    ch = history.CheckChange("n1", "host.xid", 1.0, None, "critical", evil, "sweep")
+    r = SweepResult(0.0, 1.0, (h,), (), (), None, (), {"n1": (ch,)}, {}, (evil,), "s.db",
+                    RunReport(Status.OK, (), (), (), (), 0, 1))  # fmt: skip
+    page = sweep_html(r)
+    assert "<script" not in page and "&lt;script&gt;" in page
+
+
+# --- lemons and history commands -------------------------------------------------------------------
+
+
+def test_lemons_by_failures_and_returns(tmp_path: Path) -> None:
+    clock = Clock()
+    path = tmp_path / "s.db"
+    with Store.open(path, clock=clock) as store:
+        for i in range(6):
+            clock.t += 3600
+            history.record(
+                store, obs("flaky", Status.CRITICAL if i % 2 == 0 else Status.OK, "host.xid"), source="sweep"
+            )
+            history.record(store, obs("fine", Status.OK), source="sweep")
+        for _ in range(2):
+            clock.t += 60
+            store.set_state("boomerang", MachineState.EVICTED, "evict: xid")
+            store.set_state("boomerang", MachineState.RETURNED, "return: repaired")
+            store.set_state("boomerang", MachineState.ACTIVE, "return")
+        lemons = find_lemons(store, since=0, min_failures=3, min_returns=2)
+        assert [(lm.host, lm.failures, lm.returns, lm.rules) for lm in lemons] == [
+            ("flaky", 3, 0, ("failures",)), ("boomerang", 0, 2, ("returns",))
+        ]  # fmt: skip
+        assert find_lemons(store, since=clock.t - 3 * 3600, min_failures=3, min_returns=3) == []
+    res = run_lemons(LemonsRequest(since_s=30 * 86_400, state=path), clock=clock)
+    assert [lm.host for lm in res.lemons] == ["flaky", "boomerang"]
+    hist = run_history(HistoryRequest("flaky", 86_400, path), clock=clock)
+    assert hist.counters is not None and hist.counters.failures == 3 and len(hist.changes) == 12
+
+
+def test_history_and_lemons_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    state = str(tmp_path / "s.db")
+    assert main(["history", "localhost", "--state", state]) == 0
+    assert not (tmp_path / "s.db").exists()  # reading never creates the store
+    assert main(["sweep", "--state", state, "-q"]) in (0, 1)
+    capsys.readouterr()
+    assert main(["history", "localhost", "--state", state, "--since", "1d", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["kind"] == "history" and doc["counters"]["seen"] == 1
+    assert main(["lemons", "--state", state, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["lemons"] == []
+    assert main(["history", "localhost", "--since", "soon"]) == 64
+    assert main(["lemons", "--since", "99999d"]) == 64
+
+
+def test_diagnose_results_feed_the_history(tmp_path: Path) -> None:
+    state = tmp_path / "s.db"
+    assert main(["diagnose", "--level", "0", "-q", "--state", str(state)]) in (0, 1)
+    with Store.open(state) as store:
+        assert {c.source for c in history.changes(store, host="localhost")} == {"diagnose"}
+        assert history.last_sweeps(store) == []
