@@ -296,10 +296,18 @@ _STATUS_FLAGS: dict[str, tuple[bool, bool, bool]] = {}
 
 
 def _error_summary(first: str, causes: Sequence[str]) -> str:
+    """py-spy's error and its causes as one line: ``Failed to get stack traces: Failed to suspend process
+    (EPERM: Operation not permitted)`` (each distinct cause once; the last, the OS error, in parentheses)."""
     msg = first.strip()
-    if causes:
-        msg = f"{msg} ({causes[-1].strip()})"
-    return msg
+    seen: list[str] = []
+    for c in causes:
+        c = c.strip()
+        if c and c != msg and c not in seen:
+            seen.append(c)
+    if not seen:
+        return msg
+    *middle, last = seen
+    return ": ".join([msg, *middle]) + f" ({last})"
 
 
 def parse_pyspy_text(

@@ -84,6 +84,11 @@ def test_several_processes_in_one_file_and_roles() -> None:
         ("no-such-process.dump", "No such file or directory (os error 2)"),
         ("not-python.dump", "Failed to find python version"),
         ("permission-denied.dump", "Permission Denied"),
+        ("suspend-eperm-traced.dump", "Failed to get stack traces: Failed to suspend process (EPERM"),
+        (
+            "suspend-eperm-traced-rust-backtrace.dump",
+            "Failed to suspend process (EPERM: Operation not permitted)",
+        ),
     ],
 )
 def test_pyspy_error_output_is_an_unreadable_process(name: str, message: str) -> None:

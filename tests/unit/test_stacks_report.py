@@ -249,7 +249,7 @@ def test_analyze_dumps_real_samples() -> None:
 
 def test_errors_and_dataloader_workers_offline() -> None:
     dumps, inputs = load_dumps(sorted((DATA / "captured-errors").glob("*.dump")))
-    assert len(dumps) == 4 and all(d.error for d in dumps) and all(f.status is Status.OK for f in inputs)
+    assert len(dumps) == 6 and all(d.error for d in dumps) and all(f.status is Status.OK for f in inputs)
     rep = analyze_dumps([DATA / "captured-dataloader-worker-stuck" / "rank0-with-workers.dump"])
     roles = {r.role: r for r in rep.roles}
     assert roles["dataloader"].ambiguous and roles["main"].dominant == 0

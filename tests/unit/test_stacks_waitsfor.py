@@ -190,6 +190,21 @@ def test_unreadable_rank_is_the_suspect_when_every_readable_rank_waits(tmp_path:
     assert rep.suspect_ranks == (5,) and "empty dump" in rep.suspects[0].reason
 
 
+@pytest.mark.parametrize("name", ["suspend-eperm-traced.dump", "suspend-eperm-traced-rust-backtrace.dump"])
+def test_captured_suspend_eperm_rank_is_the_suspect_with_its_reason(tmp_path: Path, name: str) -> None:
+    """py-spy 0.4.3's real output when it cannot stop the process (a captured dump: the process was held
+    by another ptrace tracer; a process in uninterruptible sleep fails the same way)."""
+    for p in captured("compute"):
+        if p.name != "rank5.dump":
+            shutil.copy(p, tmp_path / p.name)
+    shutil.copy(DATA / "captured-errors" / name, tmp_path / "rank5.dump")
+    rep = analyze_dumps(sorted(tmp_path.glob("*.dump")), layout=PP4, ranks_per_host=2)
+    assert rep.suspect_ranks == (5,) and all(f.status is Status.OK for f in rep.inputs)
+    (s,) = rep.suspects
+    assert s.category is Category.UNREADABLE
+    assert s.reason.startswith("py-spy could not suspend rank 5: EPERM (uninterruptible sleep?)"), s.reason
+
+
 def test_without_layout_the_only_rank_outside_communication_is_named_with_low_confidence() -> None:
     rep = analyze_dumps(captured("compute"))
     assert rep.likely_culprits == (5,)  # the classes (half the ranks outliers) agree with the chains
