@@ -33,7 +33,7 @@ from robustctl.commands.progress import WaitOutcome, WaitProgressRequest, run_wa
 from robustctl.commands.restart import RestartRequest, StopRequest, run_restart, run_stop
 from robustctl.commands.update import UpdateListRequest, UpdateStageRequest, run_update_list, run_update_stage
 from robustctl.jobcode.records import ChangeState
-from robustctl.playbooks.engine import RunOutcome
+from robustctl.playbooks.engine import RunOutcome, StepEvent
 
 from .conftest import require_testbed
 from .jobrunner import REPO, MiniJob
@@ -187,8 +187,18 @@ def test_job_failed_reattempts_then_rolls_back_a_bad_commit(mini: MiniJob, tmp_p
     timings["commit 2: restart → dead at step 3"] = time.perf_counter() - t1
 
     t2 = time.perf_counter()
+    began: dict[str, float] = {}
+
+    def progress(ev: StepEvent) -> None:
+        if ev.event == "start":
+            began[ev.step] = time.perf_counter()
+        elif ev.step in began:
+            timings[f"  step {ev.step}"] = time.perf_counter() - began[ev.step]
+
     run = run_playbook_run(
-        PlaybookRunRequest(name="job-failed", params={"job": mini.name}, **where), confirm=always
+        PlaybookRunRequest(name="job-failed", params={"job": mini.name}, **where),
+        confirm=always,
+        progress=progress,
     )
     timings["playbook job-failed"] = time.perf_counter() - t2
     assert isinstance(run, RunOutcome)
