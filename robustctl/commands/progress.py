@@ -6,8 +6,15 @@ baseline (``since_step``, else the first reading that shows a step), or ``timeou
 reading is folded into the job's newest version (:func:`robustctl.jobcode.records.evaluate_stability`)
 when the job has a ``code:`` section, so a wait after a restart is also what makes a version stable.
 
+A job that robustctl launches itself (the ``inventory`` back end, a ``launch:`` and a ``process:``
+section) is also looked at on every host at each reading (:func:`robustctl.jobs.launch.list_ranks`):
+when a rank's process is gone the job cannot make steps any more, and the wait ends at once with
+``exited`` (exit 2), also when the progress signal had just advanced (a job that fails again a few steps
+after a restart wrote those steps before it died: ByteRobust §4.2 rolls the code back then). A scan
+that could not check some host decides nothing (the progress signal alone does).
+
 Exit codes (:attr:`WaitProgressResult.exit_code`): 0 progress seen · 2 no progress within the timeout
-(every host was read) · 3 the signal could not be read (a host unreachable or its reader failed at the
+(every host was read), or the job's processes exited · 3 the signal could not be read (a host unreachable or its reader failed at the
 last reading, or no entry was ever read) · 64 bad request · 78 the job has no ``progress:`` section, or
 a bad inventory or state store.
 """
@@ -17,14 +24,20 @@ from __future__ import annotations
 import enum
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from robustctl.errors import ConfigError, UsageError
 from robustctl.exit_codes import ExitCode
 from robustctl.jobcode.progress import HostProgress, ProgressReading, read_progress
 from robustctl.models import SCHEMA_VERSION
+
+if TYPE_CHECKING:
+    from robustctl.config import DiagnoseSettings
+    from robustctl.inventory import Host, Job
+    from robustctl.transport.pool import TransportPool
 
 __all__ = ["MAX_WAIT_S", "WaitOutcome", "WaitProgressRequest", "WaitProgressResult", "run_wait_progress"]
 
@@ -37,6 +50,7 @@ class WaitOutcome(str, enum.Enum):
 
     PROGRESS = "progress"
     NO_PROGRESS = "no-progress"
+    EXITED = "exited"
     UNREADABLE = "unreadable"
 
 
@@ -69,7 +83,8 @@ class WaitProgressResult:
         ever read). last_step: the job's step at the last reading. new_steps: last − baseline (0 when
         unknown). min_new_steps / timeout_s: as asked. elapsed_s: wall seconds waited. readings: how
         many readings were taken. hosts: the last reading, per host. errors: ``HOST: why`` of the last
-        reading. schema_version.
+        reading. exited: for ``exited``, ``HOST: rank(s) R not running`` per host ('' otherwise).
+        schema_version.
     """
 
     job: str
@@ -83,20 +98,24 @@ class WaitProgressResult:
     readings: int
     hosts: tuple[HostProgress, ...]
     errors: tuple[str, ...]
+    exited: str = ""
     schema_version: int = SCHEMA_VERSION
     kind: str = "wait-for-progress"
 
     @property
     def exit_code(self) -> ExitCode:
-        """0 progress, 2 no progress within the timeout, 3 could not read the signal."""
+        """0 progress, 2 no progress within the timeout or the job exited, 3 could not read the signal."""
         if self.outcome is WaitOutcome.PROGRESS:
             return ExitCode.OK
-        if self.outcome is WaitOutcome.NO_PROGRESS:
+        if self.outcome in (WaitOutcome.NO_PROGRESS, WaitOutcome.EXITED):
             return ExitCode.CRITICAL
         return ExitCode.UNKNOWN
 
 
 Reader = Callable[[], ProgressReading]
+Gone = Callable[[], str | None]
+"""Looks at the job's processes: a line naming the ranks that no longer run, or None (all run, or it
+could not tell)."""
 
 
 def _check(req: WaitProgressRequest) -> None:
@@ -114,13 +133,15 @@ def wait_for_progress(
     reader: Reader,
     *,
     on_reading: Callable[[ProgressReading], None] | None = None,
+    gone: Gone | None = None,
     monotonic: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
 ) -> WaitProgressResult:
     """The waiting loop over any ``reader`` (tests pass readings; :func:`run_wait_progress` reads hosts).
 
-    ``on_reading`` is called with every reading (stability bookkeeping). Raises UsageError for a bad
-    request.
+    ``on_reading`` is called with every reading (stability bookkeeping). ``gone`` is asked after every
+    reading (also one that shows progress): a line from it ends the wait as ``exited``. Raises
+    UsageError for a bad request.
     """
     _check(req)
     start = monotonic()
@@ -144,7 +165,12 @@ def wait_for_progress(
             and last.complete
             and step - baseline >= req.min_new_steps
         ):
-            return _result(req, WaitOutcome.PROGRESS, baseline, last, readings, monotonic() - start)
+            why = gone() if gone is not None else None
+            outcome = WaitOutcome.PROGRESS if why is None else WaitOutcome.EXITED
+            return _result(req, outcome, baseline, last, readings, monotonic() - start, why or "")
+        why = gone() if gone is not None else None
+        if why is not None:
+            return _result(req, WaitOutcome.EXITED, baseline, last, readings, monotonic() - start, why)
         now = monotonic()
         if now >= deadline:
             break
@@ -160,6 +186,7 @@ def _result(
     last: ProgressReading,
     readings: int,
     elapsed: float,
+    exited: str = "",
 ) -> WaitProgressResult:
     step = last.step
     new = step - baseline if step is not None and baseline is not None else 0
@@ -175,6 +202,7 @@ def _result(
         readings=readings,
         hosts=last.hosts,
         errors=last.errors,
+        exited=exited,
     )
 
 
@@ -220,7 +248,26 @@ def run_wait_progress(req: WaitProgressRequest) -> WaitProgressResult:
             if code is not None:
                 evaluate_stability(ctx.store, req.job, code, reading)
 
-        return wait_for_progress(req, reader, on_reading=fold)
+        gone = None
+        if ctx.scheduler.name == "inventory" and spec.launch is not None and spec.process is not None:
+            gone = _gone(spec, hosts, pool, ctx.inventory.diagnose)
+        return wait_for_progress(req, reader, on_reading=fold, gone=gone)
     finally:
         pool.close()
         ctx.close()
+
+
+def _gone(job: Job, hosts: Sequence[Host], pool: TransportPool, diagnose: DiagnoseSettings) -> Gone:
+    """The ``gone`` check of a job robustctl launched: its ranks' processes, scanned on every host."""
+    from robustctl.inventory.hostrange import compact_ranges
+    from robustctl.jobs.launch import list_ranks
+
+    def gone() -> str | None:
+        scan = list_ranks(job, hosts, pool, diagnose=diagnose)
+        if any(h.error is not None for h in scan) or not any(h.missing for h in scan):
+            return None
+        return "; ".join(
+            f"{h.host}: rank(s) {compact_ranges(h.missing)} not running" for h in scan if h.missing
+        )
+
+    return gone

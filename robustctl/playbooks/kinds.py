@@ -13,7 +13,7 @@ standby-activate   commands.standby.run_standby_activate (×N)  yes          not
 restart            commands.restart.run_restart                yes          not 0
 rollback           commands.update.run_rollback                yes          not 0
 replay-sdc         commands.replay_sdc.run_replay_sdc          no           3
-wait-for-progress  commands.progress.run_wait_progress         no           not 0 (2: no progress)
+wait-for-progress  commands.progress.run_wait_progress         no           not 0 (2: no progress/exited)
 notify             a configured command (argv, no shell)       no           not 0
 =================  ==========================================  ===========  ==========================
 
@@ -637,7 +637,7 @@ register_kind(
     StepKind(
         "wait-for-progress",
         WaitProgressArgs,
-        "wait for new training steps: 0 progress, 2 none (commands.progress.run_wait_progress)",
+        "wait for new training steps: 0 progress, 2 none or exited (commands.progress.run_wait_progress)",
         _progress_build,
         _progress_call,
         default_timeout_s=900.0,

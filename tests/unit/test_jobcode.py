@@ -437,6 +437,37 @@ def test_wait_for_progress_outcomes() -> None:
         run([reading(1, 1.0)], min_new_steps=0)
 
 
+def test_a_job_whose_ranks_exited_ends_the_wait_even_after_steps() -> None:
+    """Steps written just before the ranks died are not progress: the wait ends ``exited`` (exit 2)."""
+    clock = [0.0]
+    seq = iter([reading(0, 1.0), reading(2, 2.0)])
+    scans: list[str | None] = [None, "node1: rank(s) 0 not running"]
+
+    def gone() -> str | None:
+        return scans.pop(0) if scans else "node1: rank(s) 0 not running"
+
+    def sleep(s: float) -> None:
+        clock[0] += s
+
+    res = wait_for_progress(
+        WaitProgressRequest(job="j", timeout_s=30, poll_s=10, min_new_steps=1),
+        lambda: next(seq),
+        gone=gone,
+        monotonic=lambda: clock[0],
+        sleep=sleep,
+    )
+    assert res.outcome is WaitOutcome.EXITED and res.exit_code == ExitCode.CRITICAL
+    assert res.last_step == 2 and res.readings == 2 and "rank(s) 0 not running" in res.exited
+    alive = wait_for_progress(
+        WaitProgressRequest(job="j", timeout_s=30, poll_s=10),
+        iter([reading(0, 1.0), reading(2, 2.0)]).__next__,
+        gone=lambda: None,
+        monotonic=lambda: clock[0],
+        sleep=sleep,
+    )
+    assert alive.outcome is WaitOutcome.PROGRESS and alive.exited == ""
+
+
 def test_run_wait_progress_reads_hosts_and_marks_stability(bed: Bed) -> None:
     with Store.open(bed.state) as store:
         records.record_version_start(store, "j", bed.c3, started_at=1000.0, base_step=0)
