@@ -56,6 +56,13 @@ def sweep(
         bool,
         typer.Option("--accept-new-host-keys", help="Record unknown host keys (changed keys are refused)."),
     ] = False,
+    transport: Annotated[
+        str | None,
+        typer.Option(
+            "--transport",
+            help="Reach every host through ssh, local or srun (one Slurm step for all; host = node name).",
+        ),
+    ] = None,
 ) -> int:
     """Sweep the fleet: quick checks (L0, no GPU load) on every active, standby, suspect and returned host.
 
@@ -80,6 +87,7 @@ def sweep(
         textfile=textfile,
         html=html,
         accept_new_host_keys=accept_new_host_keys,
+        transport=transport,
     )
     console = stderr_console(wide=True)
     result = run_sweep(request, progress=RichProgress(console, enabled=not quiet))
