@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from robustctl.diagnose import ProgressSink
     from robustctl.inventory import Inventory
     from robustctl.store import Store
+    from robustctl.sweep.healthcheck import LocalCheckRequest, LocalCheckResult
     from robustctl.sweep.history import CheckChange, CheckState, HostCounters
     from robustctl.sweep.lemons import Lemon
     from robustctl.sweep.policy import Decision
@@ -42,10 +43,13 @@ __all__ = [
     "SweepRequest",
     "SweepResult",
     "check_output_path",
+    "local_request",
     "run_history",
     "run_lemons",
+    "run_local",
     "run_sweep",
     "sweep_request",
+    "with_transport",
 ]
 
 RECENT_CHANGES = 10
@@ -450,6 +454,40 @@ def _write_outputs(request: SweepRequest, result: SweepResult) -> None:
         from robustctl.report.html import sweep_html
 
         write_atomic(request.html, sweep_html(result), "--html")
+
+
+# --- this node (sweep --local [--slurm]) ----------------------------------------------------------
+
+
+def local_request(
+    *,
+    node: str | None = None,
+    slurm: bool = False,
+    gpus: int | None = None,
+    state: Path | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> LocalCheckRequest:
+    """A :class:`~robustctl.sweep.healthcheck.LocalCheckRequest` from command-line values and the
+    environment: the node's name (``--node``, ``$SLURMD_NODENAME``, the short host name) and the store
+    (``--state``, else ``$ROBUSTCTL_STATE``, else none: this mode records history only when asked).
+
+    Raises:
+        UsageError: a bad node name.
+    """
+    from robustctl.sweep.healthcheck import LocalCheckRequest, node_name
+
+    env = os.environ if environ is None else environ
+    store = (
+        state if state is not None else (Path(env["ROBUSTCTL_STATE"]) if env.get("ROBUSTCTL_STATE") else None)
+    )
+    return LocalCheckRequest(node=node_name(node, env), slurm=slurm, gpus=gpus or 0, state=store)
+
+
+def run_local(request: LocalCheckRequest, **kwargs: Any) -> LocalCheckResult:
+    """``robustctl sweep --local [--slurm]``: :func:`robustctl.sweep.healthcheck.run_local_check`."""
+    from robustctl.sweep.healthcheck import run_local_check
+
+    return run_local_check(request, **kwargs)
 
 
 # --- history -------------------------------------------------------------------------------------
