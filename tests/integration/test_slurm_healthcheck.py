@@ -103,7 +103,7 @@ def test_health_check_drains_a_faulty_node_resumes_it_and_never_clears_an_admin_
 
     t_fault = time.time()
     (bed.base / "faults" / "sn2").touch()
-    state, reason = _wait(bed, "sn2", "drained")
+    _, reason = _wait(bed, "sn2", "drained")
     assert reason.startswith("robustctl: health check: nvml.count: 1 of 2 expected GPUs visible"), reason
     assert 2 in _runs(bed, "sn2", since=t_fault)  # the drain came from a run that exited CRITICAL
     assert bed.node_states()["sn1"] == ("idle", "none")
