@@ -6,6 +6,7 @@ in the same process.
 - :mod:`bench.saved_dumps`: ``robustctl analyze`` of 10K and 100K saved dumps (files, a directory, a
   tar.gz), end to end, against clustering the same ranks (100K target).
 - :mod:`bench.stacks_e2e`: live ``stacks`` on the 16-rank test-bed job, start to named suspects.
+- :mod:`bench.ssh_connect`: client CPU per SSH connection, known_hosts parsed once vs per connection.
 - :mod:`bench.replay_sdc`: replay-sdc rounds vs bisection (M = 24…4,096), one round vs one group.
 
 ``python -m bench fanout [args]``, ``python -m bench saved-dumps [args]``, ... runs one of them.
@@ -13,7 +14,7 @@ in the same process.
 
 import sys
 
-from bench import fanout, replay_sdc, saved_dumps, stacks, stacks_e2e
+from bench import fanout, replay_sdc, saved_dumps, ssh_connect, stacks, stacks_e2e
 
 BENCHES = {
     "fanout": fanout.main,
@@ -21,6 +22,7 @@ BENCHES = {
     "saved-dumps": saved_dumps.main,
     "stacks-e2e": stacks_e2e.main,
     "replay-sdc": replay_sdc.main,
+    "ssh-connect": ssh_connect.main,
 }
 
 args = sys.argv[1:]
