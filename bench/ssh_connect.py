@@ -13,6 +13,12 @@ Each run opens a new transport and one new connection per host (``true`` runs th
 host-key checking, ``--concurrency`` at a time. Printed: median wall seconds, client CPU ms per
 connection (``getrusage(RUSAGE_SELF)``), connections that succeeded, the ratio ``parse_once /
 parse_each``, and the key exchange paramiko negotiated with this sshd.
+
+Key exchange order is left as paramiko has it: with this OpenSSH 9.2 sshd paramiko 5.1 already
+negotiates ``curve25519-sha256@libssh.org``; against a server that offers ``mlkem768x25519-sha256``
+the post-quantum hybrid costs ~0.05 ms more CPU per connection (ML-KEM-768 keygen + encapsulation +
+decapsulation 0.13 ms vs X25519 0.085 ms, ``cryptography``'s OpenSSL backend, measured on 2 cores),
+not worth trading its protection away.
 """
 
 from __future__ import annotations

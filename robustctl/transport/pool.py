@@ -22,6 +22,7 @@ class TransportPool:
         accept_new_host_keys: passed to the SSH transport (``--accept-new-host-keys``).
         override: use this transport for every host (tests: :class:`robustctl.testing.FakeTransport`).
         scheduler: the inventory's ``scheduler:`` section, for the srun transport's ``slurm.conf``.
+        srun: the srun transport to use (tests: a fake with ``run``/``run_batch``); None: made on first use.
     """
 
     def __init__(
@@ -30,11 +31,12 @@ class TransportPool:
         accept_new_host_keys: bool = False,
         override: Transport | None = None,
         scheduler: SchedulerSettings | None = None,
+        srun: SrunTransport | None = None,
     ) -> None:
         self._accept_new = accept_new_host_keys
         self._local = LocalTransport()
         self._ssh: SshTransport | None = None
-        self._srun: SrunTransport | None = None
+        self._srun: SrunTransport | None = srun
         self._scheduler = scheduler
         self._override = override
 
