@@ -361,17 +361,17 @@ class SrunTransport:
         retry: bool,
     ) -> tuple[dict[str, NodeFrame], dict[str, str], str, float]:
         """Run one step; (frames by node, launch failures, one line on what went wrong, wall seconds)."""
-        node_timeout = left - ALLOC_MARGIN_S
-        # First attempt: the nodes are free, so the allocation is immediate; a retry waits for Slurm
-        # to free the nodes of the aborted step.
-        immediate = int(max(1, node_timeout / 2)) if retry else 10
-        cmd = srun_argv(
-            nodes,
-            argv,
-            python=python,
-            node_timeout_s=node_timeout / 2 if retry else node_timeout,
-            immediate_s=immediate,
-        )
+        # First attempt: the nodes were free a moment ago, so the allocation is quick (--immediate
+        # bounds it); srun may outlive the deadline by that wait at worst, rather than losing every
+        # node's answer. A retry waits for Slurm to free the nodes of the aborted step, within the
+        # deadline: half the time left for the allocation, half for the command.
+        if retry:
+            immediate = max(1.0, (left - ALLOC_MARGIN_S) / 2)
+            node_timeout, limit = immediate, left
+        else:
+            immediate = min(10.0, max(1.0, left / 4))
+            node_timeout, limit = left - ALLOC_MARGIN_S, left + immediate
+        cmd = srun_argv(nodes, argv, python=python, node_timeout_s=node_timeout, immediate_s=int(immediate))
         exe = (
             os.path.join(os.fspath(self.slurm.bin_dir), "srun") if self.slurm.bin_dir is not None else "srun"
         )
@@ -382,7 +382,7 @@ class SrunTransport:
         try:
             done = run_argv(
                 [exe, *cmd[1:]],
-                timeout_s=left,
+                timeout_s=limit,
                 stdin=stdin or b"",
                 env=env,
                 keep_stdin_open=True,
@@ -390,7 +390,7 @@ class SrunTransport:
                 label="srun",
             )
         except subprocess.TimeoutExpired:
-            return {}, {}, f"srun ran past {left:.0f} s and was stopped", left
+            return {}, {}, f"srun ran past {limit:.0f} s and was stopped", limit
         except OutputLimitExceeded as exc:
             return {}, {}, f"srun {exc}", 0.0
         except OSError as exc:
