@@ -6,6 +6,7 @@ in the same process.
 - :mod:`bench.saved_dumps`: ``robustctl analyze`` of 10K and 100K saved dumps (files, a directory, a
   tar.gz), end to end, against clustering the same ranks (100K target).
 - :mod:`bench.stacks_e2e`: live ``stacks`` on the 16-rank test-bed job, start to named suspects.
+- :mod:`bench.ssh_connect`: client CPU per SSH connection, known_hosts parsed once vs per connection.
 - :mod:`bench.replay_sdc`: replay-sdc rounds vs bisection (M = 24…4,096), one round vs one group.
 - :mod:`bench.sweep_history`: a simulated year (``--days``) of 5-minute sweeps of 2,000 hosts through the
   history code: store size, ``history --since 7d`` and ``lemons --since 30d`` vs the SELECT of their rows.
@@ -16,7 +17,16 @@ in the same process.
 
 import sys
 
-from bench import fanout, replay_sdc, saved_dumps, stacks, stacks_e2e, sweep_fanout, sweep_history
+from bench import (
+    fanout,
+    replay_sdc,
+    saved_dumps,
+    ssh_connect,
+    stacks,
+    stacks_e2e,
+    sweep_fanout,
+    sweep_history,
+)
 
 BENCHES = {
     "fanout": fanout.main,
@@ -26,6 +36,7 @@ BENCHES = {
     "replay-sdc": replay_sdc.main,
     "sweep-history": sweep_history.main,
     "sweep-fanout": sweep_fanout.main,
+    "ssh-connect": ssh_connect.main,
 }
 
 args = sys.argv[1:]

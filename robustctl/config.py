@@ -137,7 +137,9 @@ class HostEntry(StrictModel):
 
     name: str = Field(min_length=1, description="Host name or range, e.g. node[001-064].")
     address: str | None = Field(None, description="Address or range of the same length; default: the name.")
-    transport: Literal["ssh", "local"] = "ssh"
+    transport: Literal["ssh", "local", "srun"] = Field(
+        "ssh", description="ssh, local (this machine) or srun (a Slurm node, reached through srun steps)."
+    )
     labels: dict[str, str] = Field(default_factory=dict)
     state: HostState = HostState.ACTIVE
     ssh: SshOverrides | None = None
@@ -161,6 +163,11 @@ class HostEntry(StrictModel):
                     "ssh settings would be ignored: a transport: local host is reached without SSH "
                     "(remove ssh:, or use transport: ssh)"
                 )
+        if self.transport == "srun" and (self.address is not None or self.ssh is not None):
+            raise ValueError(
+                "address and ssh settings would be ignored: a transport: srun host is the Slurm node of "
+                "its name, reached through srun (remove them, or use transport: ssh)"
+            )
         return self
 
 

@@ -26,11 +26,12 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import TYPE_CHECKING, Any
 
-from robustctl.errors import ProbeError
+from robustctl.errors import HostError, ProbeError
 
 if TYPE_CHECKING:
     from robustctl.inventory import Host
     from robustctl.transport.base import CommandResult, Transport
+    from robustctl.transport.srun import SrunTransport
 
 PROBES = ("host", "nvml", "burn", "allreduce", "stacks", "bundle", "replay", "ckpt", "jobprocs", "launch")
 """Probes shipped in ``diagnostics/``."""
@@ -233,7 +234,13 @@ def run_probes(
     timeout = max(0.5, deadline - time.monotonic())
     sent = time.time()
     res = transport.run(host, probe_argv(host), stdin=framed(script), timeout_s=timeout, keep_stdin_open=True)
-    received = time.time()
+    return _bundle_documents(res, host, probes, sent, time.time())
+
+
+def _bundle_documents(
+    res: CommandResult, host: Host, probes: Sequence[tuple[str, Sequence[str]]], sent: float, received: float
+) -> list[ProbeDocument | ProbeError]:
+    """Each probe's document (or why it has none) from one bundle command's output."""
     bundle = parse_document(res.stdout, "bundle")
     if bundle is None:
         names = ", ".join(n for n, _ in probes)
@@ -252,6 +259,71 @@ def run_probes(
             out.append(ProbeError(host.name, f"probe {name} failed: {why}"))
             continue
         out.append(_document(name, doc, sent, received, res.elapsed_s))
+    return out
+
+
+def run_probes_batch(
+    transport: SrunTransport,
+    hosts: Sequence[Host],
+    probes: Sequence[tuple[str, Sequence[str]]],
+    *,
+    deadline: float,
+) -> dict[str, list[ProbeDocument | ProbeError] | HostError]:
+    """:func:`run_probes` on many hosts at once: one srun step per group of hosts with the same
+    command line (the same Python, wrapper and ``--root``).
+
+    Returns, by host name, the probes' documents (as :func:`run_probes`) or the
+    :class:`~robustctl.errors.HostError` that says why the host has none (unreachable, timed out,
+    the bundle crashed). Never raises for a host.
+    """
+    script = framed(bundle_script(probes))
+    groups: dict[tuple[str, ...], list[Host]] = {}
+    for h in hosts:
+        groups.setdefault(tuple(probe_argv(h)), []).append(h)
+    out: dict[str, list[ProbeDocument | ProbeError] | HostError] = {}
+    for argv, members in groups.items():
+        timeout = max(0.5, deadline - time.monotonic())
+        sent = time.time()
+        answers = transport.run_batch(members, list(argv), stdin=script, timeout_s=timeout)
+        received = time.time()
+        for h in members:
+            res = answers[h.name]
+            if isinstance(res, HostError):
+                out[h.name] = res
+                continue
+            try:
+                out[h.name] = _bundle_documents(res, h, probes, sent, received)
+            except ProbeError as exc:
+                out[h.name] = exc
+    return out
+
+
+def run_probe_batch(
+    transport: SrunTransport, hosts: Sequence[Host], name: str, args: Sequence[str], *, deadline: float
+) -> dict[str, ProbeDocument | HostError]:
+    """:func:`run_probe` on many hosts at once (one srun step per group of hosts with the same
+    command line); by host name, the document or the error that says why there is none."""
+    script = framed(probe_script(name))
+    groups: dict[tuple[str, ...], list[Host]] = {}
+    for h in hosts:
+        groups.setdefault(tuple(probe_argv(h, args)), []).append(h)
+    out: dict[str, ProbeDocument | HostError] = {}
+    for argv, members in groups.items():
+        timeout = max(0.5, deadline - time.monotonic())
+        sent = time.time()
+        answers = transport.run_batch(members, list(argv), stdin=script, timeout_s=timeout)
+        received = time.time()
+        for h in members:
+            res = answers[h.name]
+            if isinstance(res, HostError):
+                out[h.name] = res
+                continue
+            doc = parse_document(res.stdout, name)
+            out[h.name] = (
+                _document(name, doc, sent, received, res.elapsed_s)
+                if doc is not None
+                else ProbeError(h.name, f"probe {name} failed: {_failure(res, h)}")
+            )
     return out
 
 

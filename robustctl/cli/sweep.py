@@ -13,11 +13,8 @@ from robustctl.commands.base import exit_code_of, result_json
 
 SWEEP_EXAMPLES = examples(
     ("robustctl sweep -i cluster.yaml", "L0 on every active and standby host; history kept"),
-    (
-        "robustctl sweep -i cluster.yaml --textfile /var/lib/node_exporter/textfile/robustctl.prom",
-        "for Prometheus",
-    ),
     ("robustctl sweep -i cluster.yaml --act --quiet", "from cron: the policy records suspects or drains"),
+    ("robustctl sweep --local --slurm", "as Slurm's HealthCheckProgram: L0 here, drains this node itself"),
 )
 HISTORY_EXAMPLES = examples(("robustctl history node017 --since 7d", "a host's check changes of a week"))
 LEMONS_EXAMPLES = examples(("robustctl lemons --since 30d", "hosts that keep failing or keep coming back"))
@@ -56,6 +53,34 @@ def sweep(
         bool,
         typer.Option("--accept-new-host-keys", help="Record unknown host keys (changed keys are refused)."),
     ] = False,
+    transport: Annotated[
+        str | None,
+        typer.Option(
+            "--transport",
+            help="Reach every host through ssh, local or srun (one Slurm step for all; host = node name).",
+        ),
+    ] = None,
+    local: Annotated[
+        bool, typer.Option("--local", help="Check this node only (L0, no inventory); see --slurm.")
+    ] = False,
+    slurm: Annotated[
+        bool,
+        typer.Option(
+            "--slurm",
+            help="With --local, as Slurm's HealthCheckProgram (45 s budget): drain this node on a "
+            "finding, resume it when robustctl's own reason is gone.",
+        ),
+    ] = False,
+    node: Annotated[
+        str | None,
+        typer.Option(
+            "--node", help="With --local: this node's name \\[default: $SLURMD_NODENAME, else hostname -s]."
+        ),
+    ] = None,
+    gpus: Annotated[
+        int | None,
+        typer.Option("--gpus", min=0, max=64, help="With --local: GPUs this node must have."),
+    ] = None,
 ) -> int:
     """Sweep the fleet: quick checks (L0, no GPU load) on every active, standby, suspect and returned host.
 
@@ -67,6 +92,29 @@ def sweep(
     """
     from robustctl.commands.sweep import run_sweep, sweep_request
     from robustctl.report.console import emit_json, stderr_console
+
+    if local or slurm or node is not None or gpus is not None:
+        given = {
+            "--inventory": inventory is not None,
+            "--hosts": hosts is not None,
+            "--level": level != 0,
+            "--include-busy": include_busy,
+            "--act": act,
+            "--textfile": textfile is not None,
+            "--html": html is not None,
+            "--transport": transport is not None,
+            "--accept-new-host-keys": accept_new_host_keys,
+        }
+        return _local(
+            local=local,
+            slurm=slurm,
+            node=node,
+            gpus=gpus,
+            state=state,
+            json_out=json_out,
+            quiet=quiet,
+            given=given,
+        )
     from robustctl.report.progress import RichProgress
     from robustctl.report.sweep import render_sweep
 
@@ -80,10 +128,41 @@ def sweep(
         textfile=textfile,
         html=html,
         accept_new_host_keys=accept_new_host_keys,
+        transport=transport,
     )
     console = stderr_console(wide=True)
     result = run_sweep(request, progress=RichProgress(console, enabled=not quiet))
     render_sweep(result, console, quiet=quiet)
+    if json_out:
+        emit_json(result_json(result), to_stdout=True, output=None)
+    return exit_code_of(result)
+
+
+def _local(
+    *,
+    local: bool,
+    slurm: bool,
+    node: str | None,
+    gpus: int | None,
+    state: Path | None,
+    json_out: bool,
+    quiet: bool,
+    given: dict[str, bool],
+) -> int:
+    """``sweep --local [--slurm]``: refuse the fleet options (they cannot take effect), then check."""
+    from robustctl.commands.sweep import local_request, run_local
+    from robustctl.errors import UsageError
+    from robustctl.report.console import emit_json, stderr_console
+    from robustctl.report.sweep import render_local
+
+    if not local:
+        flag = "--slurm" if slurm else "--node" if node is not None else "--gpus"
+        raise UsageError(f"{flag} needs --local (it checks this node only)")
+    refused = [flag for flag, on in given.items() if on]
+    if refused:
+        raise UsageError(f"{refused[0]} cannot take effect with --local (it checks this node only)")
+    result = run_local(local_request(node=node, slurm=slurm, gpus=gpus, state=state))
+    render_local(result, stderr_console(wide=True), quiet=quiet)
     if json_out:
         emit_json(result_json(result), to_stdout=True, output=None)
     return exit_code_of(result)

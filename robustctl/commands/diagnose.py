@@ -201,7 +201,9 @@ def run_diagnose(
     if pool is None:
         from robustctl.transport.pool import TransportPool
 
-        pool = TransportPool(accept_new_host_keys=request.accept_new_host_keys)
+        pool = TransportPool(
+            accept_new_host_keys=request.accept_new_host_keys, scheduler=request.inventory.scheduler
+        )
     try:
         report = run_levels(_spec(request), pool, progress=progress)
     finally:

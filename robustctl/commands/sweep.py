@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from robustctl.errors import ConfigError, RobustctlError, UsageError
 from robustctl.exit_codes import ExitCode
@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from robustctl.diagnose import ProgressSink
     from robustctl.inventory import Inventory
     from robustctl.store import Store
+    from robustctl.sweep.healthcheck import LocalCheckRequest, LocalCheckResult
     from robustctl.sweep.history import CheckChange, CheckState, HostCounters
     from robustctl.sweep.lemons import Lemon
     from robustctl.sweep.policy import Decision
@@ -42,10 +43,13 @@ __all__ = [
     "SweepRequest",
     "SweepResult",
     "check_output_path",
+    "local_request",
     "run_history",
     "run_lemons",
+    "run_local",
     "run_sweep",
     "sweep_request",
+    "with_transport",
 ]
 
 RECENT_CHANGES = 10
@@ -64,7 +68,8 @@ class SweepRequest:
         level: highest diagnose level (0: quick checks only). include_busy: run levels above 0 on
             hosts a job holds too. act: apply the policy (``sweep.act``: suspect or drain).
         textfile / html: write the Prometheus textfile / HTML report there (atomically).
-        accept_new_host_keys: as diagnose.
+        accept_new_host_keys: as diagnose. (``--transport srun`` is applied to ``inventory``'s hosts by
+        :func:`sweep_request`.)
     """
 
     inventory: Inventory
@@ -168,9 +173,13 @@ def sweep_request(
     textfile: Path | None = None,
     html: Path | None = None,
     accept_new_host_keys: bool = False,
+    transport: str | None = None,
     environ: Mapping[str, str] | None = None,
 ) -> SweepRequest:
     """A :class:`SweepRequest` from command-line values; the output paths are checked here.
+
+    ``transport`` (``--transport``): reach every host through it (``srun``: each host is the Slurm
+    node of its name, all in one step; ``ssh``/``local`` as the inventory's ``transport:``).
 
     Raises:
         ConfigError / InventoryError: bad inventory; an output directory missing or not writable.
@@ -181,6 +190,8 @@ def sweep_request(
     if not 0 <= level <= 3:
         raise UsageError(f"bad --level {level}: a sweep runs levels 0-3")
     inv = options.inventory(inventory, environ)
+    if transport is not None:
+        inv = with_transport(inv, transport)
     if hosts is not None:
         options.select_hosts(inv, hosts)
     for path, flag in ((textfile, "--textfile"), (html, "--html")):
@@ -197,6 +208,35 @@ def sweep_request(
         html=html,
         accept_new_host_keys=accept_new_host_keys,
     )
+
+
+TRANSPORTS = ("ssh", "local", "srun")
+
+
+def with_transport(inventory: Inventory, transport: str) -> Inventory:
+    """``inventory`` with every host reached through ``transport`` (``--transport``).
+
+    Raises:
+        UsageError: an unknown transport, or ``ssh`` for a host the inventory has no address for
+            (a local host's address is this machine).
+    """
+    import dataclasses
+
+    if transport not in TRANSPORTS:
+        raise UsageError(f"bad --transport {transport!r}: one of {', '.join(TRANSPORTS)}")
+    hosts = []
+    for h in inventory.hosts:
+        if h.transport == transport:
+            hosts.append(h)
+            continue
+        if transport == "ssh" and h.transport == "local":
+            raise UsageError(f"--transport ssh: host {h.name} is transport: local and has no address")
+        address = {"local": "local", "srun": h.name}.get(transport, h.address)
+        kind: Literal["ssh", "local", "srun"] = (
+            "srun" if transport == "srun" else "local" if transport == "local" else "ssh"
+        )
+        hosts.append(dataclasses.replace(h, transport=kind, address=address))
+    return dataclasses.replace(inventory, hosts=tuple(hosts))
 
 
 def _targets(request: SweepRequest, store: Store) -> tuple[list[Any], list[str], set[str]]:
@@ -330,7 +370,9 @@ def run_sweep(
         if pool is None:
             from robustctl.transport.pool import TransportPool
 
-            pool = TransportPool(accept_new_host_keys=request.accept_new_host_keys)
+            pool = TransportPool(
+                accept_new_host_keys=request.accept_new_host_keys, scheduler=request.inventory.scheduler
+            )
         try:
             if hosts:
                 report, levels = _diagnose(request, hosts, busy, pool, progress)
@@ -412,6 +454,40 @@ def _write_outputs(request: SweepRequest, result: SweepResult) -> None:
         from robustctl.report.html import sweep_html
 
         write_atomic(request.html, sweep_html(result), "--html")
+
+
+# --- this node (sweep --local [--slurm]) ----------------------------------------------------------
+
+
+def local_request(
+    *,
+    node: str | None = None,
+    slurm: bool = False,
+    gpus: int | None = None,
+    state: Path | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> LocalCheckRequest:
+    """A :class:`~robustctl.sweep.healthcheck.LocalCheckRequest` from command-line values and the
+    environment: the node's name (``--node``, ``$SLURMD_NODENAME``, the short host name) and the store
+    (``--state``, else ``$ROBUSTCTL_STATE``, else none: this mode records history only when asked).
+
+    Raises:
+        UsageError: a bad node name.
+    """
+    from robustctl.sweep.healthcheck import LocalCheckRequest, node_name
+
+    env = os.environ if environ is None else environ
+    store = (
+        state if state is not None else (Path(env["ROBUSTCTL_STATE"]) if env.get("ROBUSTCTL_STATE") else None)
+    )
+    return LocalCheckRequest(node=node_name(node, env), slurm=slurm, gpus=gpus or 0, state=store)
+
+
+def run_local(request: LocalCheckRequest, **kwargs: Any) -> LocalCheckResult:
+    """``robustctl sweep --local [--slurm]``: :func:`robustctl.sweep.healthcheck.run_local_check`."""
+    from robustctl.sweep.healthcheck import run_local_check
+
+    return run_local_check(request, **kwargs)
 
 
 # --- history -------------------------------------------------------------------------------------

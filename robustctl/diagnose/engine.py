@@ -31,7 +31,7 @@ from robustctl.checks.registry import NO_CONTEXT, CheckContext, checks_for_probe
 from robustctl.diagnose.alignment import run_alignment
 from robustctl.diagnose.levels import DEFAULT_LEVEL, LEVEL_NAMES, MAX_LEVEL, level0, level1, level2
 from robustctl.diagnose.pairs import run_pairs
-from robustctl.errors import ProbeError, RobustctlError
+from robustctl.errors import CommandTimeout, HostError, HostUnreachable, ProbeError, RobustctlError
 from robustctl.models import (
     CheckResult,
     HostReport,
@@ -277,6 +277,56 @@ class Engine:
                         evidence={"attempts": o.attempts},
                     )
                 )
+
+    def fan_batch(
+        self,
+        description: str,
+        hosts: Sequence[Host],
+        work: Callable[[list[Host], float], Mapping[str, list[CheckResult] | HostError]],
+        *,
+        level: int,
+        host_timeout_s: float | None = None,
+    ) -> None:
+        """Run ``work(hosts, deadline)`` once for all ``hosts`` (the srun transport's one step) and
+        record each host's checks as :meth:`fan` does; a host the work gives an error (or nothing)
+        gets one UNKNOWN ``<level name>.reach`` check and is not targeted by later levels.
+        """
+        self.progress.start(description, len(hosts))
+        t0 = time.monotonic()
+        deadline = min(self.deadline, t0 + (host_timeout_s or self.settings.host_timeout_s))
+        try:
+            try:
+                answers: Mapping[str, list[CheckResult] | HostError] = work(list(hosts), deadline)
+            except RobustctlError as exc:
+                answers = {h.name: HostUnreachable(h.name, str(exc)) for h in hosts}
+            elapsed = round(time.monotonic() - t0, 6)
+            for h in hosts:
+                got = answers.get(h.name) or HostUnreachable(h.name, "no answer from the batch")
+                st = self.state[h.name]
+                st.elapsed_s += elapsed
+                if isinstance(got, HostError):
+                    outcome = (
+                        Outcome.TIMED_OUT
+                        if isinstance(got, CommandTimeout)
+                        else Outcome.UNREACHABLE
+                        if isinstance(got, HostUnreachable)
+                        else Outcome.FAILED
+                    )
+                    st.outcome, st.error = outcome, got.reason
+                    st.checks.append(
+                        CheckResult(
+                            name=f"{LEVEL_NAMES[level]}.reach",
+                            level=level,
+                            status=Status.UNKNOWN,
+                            summary=f"{outcome.value}: {got.reason}",
+                            evidence={"attempts": 1, "transport": h.transport},
+                        )
+                    )
+                else:
+                    st.checks.extend(got)
+                self.progress.advance(h.name, st.outcome)
+        finally:
+            self.progress.stop()
 
     def probe_checks(
         self, host: Host, probe: str, args: Sequence[str], deadline: float, level: int

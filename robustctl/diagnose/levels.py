@@ -1,6 +1,9 @@
 """The four diagnose levels and the probe arguments each one sends.
 
 - **L0 quick**: the ``host`` and ``nvml`` probes in one remote Python process (``bundle``).
+
+Hosts with ``transport: srun`` are reached many at a time: L0 and L1 run one Slurm step for all
+of them (:meth:`robustctl.diagnose.engine.Engine.fan_batch`); the other levels one step per host.
 - **L1 burn**: the ``burn`` probe, then the fleet-wide peer rule on TFLOP/s per device kind.
 - **L2 intra-host all-reduce**: the ``allreduce`` probe in intra-host mode (the host's own ranks
   rendezvous on its loopback, ``127.0.0.1``: every peer is a process of the same host), then the
@@ -22,9 +25,16 @@ from typing import TYPE_CHECKING, Any
 
 from robustctl.checks.allreduce import peak_busbw
 from robustctl.checks.peer import peer_outliers
-from robustctl.errors import ProbeError
+from robustctl.errors import HostError, ProbeError
 from robustctl.models import CheckResult, Status
-from robustctl.probes import ProbeDocument, command_deadline, run_probe, run_probes
+from robustctl.probes import (
+    ProbeDocument,
+    command_deadline,
+    run_probe,
+    run_probe_batch,
+    run_probes,
+    run_probes_batch,
+)
 from robustctl.transport.fanout import fan_out
 
 if TYPE_CHECKING:
@@ -108,10 +118,18 @@ def intra_args(s: DiagnoseSettings) -> list[str]:
 
 
 def level0(engine: Engine, hosts: list[Host]) -> str | None:
-    """L0: the host and nvml probes in one remote process, evaluated."""
+    """L0: the host and nvml probes in one remote process, evaluated (srun hosts: one step for all)."""
+
+    def evaluate(host: Host, docs: list[ProbeDocument | ProbeError]) -> list[CheckResult]:
+        out: list[CheckResult] = []
+        for probe, doc in zip(L0_PROBES, docs, strict=True):
+            if isinstance(doc, ProbeError):
+                out.append(CheckResult(f"{probe}.probe", 0, Status.UNKNOWN, doc.reason))
+            else:
+                out.extend(engine.evaluate(host, probe, doc, 0))
+        return out
 
     def work(host: Host, deadline: float) -> list[CheckResult]:
-        out: list[CheckResult] = []
         deadline = command_deadline(host, deadline)
         try:
             docs = run_probes(
@@ -122,14 +140,31 @@ def level0(engine: Engine, hosts: list[Host]) -> str | None:
             )
         except ProbeError as exc:
             return [CheckResult(f"{p}.probe", 0, Status.UNKNOWN, exc.reason) for p in L0_PROBES]
-        for probe, doc in zip(L0_PROBES, docs, strict=True):
-            if isinstance(doc, ProbeError):
-                out.append(CheckResult(f"{probe}.probe", 0, Status.UNKNOWN, doc.reason))
+        return evaluate(host, docs)
+
+    def batch(group: list[Host], deadline: float) -> dict[str, list[CheckResult] | HostError]:
+        answers = run_probes_batch(
+            engine.pool.srun(),
+            group,
+            [(p, ["--timeout", budget_s(deadline)]) for p in L0_PROBES],
+            deadline=deadline,
+        )
+        out: dict[str, list[CheckResult] | HostError] = {}
+        by_name = {h.name: h for h in group}
+        for name, got in answers.items():
+            if isinstance(got, ProbeError):
+                out[name] = [CheckResult(f"{p}.probe", 0, Status.UNKNOWN, got.reason) for p in L0_PROBES]
+            elif isinstance(got, HostError):
+                out[name] = got
             else:
-                out.extend(engine.evaluate(host, probe, doc, 0))
+                out[name] = evaluate(by_name[name], got)
         return out
 
-    engine.fan("L0 quick checks", hosts, work, level=0)
+    batched, single = engine.pool.batched(hosts)
+    if single:
+        engine.fan("L0 quick checks", single, work, level=0)
+    if batched:
+        engine.fan_batch("L0 quick checks (srun)", batched, batch, level=0)
     return None
 
 
@@ -202,14 +237,45 @@ def measured_level(
                 docs[host.name] = doc
         return checks
 
-    engine.fan(
-        f"L{level} {LEVEL_NAMES[level]}",
-        hosts,
-        work,
-        level=level,
-        concurrency=concurrency,
-        host_timeout_s=host_timeout_s,
-    )
+    def batch(group: list[Host], deadline: float) -> dict[str, list[CheckResult] | HostError]:
+        answers = run_probe_batch(
+            engine.pool.srun(),
+            group,
+            probe,
+            [*args(group[0]), "--timeout", budget_s(deadline)],
+            deadline=deadline,
+        )
+        out: dict[str, list[CheckResult] | HostError] = {}
+        for h in group:
+            got = answers[h.name]
+            if isinstance(got, ProbeError):
+                out[h.name] = [CheckResult(f"{probe}.probe", level, Status.UNKNOWN, got.reason)]
+            elif isinstance(got, HostError):
+                out[h.name] = got
+            else:
+                with lock:
+                    docs[h.name] = got
+                out[h.name] = engine.evaluate(h, probe, got, level)
+        return out
+
+    batched, single = engine.pool.batched(hosts)
+    if single:
+        engine.fan(
+            f"L{level} {LEVEL_NAMES[level]}",
+            single,
+            work,
+            level=level,
+            concurrency=concurrency,
+            host_timeout_s=host_timeout_s,
+        )
+    if batched:
+        engine.fan_batch(
+            f"L{level} {LEVEL_NAMES[level]} (srun)",
+            batched,
+            batch,
+            level=level,
+            host_timeout_s=host_timeout_s,
+        )
     groups: dict[str, dict[str, float]] = {}
     for host, doc in docs.items():
         for key, value in metric(doc.data).items():

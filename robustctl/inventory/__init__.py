@@ -49,14 +49,14 @@ class Host:
 
     Attributes:
         name: inventory name (unique). address: where to connect (name when not given).
-        transport: ``"ssh"`` or ``"local"``. ssh: effective SSH settings. python: how to run probes.
+        transport: ``"ssh"``, ``"local"`` or ``"srun"`` (the Slurm node of that name). ssh: effective SSH settings. python: how to run probes.
         gpus: expected GPU count (0: CPU-only). labels: free-form labels. state: service state.
         probe_root: root prefix passed to probes as ``--root`` (None: ``/`` or the host's env).
     """
 
     name: str
     address: str
-    transport: Literal["ssh", "local"]
+    transport: Literal["ssh", "local", "srun"]
     ssh: SshSettings
     python: PythonSettings
     gpus: int = 0
@@ -370,7 +370,7 @@ def _expand_entry(entry: HostEntry, model: InventoryFile) -> list[Host]:
     return [
         Host(
             name=n,
-            address=a if entry.transport == "ssh" else "local",
+            address=a if entry.transport == "ssh" else ("local" if entry.transport == "local" else n),
             transport=entry.transport,
             ssh=ssh,
             python=python,

@@ -13,6 +13,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from robustctl.commands.sweep import HistoryResult, LemonsResult, SweepResult
+    from robustctl.sweep.healthcheck import LocalCheckResult
 
 
 def _utc(t: float) -> str:
@@ -101,3 +102,22 @@ def render_lemons(result: LemonsResult, console: Console) -> None:
         ev = "\n".join(f"{_utc(e.at)} {e.what}: {e.detail}" for e in lm.evidence)
         table.add_row(escape(lm.host), str(lm.failures), str(lm.returns), escape(ev))
     console.print(table)
+
+
+def render_local(result: LocalCheckResult, console: Console, *, quiet: bool = False) -> None:
+    """``sweep --local``: warnings and a Slurm error always; unless ``quiet``, the checks that are not
+    OK; and one line (with ``quiet``, only when the exit is not 0: slurmd logs a failed health check's
+    output): node, verdict, findings, what was done."""
+    for w in result.warnings:
+        console.print(as_text(w))
+    if result.error:
+        console.print(as_text(f"robustctl: error: slurm: {result.error}"))
+    if quiet and int(result.exit_code) == 0:
+        return
+    for c in result.checks:
+        if not quiet and c.status.value not in ("ok", "not_applicable", "skipped"):
+            console.print(as_text(f"  {c.name}: {c.status.value}: {c.summary}"))
+    what = "; ".join(result.findings) or (f"pending: {', '.join(result.pending)}" if result.pending else "")
+    line = f"{result.node}: {result.status.value.upper()}" + (f": {what}" if what else "")
+    line += f"; slurm: {result.action}" if result.slurm_state is not None or result.action != "none" else ""
+    console.print(as_text(f"{line} ({result.duration_s:.1f} s)"))

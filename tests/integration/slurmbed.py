@@ -122,7 +122,9 @@ class SlurmBed:
         startup_s: wall time from the first daemon start to every node idle.
     """
 
-    def __init__(self, base: Path, n_nodes: int = 4, *, slurmd_timeout_s: int = 10) -> None:
+    def __init__(
+        self, base: Path, n_nodes: int = 4, *, slurmd_timeout_s: int = 10, extra_conf: Sequence[str] = ()
+    ) -> None:
         if not 1 <= n_nodes <= 64:
             raise ValueError(f"n_nodes must be 1..64, got {n_nodes}")
         self.base = Path(base)
@@ -133,6 +135,7 @@ class SlurmBed:
         self.munge_dir = self.base / "munge"
         self.munge_socket = self.munge_dir / "munge.sock"
         self.slurmd_timeout_s = slurmd_timeout_s
+        self.extra_conf = list(extra_conf)
         self.ctld_port = 0
         self.node_ports: dict[str, int] = {}
         self.startup_s = 0.0
@@ -212,6 +215,7 @@ class SlurmBed:
             "AccountingStorageType=accounting_storage/none",
             "JobCompType=jobcomp/none",
             "MailProg=/bin/true",
+            *self.extra_conf,
         ]
         for node, port in self.node_ports.items():
             lines.append(
@@ -355,6 +359,23 @@ class SlurmBed:
             yield
         finally:
             os.kill(pid, signal.SIGCONT)
+
+    def stop_slurmd(self, node: str) -> None:
+        """Stop ``node``'s slurmd (SIGTERM, then SIGKILL): slurmctld still lists the node until
+        ``SlurmdTimeout`` passes, so a step launched there fails."""
+        proc = self._procs.pop(f"slurmd-{node}", None)
+        if proc is None or proc.poll() is not None:
+            return
+        proc.terminate()
+        try:
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=5)
+
+    def start_slurmd(self, node: str) -> None:
+        """Start ``node``'s slurmd again (after :meth:`stop_slurmd`)."""
+        self._spawn(f"slurmd-{node}", ["slurmd", "-D", "-N", node, "-f", str(self.conf)])
 
     # ---- Slurm commands (independent of robustctl, to check what it did) --------------------------
 

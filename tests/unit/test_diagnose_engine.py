@@ -409,3 +409,61 @@ def test_skipped_levels_say_why(healthy_host_data: dict[str, Any]) -> None:
         (False, "stopped after L1 named suspects"),
         (False, "above the highest level asked (L2)"),
     ]
+
+
+class FakeSrun:
+    """An srun transport over a :class:`FakeTransport`: one ``run_batch`` call per step, recorded;
+    the hosts in ``dead`` did not answer (as a node whose launch failed)."""
+
+    def __init__(self, fake: FakeTransport, dead: set[str]) -> None:
+        self.fake, self.dead = fake, dead
+        self.steps: list[list[str]] = []
+
+    def run_batch(self, hosts: Any, argv: Any, *, stdin: bytes | None = None, timeout_s: float) -> Any:
+        from robustctl.errors import HostUnreachable
+
+        self.steps.append([h.name for h in hosts])
+        return {
+            h.name: HostUnreachable(
+                h.name, "srun could not launch the task there: Communication connection failure"
+            )
+            if h.name in self.dead
+            else self.fake.run(h, argv, stdin=stdin, timeout_s=timeout_s)
+            for h in hosts
+        }
+
+    def run(
+        self,
+        host: Host,
+        argv: Any,
+        *,
+        stdin: bytes | None = None,
+        timeout_s: float,
+        keep_stdin_open: bool = False,
+    ) -> Any:
+        res = self.run_batch([host], argv, stdin=stdin, timeout_s=timeout_s)[host.name]
+        if isinstance(res, Exception):
+            raise res
+        return res
+
+    def close(self) -> None:
+        pass
+
+
+def test_srun_hosts_take_one_step_per_level_and_a_silent_node_is_unknown(
+    healthy_host_data: dict[str, Any],
+) -> None:
+    hs = [Host(f"sn{i}", f"sn{i}", "srun", SshSettings(), PythonSettings()) for i in range(1, 5)]
+    answers = {h.name: {"host": with_clock(healthy_host_data), "nvml": NO_GPU, "burn": burn(1.0)} for h in hs}
+    answers["sn2"]["burn"] = burn(1.0, mismatches=2)
+    srun = FakeSrun(FakeTransport(answers), dead={"sn4"})
+    req = DiagnoseSpec(
+        hosts=tuple(hs), settings=DiagnoseSettings(retries=0), thresholds=Thresholds(), max_level=1
+    )
+    rep = run_levels(req, TransportPool(srun=srun))  # type: ignore[arg-type]
+    assert srun.steps == [["sn1", "sn2", "sn3", "sn4"], ["sn1", "sn2", "sn3"]]  # L0 all, L1 the reachable
+    by = {h.host: h for h in rep.hosts}
+    assert by["sn4"].status is Status.UNKNOWN and "could not launch" in (by["sn4"].error or "")
+    assert [c.name for c in by["sn4"].checks] == ["quick.reach"]
+    assert rep.suspects == ("sn2",) and by["sn1"].status is Status.OK and rep.exit_code == 2
+    assert {p for _, p, _ in srun.fake.calls} == {"host", "nvml", "burn"}

@@ -1,0 +1,134 @@
+"""``robustctl sweep --local --slurm`` as the real slurmd's HealthCheckProgram (Slurm 22.05 on 127.0.0.1).
+
+Each of the 3 slurmd runs ``hc.sh`` every 5 s (``HealthCheckInterval=5``) with only
+``SLURMD_NODENAME`` in its environment, as slurmd does; the script runs robustctl from this
+checkout's virtual environment with a simulated NVML (``ROBUSTCTL_NVML_INJECTION``): a node whose
+name is a file in ``faults/`` has one of its 2 GPUs missing. Every effect is read back through
+``sinfo`` (the test bed's own commands), never through robustctl.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from robustctl.testing.fake_nvml import healthy_gpus, write_injection
+
+from .slurmbed import STD_PATH, SlurmBed, require_slurmbed
+
+pytestmark = pytest.mark.timeout(150)
+
+INTERVAL_S = 5
+
+
+def _wrapper(base: Path, conf: Path) -> Path:
+    faults = base / "faults"
+    faults.mkdir(exist_ok=True)
+    write_injection(faults / "good.json", healthy_gpus(2))
+    write_injection(faults / "bad.json", healthy_gpus(1))
+    script = base / "hc.sh"
+    script.write_text(
+        "#!/bin/sh\n"
+        "# HealthCheckProgram of the test bed: robustctl's own health check, with a simulated NVML.\n"
+        f"export PATH={STD_PATH}\n"
+        f"export SLURM_CONF={conf}\n"
+        f"export ROBUSTCTL_SLURMBED={base}\n"
+        f'inj={faults}/good.json; [ -e "{faults}/$SLURMD_NODENAME" ] && inj={faults}/bad.json\n'
+        'export ROBUSTCTL_NVML_INJECTION="$inj"\n'
+        f'echo "$(date +%s.%N) $SLURMD_NODENAME start" >> {base}/hc-runs.log\n'
+        f"{sys.executable} -m robustctl sweep --local --slurm --gpus 2 --quiet\n"
+        "rc=$?\n"
+        f'echo "$(date +%s.%N) $SLURMD_NODENAME exit $rc" >> {base}/hc-runs.log\n'
+        "exit $rc\n"
+    )
+    script.chmod(0o755)
+    return script
+
+
+@pytest.fixture(scope="module")
+def bed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmBed]:
+    """3 slurmd whose HealthCheckProgram is robustctl, every 5 s."""
+    require_slurmbed()
+    base = tmp_path_factory.mktemp("slurmhc")
+    conf = base / "slurm.conf"
+    script = _wrapper(base, conf)
+    b = SlurmBed(
+        base,
+        3,
+        extra_conf=[
+            f"HealthCheckProgram={script}",
+            f"HealthCheckInterval={INTERVAL_S}",
+            "HealthCheckNodeState=ANY",
+        ],
+    )
+    try:
+        b.start(timeout_s=60)
+        yield b
+    finally:
+        b.close()
+
+
+def _runs(bed: SlurmBed, node: str, *, since: float = 0.0) -> list[int]:
+    """Exit codes of the health checks ``node`` finished after ``since`` (UNIX s)."""
+    log = bed.base / "hc-runs.log"
+    out = []
+    for line in log.read_text().splitlines() if log.exists() else []:
+        t, name, what, *rest = line.split()
+        if name == node and what == "exit" and float(t) >= since:
+            out.append(int(rest[0]))
+    return out
+
+
+def _wait(bed: SlurmBed, node: str, want: tuple[str, str] | str, timeout_s: float = 40.0) -> tuple[str, str]:
+    deadline = time.monotonic() + timeout_s
+    seen = ("", "")
+    while time.monotonic() < deadline:
+        seen = bed.node_states()[node]
+        if (seen[0] == want) if isinstance(want, str) else (seen == want):
+            return seen
+        time.sleep(0.2)
+    raise AssertionError(
+        f"{node} not {want} after {timeout_s:g} s: {seen}\n{(bed.base / 'hc-runs.log').read_text()}"
+    )
+
+
+def test_health_check_drains_a_faulty_node_resumes_it_and_never_clears_an_admin_drain(bed: SlurmBed) -> None:
+    assert bed.node_states() == {n: ("idle", "none") for n in bed.nodes}
+    admin = "admin: PSU swap scheduled"
+    bed.cmd("scontrol", "update", "nodename=sn3", "state=drain", f"reason={admin}")
+
+    t_fault = time.time()
+    (bed.base / "faults" / "sn2").touch()
+    _, reason = _wait(bed, "sn2", "drained")
+    assert reason.startswith("robustctl: health check: nvml.count: 1 of 2 expected GPUs visible"), reason
+    assert 2 in _runs(bed, "sn2", since=t_fault)  # the drain came from a run that exited CRITICAL
+    assert bed.node_states()["sn1"] == ("idle", "none")
+    assert bed.node_states()["sn3"] == ("drained", admin)
+
+    t_fixed = time.time()
+    (bed.base / "faults" / "sn2").unlink()
+    _wait(bed, "sn2", ("idle", "none"))
+    assert 0 in _runs(bed, "sn2", since=t_fixed)
+
+    # Two more health-check rounds on the admin-drained node: healthy (exit 0), still drained as the admin left it.
+    deadline = time.monotonic() + 4 * INTERVAL_S + 10
+    while len(_runs(bed, "sn3", since=t_fixed)) < 2 and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert _runs(bed, "sn3", since=t_fixed)[:2] == [0, 0]
+    assert bed.node_states()["sn3"] == ("drained", admin)
+    assert bed.node_states()["sn1"] == ("idle", "none")
+    # Every finished run took less than robustctl's 45 s budget (Slurm kills at 60 s).
+    started: dict[str, float] = {}
+    took: list[float] = []
+    for line in (bed.base / "hc-runs.log").read_text().splitlines():
+        t, name, what, *_ = line.split()
+        if what == "start":
+            started[name] = float(t)
+        elif name in started:
+            took.append(float(t) - started.pop(name))
+    assert took and max(took) < 45, took
+    print(f"health check runs: {len(took)}, longest {max(took):.2f} s")
