@@ -32,7 +32,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -173,6 +173,66 @@ def _testbed(n: int) -> Iterator[Testbed]:
             tb.close()
 
 
+def report(
+    variants: Sequence[Variant],
+    args: argparse.Namespace,
+    kex: str,
+    *,
+    benchmark: str,
+    pairs: Sequence[tuple[str, str]],
+    title: str,
+    width: int,
+) -> int:
+    """Print the variants' medians and the ``a/b`` ratios of ``pairs`` (a table, or JSON with ``--json``).
+
+    ``args`` gives ``hosts``, ``concurrency``, ``repeats`` and ``json``. Returns 0.
+    """
+    n = args.hosts
+    by = {v.key: v for v in variants}
+    ratios = {
+        f"{a}/{b}": {
+            "wall": round(by[a].median_wall() / by[b].median_wall(), 3),
+            "cpu_per_host": round(by[a].median_cpu() / by[b].median_cpu(), 3),
+        }
+        for a, b in pairs
+    }
+    doc = {
+        "benchmark": benchmark,
+        "hosts": n,
+        "concurrency": args.concurrency,
+        "repeats": args.repeats,
+        "cpu_count": os.cpu_count(),
+        "paramiko_kex": kex,
+        "variants": {
+            v.key: {
+                "label": v.label,
+                "median_wall_s": round(v.median_wall(), 4),
+                "median_client_cpu_ms_per_host": round(1000 * v.median_cpu() / n, 2),
+                "wall_s": [round(x, 4) for x in v.wall_s],
+                "answered": v.answered,
+            }
+            for v in variants
+        },
+        "ratios": ratios,
+    }
+    if args.json:
+        print(json.dumps(doc, indent=2))
+        return 0
+    print(f"{title}, concurrency {args.concurrency}, {os.cpu_count()} CPUs, median of {args.repeats} runs")
+    print(f"{'variant':<{width}} {'wall s':>8} {'client CPU ms/host':>19} {'answered':>9}")
+    for v in variants:
+        print(
+            f"{v.label:<{width}} {v.median_wall():>8.3f} {1000 * v.median_cpu() / n:>19.1f} "
+            f"{min(v.answered):>5}/{n}"
+        )
+    for key, r in ratios.items():
+        print(f"ratio {key:<30} wall {r['wall']:.2f}x   client CPU/host {r['cpu_per_host']:.2f}x")
+    short = [v.label for v in variants if min(v.answered) < n]
+    if short:
+        print(f"note: not every host answered ok in: {', '.join(short)}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark and print its table and ratios (``--json``: one JSON document instead)."""
     ap = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
@@ -213,50 +273,12 @@ def main(argv: list[str] | None = None) -> int:
                 measure(v)
             print(f"bench: repeat {r + 1}/{args.repeats} done", file=sys.stderr)
 
-    n = args.hosts
-    by = {v.key: v for v in variants}
-    ratios = {
-        f"{a}/{b}": {
-            "wall": round(by[a].median_wall() / by[b].median_wall(), 3),
-            "cpu_per_host": round(by[a].median_cpu() / by[b].median_cpu(), 3),
-        }
-        for a in ("robustctl_cli", "robustctl_api")
-        for b in ("pdsh", "pdsh_same_kex")
-    }
-    doc = {
-        "benchmark": "fanout-l0",
-        "hosts": n,
-        "concurrency": args.concurrency,
-        "repeats": args.repeats,
-        "cpu_count": os.cpu_count(),
-        "paramiko_kex": kex,
-        "variants": {
-            v.key: {
-                "label": v.label,
-                "median_wall_s": round(v.median_wall(), 4),
-                "median_client_cpu_ms_per_host": round(1000 * v.median_cpu() / n, 2),
-                "wall_s": [round(x, 4) for x in v.wall_s],
-                "answered": v.answered,
-            }
-            for v in variants
-        },
-        "ratios": ratios,
-    }
-    if args.json:
-        print(json.dumps(doc, indent=2))
-        return 0
-
-    print(f"L0 host-probe fan-out to {n} loopback hosts, concurrency {args.concurrency}, ", end="")
-    print(f"{os.cpu_count()} CPUs, median of {args.repeats} runs")
-    print(f"{'variant':<56} {'wall s':>8} {'client CPU ms/host':>19} {'answered':>9}")
-    for v in variants:
-        print(
-            f"{v.label:<56} {v.median_wall():>8.3f} {1000 * v.median_cpu() / n:>19.1f} "
-            f"{min(v.answered):>5}/{n}"
-        )
-    for key, r in ratios.items():
-        print(f"ratio {key:<30} wall {r['wall']:.2f}x   client CPU/host {r['cpu_per_host']:.2f}x")
-    short = [v.label for v in variants if min(v.answered) < n]
-    if short:
-        print(f"note: not every host answered ok in: {', '.join(short)}")
-    return 0
+    return report(
+        variants,
+        args,
+        kex,
+        benchmark="fanout-l0",
+        pairs=[(a, b) for a in ("robustctl_cli", "robustctl_api") for b in ("pdsh", "pdsh_same_kex")],
+        title=f"L0 host-probe fan-out to {args.hosts} loopback hosts",
+        width=56,
+    )

@@ -26,7 +26,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from bench.fanout import REPO, Variant, _testbed, measure, negotiated_kex
+from bench.fanout import REPO, Variant, _testbed, measure, negotiated_kex, report
 from tests.integration.testbed import Testbed, unavailable_reason
 
 PROBES = (REPO / "diagnostics" / "host.py", REPO / "diagnostics" / "nvml.py")
@@ -108,51 +108,15 @@ def main(argv: Sequence[str] | None = None) -> int:
                 measure(v)
             print(f"bench: repeat {r + 1}/{args.repeats} done", file=sys.stderr)
 
-    n = args.hosts
-    by = {v.key: v for v in variants}
-    ratios = {
-        f"robustctl_sweep/{b}": {
-            "wall": round(by["robustctl_sweep"].median_wall() / by[b].median_wall(), 3),
-            "cpu_per_host": round(by["robustctl_sweep"].median_cpu() / by[b].median_cpu(), 3),
-        }
-        for b in ("pdsh", "pdsh_same_kex")
-    }
-    doc = {
-        "benchmark": "sweep-fanout",
-        "hosts": n,
-        "concurrency": args.concurrency,
-        "repeats": args.repeats,
-        "cpu_count": os.cpu_count(),
-        "paramiko_kex": kex,
-        "variants": {
-            v.key: {
-                "label": v.label,
-                "median_wall_s": round(v.median_wall(), 4),
-                "median_client_cpu_ms_per_host": round(1000 * v.median_cpu() / n, 2),
-                "wall_s": [round(x, 4) for x in v.wall_s],
-                "answered": v.answered,
-            }
-            for v in variants
-        },
-        "ratios": ratios,
-    }
-    if args.json:
-        print(json.dumps(doc, indent=2))
-        return 0
-    print(f"sweep of {n} loopback hosts (L0: host + nvml probes), concurrency {args.concurrency}, ", end="")
-    print(f"{os.cpu_count()} CPUs, median of {args.repeats} runs")
-    print(f"{'variant':<72} {'wall s':>8} {'client CPU ms/host':>19} {'answered':>9}")
-    for v in variants:
-        print(
-            f"{v.label:<72} {v.median_wall():>8.3f} {1000 * v.median_cpu() / n:>19.1f} "
-            f"{min(v.answered):>5}/{n}"
-        )
-    for key, r in ratios.items():
-        print(f"ratio {key:<30} wall {r['wall']:.2f}x   client CPU/host {r['cpu_per_host']:.2f}x")
-    short = [v.label for v in variants if min(v.answered) < n]
-    if short:
-        print(f"note: not every host answered in: {', '.join(short)}")
-    return 0
+    return report(
+        variants,
+        args,
+        kex,
+        benchmark="sweep-fanout",
+        pairs=[("robustctl_sweep", b) for b in ("pdsh", "pdsh_same_kex")],
+        title=f"sweep of {args.hosts} loopback hosts (L0: host + nvml probes)",
+        width=72,
+    )
 
 
 if __name__ == "__main__":
