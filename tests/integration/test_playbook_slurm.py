@@ -46,6 +46,7 @@ from pathlib import Path
 import pytest
 
 from robustctl.actions.session import always
+from robustctl.cli.main import main
 from robustctl.commands.playbook import PlaybookRunRequest, run_playbook_run
 from robustctl.commands.standby import (
     StandbyAddRequest,
@@ -155,7 +156,7 @@ def _wait_steps(work: Path, restart: int, nodes: set[str], timeout_s: float = 30
 
 
 def test_gpu_lost_drains_swaps_in_a_standby_and_requeues_through_slurmctld(
-    slurm_cluster: SlurmBed, tmp_path: Path
+    slurm_cluster: SlurmBed, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     bed = slurm_cluster
     inv, state = _inventory(bed, tmp_path), tmp_path / "state.db"
@@ -180,6 +181,19 @@ def test_gpu_lost_drains_swaps_in_a_standby_and_requeues_through_slurmctld(
     assert fields["NodeList"] == "sn[1-3]"  # the standbys are drained: Slurm does not use them
     _wait_steps(tmp_path, 0, {"sn1", "sn2", "sn3"})
     time.sleep(1.0)  # a few steps in
+
+    # The CLI's dry run on the Slurm back end: the decision tree and what evict would do now; nothing changes.
+    argv = ["playbook", "run", "gpu-lost", "--job", JOB, "--param", "hosts=sn2", "--dry-run", "--json"]
+    assert main([*argv, "-i", str(inv), "--state", str(state)]) == 0
+    tree = json.loads(capsys.readouterr().out)
+    evict_now = tree["steps"][0]["now"]
+    assert [(s["kind"], s["host"], s["via"]) for s in evict_now["steps"]] == [
+        ("drain", "sn2", "slurm"),
+        ("mark", "sn2", "store"),
+    ]
+    assert all(r["passed"] for r in evict_now["rails"])
+    assert bed.node_states()["sn2"][0] == "allocated"
+    assert bed.job_fields(job)["Restarts"] == "0"
 
     marks: list[tuple[str, str, float]] = []
 
