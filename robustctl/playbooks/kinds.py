@@ -612,6 +612,7 @@ class WaitProgressArgs(StepArgs):
 
     min_new_steps: int = Field(1, ge=1, le=1_000_000)
     timeout_s: float = Field(600.0, gt=0, le=86_400)
+    poll_s: float = Field(5.0, ge=0.1, le=600, description="Seconds between two readings of the progress.")
 
 
 def _progress_build(a: WaitProgressArgs, env: StepEnv) -> Any:
@@ -622,6 +623,7 @@ def _progress_build(a: WaitProgressArgs, env: StepEnv) -> Any:
         job=env.job,
         min_new_steps=a.min_new_steps,
         timeout_s=min(a.timeout_s, env.timeout_s),
+        poll_s=a.poll_s,
         inventory=env.inventory,
         state=env.state,
     )

@@ -274,3 +274,25 @@ def test_every_registered_kind_has_an_args_model_and_summary() -> None:
     assert destructive == {"evict", "standby-activate", "restart", "rollback"}
     for k in KINDS.values():
         assert k.summary and k.args.model_config.get("extra") == "forbid"
+
+
+def test_restart_rollback_and_wait_steps_build_the_requests_of_their_library_calls(tmp_path: Path) -> None:
+    from robustctl.commands.progress import WaitProgressRequest
+    from robustctl.commands.restart import RestartRequest
+    from robustctl.commands.update import RollbackRequest
+    from robustctl.playbooks.kinds import StepEnv, kind
+
+    env = StepEnv(
+        tmp_path / "inv.yaml", tmp_path / "s.db", {"job": "llama"}, {}, timeout_s=120.0, playbook="p"
+    )
+    wait = kind("wait-for-progress")
+    req = wait.build(wait.args.model_validate({"min_new_steps": 3, "timeout_s": 900, "poll_s": 0.5}), env)
+    assert req == WaitProgressRequest(
+        job="llama", min_new_steps=3, timeout_s=120.0, poll_s=0.5, inventory=env.inventory, state=env.state
+    )
+    restart = kind("restart")
+    req = restart.build(restart.args.model_validate({"from_checkpoint": "40"}), env)
+    assert isinstance(req, RestartRequest) and (req.job, req.from_checkpoint) == ("llama", "40")
+    rollback = kind("rollback")
+    req = rollback.build(rollback.args.model_validate({"to": "v1"}), env)
+    assert isinstance(req, RollbackRequest) and (req.job, req.to, req.state) == ("llama", "v1", env.state)
