@@ -98,7 +98,7 @@ class RecordResult:
             return f"robustctl: warning: suspects not recorded: {self.error}"
         sus = self.suspects
         if not (sus or self.cleared or self.skipped):
-            return "no suspects: nothing recorded in the state store"
+            return "no suspects: no machine marked suspect in the state store"
         line = f"recorded {len(sus)} suspect{'' if len(sus) == 1 else 's'}"
         if sus:
             line += f" ({_names(sus)})"

@@ -143,7 +143,7 @@ def test_nothing_to_write_does_not_create_the_store(tmp_path: Path) -> None:
     db = tmp_path / "sub" / "state.db"
     res = record_in_store(db, {}, cleared=["n1"], source="diagnose")
     assert res == RecordResult("diagnose", str(db)) and not db.exists()
-    assert res.summary() == "no suspects: nothing recorded in the state store"
+    assert res.summary() == "no suspects: no machine marked suspect in the state store"
     res = record_in_store(db, {"n1": "diagnose L0: x"}, source="diagnose")
     assert res.marked == ("n1",) and db.exists()
     assert to_jsonable(res) == {
