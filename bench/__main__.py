@@ -7,13 +7,15 @@ in the same process.
   tar.gz), end to end, against clustering the same ranks (100K target).
 - :mod:`bench.stacks_e2e`: live ``stacks`` on the 16-rank test-bed job, start to named suspects.
 - :mod:`bench.replay_sdc`: replay-sdc rounds vs bisection (M = 24…4,096), one round vs one group.
+- :mod:`bench.recovery`: ``playbook run hang`` on the test bed, hung rank to the job's first new step,
+  broken down, against the job's own cold start.
 
 ``python -m bench fanout [args]``, ``python -m bench saved-dumps [args]``, ... runs one of them.
 """
 
 import sys
 
-from bench import fanout, replay_sdc, saved_dumps, stacks, stacks_e2e
+from bench import fanout, recovery, replay_sdc, saved_dumps, stacks, stacks_e2e
 
 BENCHES = {
     "fanout": fanout.main,
@@ -21,6 +23,7 @@ BENCHES = {
     "saved-dumps": saved_dumps.main,
     "stacks-e2e": stacks_e2e.main,
     "replay-sdc": replay_sdc.main,
+    "recovery": recovery.main,
 }
 
 args = sys.argv[1:]
