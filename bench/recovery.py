@@ -5,7 +5,7 @@ host, :mod:`tests.integration.hangjob`) on four of them, two are ready warm stan
 
 1. **Cold start** (the baseline): ``run_restart --from-checkpoint none`` from nothing until every rank
    has finished its first step (the job's progress files, polled every 20 ms).
-2. **Recovery**: once the job has checkpointed twice, rank 2 hangs in compute; ``playbook run hang``
+2. **Recovery**: rank 2 hangs in compute at step 12 (checkpoints 6 and 9 on disk); ``playbook run hang``
    (the library call) until every rank has finished a step past the checkpoint it restarted from, in
    a new process. Broken down from the playbook's step events (``stacks``, ``evict``, ``standby``,
    ``restart``) and the restart's audit steps (``stop_job``, ``pick_checkpoint``, ``launch``,
@@ -81,17 +81,20 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 1
         cold = cold_at - t0
 
-        hj.wait_step(7)
-        hj.mini.set_faults("hang:compute:rank=2")
-        hj.mini.wait_stalled(1.5, timeout=30)
+        hj.wait_step(3)
+        hj.mini.set_faults("hang:compute:rank=2:step=12")  # stalls past checkpoints 6 and 9
+        hj.mini.wait_stalled(1.5, timeout=60)
+        deadline = time.monotonic() + 30  # the asynchronous save of iteration 9 lands
+        while hj.complete_iterations()[:1] != [9] and time.monotonic() < deadline:
+            time.sleep(0.1)
         old = {int(d["pid"]) for d in hj.progress().values()}
         newest = hj.complete_iterations()[0]
         marks: dict[tuple[str, str], float] = {}
 
         def on_step(ev: StepEvent) -> None:
             marks[(ev.step, ev.event)] = time.time()
-            if ev.event == "end" and ev.step == "evict":
-                hj.mini.clear_faults()  # the fault lived on the evicted machine
+            if ev.event == "end" and ev.step == "restart":
+                hj.mini.clear_faults()  # old processes gone; the new rank 2 must not hang at step 12
 
         watch = _FirstStep(hj, newest, old)
         t1 = time.time()

@@ -3,8 +3,8 @@
 robustctl launches the real minimegatron job itself (``run_restart`` from the inventory's ``launch:``
 section, :mod:`tests.integration.hangjob`: tp=1, pp=2, dp=2 on node01-node04, standbys node05 and
 node06 ready in the store, checkpoints every 3 steps in a directory every host sees). A rank is hung
-in compute through the job's fault file (a rank-bound fault: it is cleared once the eviction is
-applied, as the broken machine leaves with it), then:
+in compute at step 12 through the job's fault file (a rank-bound fault, removed once the restart is
+over: :func:`machine_gone`), then:
 
 * ``playbook run hang --job mini --yes`` (the library call): ``stacks`` names the hung rank's group,
   ``evict`` takes exactly that group's machines out, ``standby-activate`` puts the two standbys in
@@ -41,25 +41,45 @@ from robustctl.playbooks.engine import PLAYBOOK_STEP_SLEEP_ENV, StepEvent
 from robustctl.store import Store
 
 from .conftest import require_testbed
-from .hangjob import JOB, HangJob, dumps, step_details
+from .hangjob import CKPT_EVERY, JOB, HangJob, dumps, step_details
 from .testbed import Testbed
 
 HUNG = 2  # pp=1, dp=0: PP group {0, 2} (node01, node03), DP group {2, 3}
+HANG_AT = 12  # the step rank 2 hangs in: the job stalls past checkpoints 6 and 9 (no save of 12)
+NEWEST = 9
 
 
 @pytest.fixture
 def hang_job(testbed: Testbed, tmp_path: Path) -> Iterator[HangJob]:
-    """The job launched by robustctl, past its second checkpoint, one rank hung in compute."""
+    """The job launched by robustctl, rank 2 hung in compute at step 12 (checkpoints 6 and 9 on disk)."""
     require_testbed()
     if testbed.n_hosts < 6:
         pytest.skip("needs a testbed of at least 6 hosts (ROBUSTCTL_TESTBED_HOSTS)")
     with HangJob(testbed, tmp_path) as hj:
         hj.cold_start()
-        hj.wait_step(7)
-        hj.mini.set_faults(f"hang:compute:rank={HUNG}")
-        hj.mini.wait_stalled(1.5, timeout=30)
+        hj.wait_step(3)
+        hj.mini.set_faults(f"hang:compute:rank={HUNG}:step={HANG_AT}")
+        hj.mini.wait_stalled(1.5, timeout=60)
+        assert max(hj.mini.steps_done().values()) == HANG_AT - 1, hj.mini.steps_done()
+        deadline = time.monotonic() + 30  # the asynchronous save of the last checkpoint lands
+        while hj.complete_iterations()[:1] != [NEWEST] and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert hj.complete_iterations()[:2] == [NEWEST, NEWEST - CKPT_EVERY], hj.complete_iterations()
         yield hj
     assert hj.mini.processes() == [], "the job left processes behind"
+
+
+def machine_gone(hj: HangJob) -> Any:
+    """A playbook progress hook that removes the fault once the restart is over: the fault file names a
+    rank, not a machine, and the restarted rank 2 (on a standby) would hang again at step 12. Removed
+    earlier, the old rank 2 would train on and save iterations the restart must not see; after the
+    restart's verified stop, no old process is left to."""
+
+    def hook(ev: StepEvent) -> None:
+        if ev.event == "end" and ev.step == "restart":
+            hj.mini.clear_faults()
+
+    return hook
 
 
 def by_step(res: Any) -> dict[str, Any]:
@@ -82,16 +102,12 @@ def check_recovered(hj: HangJob, evicted: list[str], iteration: int, old_pids: s
 def test_hang_playbook_evicts_the_group_activates_standbys_and_restarts(hang_job: HangJob) -> None:
     hj = hang_job
     old_pids = {int(d["pid"]) for d in hj.progress().values()}
-    newest = hj.complete_iterations()[0]
-
-    def machine_gone(ev: StepEvent) -> None:  # the fault lived on the evicted machine: gone with it
-        if ev.event == "end" and ev.step == "evict":
-            hj.mini.clear_faults()
+    newest = NEWEST
 
     res = run_playbook_run(
         PlaybookRunRequest(name="hang", params={"job": JOB}, inventory=hj.inventory, state=hj.state),
         confirm=always,
-        progress=machine_gone,
+        progress=machine_gone(hj),
     )
     steps = by_step(res)
     assert res.status == "done", (res.message, dumps([(s.step, s.status, s.error) for s in res.steps]))
@@ -175,12 +191,13 @@ def test_resume_after_sigkill_between_evict_and_restart_with_a_torn_checkpoint(h
     evicted = list(evictions[0].targets)
     assert hj.audits("restart")[-1].reason == "start"  # only the cold start: no restart yet
 
-    newest, previous = hj.complete_iterations()[:2]
+    newest, previous = NEWEST, NEWEST - CKPT_EVERY
     (hj.ckpt / f"iter_{newest:07d}" / "rank_00001.pt").unlink()  # the newest save, torn
-    hj.mini.clear_faults()  # the fault lived on the evicted machine: gone with it
 
     res = run_playbook_resume(
-        PlaybookResumeRequest(run_id=run_id, inventory=hj.inventory, state=hj.state), confirm=always
+        PlaybookResumeRequest(run_id=run_id, inventory=hj.inventory, state=hj.state),
+        confirm=always,
+        progress=machine_gone(hj),
     )
     assert res.status == "done" and res.resumed, (res.message, [(s.step, s.error) for s in res.steps])
     steps = by_step(res)
