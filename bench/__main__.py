@@ -11,6 +11,8 @@ in the same process.
 - :mod:`bench.sweep_history`: a simulated year (``--days``) of 5-minute sweeps of 2,000 hosts through the
   history code: store size, ``history --since 7d`` and ``lemons --since 30d`` vs the SELECT of their rows.
 - :mod:`bench.sweep_fanout`: ``robustctl sweep`` of loopback sshd hosts vs ``pdsh -R ssh`` (same probes).
+- :mod:`bench.recovery`: ``playbook run hang`` on the test bed, hung rank to the job's first new step,
+  broken down, against the job's own cold start.
 
 ``python -m bench fanout [args]``, ``python -m bench saved-dumps [args]``, ... runs one of them.
 """
@@ -19,6 +21,7 @@ import sys
 
 from bench import (
     fanout,
+    recovery,
     replay_sdc,
     saved_dumps,
     ssh_connect,
@@ -37,6 +40,7 @@ BENCHES = {
     "sweep-history": sweep_history.main,
     "sweep-fanout": sweep_fanout.main,
     "ssh-connect": ssh_connect.main,
+    "recovery": recovery.main,
 }
 
 args = sys.argv[1:]

@@ -342,16 +342,30 @@ def _tracker_note(state: CheckpointState, chosen: int, *, asked: bool) -> str:
     t = state.tracker
     how = "asked for" if asked else "newest complete"
     extra = f" ({state.tracker_note})" if state.tracker_note else ""
+    newer = "" if asked else _newer_incomplete(state, chosen, t)
     if t is None:
-        return f"no tracker iteration{extra}: using {chosen} ({how})"
+        return f"no tracker iteration{extra}: using {chosen} ({how}){newer}"
     if t == chosen:
-        return f"tracker says {t}, complete: using {t}{extra}"
+        return f"tracker says {t}, complete: using {t}{extra}{newer}"
     tracked = state.iteration(t)
     if tracked is None:
-        return f"tracker says {t}, but no host has iteration {t}: using {chosen} ({how}){extra}"
+        return f"tracker says {t}, but no host has iteration {t}: using {chosen} ({how}){extra}{newer}"
     if not tracked.complete:
-        return f"tracker says {t}, iteration {t} {tracked.lacks()}: using {chosen} ({how}){extra}"
-    return f"tracker says {t} (complete): using {chosen} ({how}){extra}"
+        return f"tracker says {t}, iteration {t} {tracked.lacks()}: using {chosen} ({how}){extra}{newer}"
+    return f"tracker says {t} (complete): using {chosen} ({how}){extra}{newer}"
+
+
+def _newer_incomplete(state: CheckpointState, chosen: int, tracker: int | None) -> str:
+    """``; newer iteration N lacks ...``: the newest iteration above ``chosen`` that is incomplete and
+    that the tracker does not name (an asynchronous save updates the tracker only once the next save
+    starts, so a torn newest iteration is often one the tracker does not point at yet); else ''."""
+    newer = [
+        i for i in state.iterations if i.iteration > chosen and not i.complete and i.iteration != tracker
+    ]
+    if not newer:
+        return ""
+    more = f" (and {len(newer) - 1} more incomplete)" if len(newer) > 1 else ""
+    return f"; newer iteration {newer[0].iteration} {newer[0].lacks()}{more}"
 
 
 # --------------------------------------------------------------------------------------- backups

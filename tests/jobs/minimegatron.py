@@ -28,7 +28,7 @@ What it does, like Megatron-LM and at toy size (hidden 32, so 16 ranks fit on 2 
   async checkpointing; the next save first waits for the previous one), ``thread`` to a background
   thread, ``sync`` saves in the training loop.
 * **Resume**: ``--load ITER`` (or ``latest``: the iteration ``D/latest_checkpointed_iteration.txt``
-  names) restores each rank's own shard ``D/iter_NNNNNNN/rank_RRRRR.pt`` (``D`` = ``--ckpt-dir``)
+  names; ``none``: no resume, a fresh start, so a launcher can always pass ``--load {ckpt_iter}``) restores each rank's own shard ``D/iter_NNNNNNN/rank_RRRRR.pt`` (``D`` = ``--ckpt-dir``)
   before the process group starts, and training goes on from step ITER+1 with the data it would
   have seen (the synthetic dataset resumes at sample ITER · micro-batches · micro-batch-size). A
   missing or unreadable shard (or tracker) ends the rank with exit status 1 and one line naming it.
@@ -903,7 +903,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--ckpt-every", type=int, default=0, help="checkpoint every K steps (0: never)")
     p.add_argument("--ckpt-mode", choices=("process", "thread", "sync"), default="process")
     p.add_argument(
-        "--load", default=None, metavar="ITER|latest", help="resume from this iteration of --ckpt-dir"
+        "--load",
+        default=None,
+        metavar="ITER|latest|none",
+        help="resume from this iteration of --ckpt-dir ('none': start fresh, as a launcher's template may say)",
     )
     p.add_argument("--hidden", type=int, default=32)
     p.add_argument("--ffn", type=int, default=64, help="MLP inner size (divisible by --tp)")
@@ -928,8 +931,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         p.error("--ffn must be divisible by --tp")
     if args.pp > 1 and args.micro_batches < 1:
         p.error("--micro-batches must be >= 1")
+    if args.load == "none":  # a restart with no checkpoint to load ({ckpt_iter} of a launch: template)
+        args.load = None
     if args.load is not None and not (args.load == "latest" or args.load.isdigit()):
-        p.error("--load takes an iteration number or 'latest'")
+        p.error("--load takes an iteration number, 'latest' or 'none'")
     if args.load is not None and not args.ckpt_dir:
         p.error("--load needs --ckpt-dir")
     if args.bind_addr is None:

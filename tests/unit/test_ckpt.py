@@ -118,6 +118,19 @@ def test_torn_save_uses_the_previous_iteration(tmp_path: Path) -> None:
     assert (pick.iteration, pick.tracker) == (25, 30) and pick.note == r.pick
 
 
+def test_torn_save_the_tracker_does_not_name_yet_is_said(tmp_path: Path) -> None:
+    """An asynchronous save moves the tracker only when the next save starts: the torn newest
+    iteration is not the tracker's, and the pick still says why it was passed over."""
+    inventory(tmp_path)
+    save(tmp_path, 25)
+    save(tmp_path, 30, ranks=[0, 2, 3], tracker=False)
+    r = status(tmp_path)
+    assert r.tracker == 25 and r.newest_complete == 25
+    assert r.pick == "tracker says 25, complete: using 25; newer iteration 30 lacks rank 1's shard"
+    pick = resolve_checkpoint(load(tmp_path), "j", HOSTS, 25)  # asked for: nothing more to say
+    assert pick.note == "tracker says 25, complete: using 25"
+
+
 def test_zero_length_shard_is_not_readable(tmp_path: Path) -> None:
     inventory(tmp_path)
     save(tmp_path, 10)

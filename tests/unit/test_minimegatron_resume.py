@@ -103,3 +103,13 @@ def test_missing_shard_is_exit_1_naming_it(tmp_path: Path) -> None:
     assert res.returncode == 1
     assert f"no checkpoint shard {tmp_path}/iter_0000002/rank_00000.pt" in res.stderr
     assert "Traceback" not in res.stderr
+
+
+def test_load_none_is_a_fresh_start() -> None:
+    """``--load none`` (a launcher's ``{ckpt_iter}`` when restart picked no checkpoint) loads nothing."""
+    from tests.jobs.minimegatron import parse_args
+
+    assert parse_args(["--load", "none"]).load is None
+    assert parse_args(["--load", "7", "--ckpt-dir", "/ckpt"]).load == "7"
+    with pytest.raises(SystemExit):
+        parse_args(["--load", "seven", "--ckpt-dir", "/ckpt"])
