@@ -11,6 +11,8 @@ in the same process.
 - :mod:`bench.sweep_history`: a simulated year (``--days``) of 5-minute sweeps of 2,000 hosts through the
   history code: store size, ``history --since 7d`` and ``lemons --since 30d`` vs the SELECT of their rows.
 - :mod:`bench.sweep_fanout`: ``robustctl sweep`` of loopback sshd hosts vs ``pdsh -R ssh`` (same probes).
+- :mod:`bench.sweep_srun`: ``robustctl sweep --transport srun`` over the Slurm test bed's nodes vs the
+  same sweep over SSH (sshd test-bed hosts of the same count): wall time and client CPU.
 
 ``python -m bench fanout [args]``, ``python -m bench saved-dumps [args]``, ... runs one of them.
 """
@@ -26,6 +28,7 @@ from bench import (
     stacks_e2e,
     sweep_fanout,
     sweep_history,
+    sweep_srun,
 )
 
 BENCHES = {
@@ -36,6 +39,7 @@ BENCHES = {
     "replay-sdc": replay_sdc.main,
     "sweep-history": sweep_history.main,
     "sweep-fanout": sweep_fanout.main,
+    "sweep-srun": sweep_srun.main,
     "ssh-connect": ssh_connect.main,
 }
 
