@@ -13,6 +13,8 @@ in the same process.
 - :mod:`bench.sweep_fanout`: ``robustctl sweep`` of loopback sshd hosts vs ``pdsh -R ssh`` (same probes).
 - :mod:`bench.recovery`: ``playbook run hang`` on the test bed, hung rank to the job's first new step,
   broken down, against the job's own cold start.
+- :mod:`bench.sweep_srun`: ``robustctl sweep --transport srun`` over the Slurm test bed's nodes vs the
+  same sweep over SSH (sshd test-bed hosts of the same count): wall time and client CPU.
 
 ``python -m bench fanout [args]``, ``python -m bench saved-dumps [args]``, ... runs one of them.
 """
@@ -29,6 +31,7 @@ from bench import (
     stacks_e2e,
     sweep_fanout,
     sweep_history,
+    sweep_srun,
 )
 
 BENCHES = {
@@ -39,6 +42,7 @@ BENCHES = {
     "replay-sdc": replay_sdc.main,
     "sweep-history": sweep_history.main,
     "sweep-fanout": sweep_fanout.main,
+    "sweep-srun": sweep_srun.main,
     "ssh-connect": ssh_connect.main,
     "recovery": recovery.main,
 }

@@ -1,7 +1,8 @@
 """The sweep history over a simulated year: store size and the ``history`` / ``lemons`` query times.
 
 2,000 hosts (``--hosts``) × the 15 L0 checks, one sweep every 5 minutes for ``--days`` days (365:
-105,120 sweeps), written through :func:`robustctl.sweep.history.record` with a fake clock, then
+105,120 sweeps), written through :func:`robustctl.sweep.policy.record_sweep` (the history with each
+host's verdict after the debounce policy, as ``run_sweep`` records it) with a fake clock, then
 :func:`robustctl.commands.sweep.run_history` (``robustctl history HOST --since 7d``) and
 :func:`robustctl.commands.sweep.run_lemons` (``robustctl lemons --since 30d``) run on the store.
 
@@ -11,16 +12,19 @@ Fault model (per host and day, seeded; every event begins and ends at a sweep):
   0.0038, CRITICAL until repaired 1-3 days later. Llama 3 (arXiv 2407.21783, §3.3.4): 419 unexpected
   interruptions in 54 days on 16,384 GPUs (2,048 8-GPU hosts), 0.0038 per host-day. 1% of the hosts
   are lemons failing 10× as often (Kokolis et al., HPCA 2025: a small set of nodes fail repeatedly).
-* network flap (``host.nic``/``host.ib``) caught by a sweep: 0.01, CRITICAL for 1-2 sweeps (an
+* network flap (``host.nic``/``host.ib``) caught by a sweep: 0.05, CRITICAL for 1-2 sweeps (an
   assumption: a link must be down at the moment of a sweep to be seen; Llama 3 counts network faults
-  as 8.4% of its interruptions, links that flap without failing a job are more frequent).
+  as 8.4% of its interruptions, links that flap without failing a job are more frequent). The
+  debounce names a host for a flap seen at two sweeps in a row (twice within 5 minutes), not for
+  one seen once: only the named ones are failures.
 * hot GPU (``nvml.temperature``): 0.02, WARNING for 1-6 sweeps; load or memory: 0.05, 1-12 sweeps.
 * unreachable (the host's verdict UNKNOWN, no check observed): 0.01, 1-3 sweeps.
 
 How the year goes through the history code fast: the sweep's writer only writes rows for what
 changed (a state change, a counter, the sweep's row), so the replay calls ``record()`` once per
 sweep — as the sweep does — with the full observations (16 per host) of the hosts whose checks
-change at that sweep (all hosts in the first sweep) and ``hosts_swept`` for the sweep's row; a
+change at that sweep (all hosts in the first sweep), plus the hosts with a CRITICAL network fault
+under way (every sighting counts for the debounce), and ``hosts_swept`` for the sweep's row; a
 host left out keeps its rows as they are. What this leaves out, said plainly: the per-sweep
 ``last_seen``/``streak``/``seen`` bumps of hosts with no change (fixed-size columns of rows that
 exist anyway: the file's size does not depend on them). ``prune()`` runs after every sweep as in
@@ -69,7 +73,7 @@ HARDWARE = (  # (check, detail) of a hardware failure, weighted by repetition
 # (kind, per host-day, (min, max) sweeps it lasts, status)
 RATES = {
     "hardware": (0.0038, (288, 864), "critical"),
-    "flap": (0.01, (1, 2), "critical"),
+    "flap": (0.05, (1, 2), "critical"),
     "thermal": (0.02, (1, 6), "warning"),
     "load": (0.05, (1, 12), "warning"),
     "unreachable": (0.01, (1, 3), "unknown"),
@@ -77,8 +81,11 @@ RATES = {
 LEMON_FRACTION, LEMON_FACTOR = 0.01, 10.0
 
 
-def _events(hosts: list[str], sweeps: int, rng: random.Random) -> list[tuple[int, int, str, str, str, str]]:
-    """(start sweep, end sweep, host, check, status, detail) of every fault of the period."""
+def _events(
+    hosts: list[str], sweeps: int, rng: random.Random
+) -> tuple[list[tuple[int, int, str, str, str, str]], set[str]]:
+    """(start sweep, end sweep, host, check, status, detail) of every fault of the period, and the
+    hosts seeded as lemons."""
     lemons = set(rng.sample(hosts, max(1, int(len(hosts) * LEMON_FRACTION))))
     out = []
     for h in hosts:
@@ -112,7 +119,7 @@ def _events(hosts: list[str], sweeps: int, rng: random.Random) -> list[tuple[int
                     check, detail = "(host)", "timed out after 60 s"
                 out.append((k, k + n, h, check, status, detail))
                 k += n + int(rng.expovariate(per_sweep))
-    return out
+    return out, lemons
 
 
 def _observations(host: str, faults: dict[str, list[tuple[str, str]]]) -> list[object]:
@@ -136,13 +143,17 @@ def _observations(host: str, faults: dict[str, list[tuple[str, str]]]) -> list[o
 
 def simulate(path: Path, n_hosts: int, days: float, seed: int) -> dict[str, float]:
     """Write the simulated period into the store at ``path``; returns counts and write timings."""
+    from robustctl.config import SweepSettings
     from robustctl.store import Store
     from robustctl.sweep import history
+    from robustctl.sweep.policy import CheckClass, check_class, record_sweep
 
     sweeps = int(days * 86_400 / SWEEP_S)
     rng = random.Random(seed)
     hosts = [f"node{i:04d}" for i in range(1, n_hosts + 1)]
-    events = _events(hosts, sweeps, rng)
+    events, seeded = _events(hosts, sweeps, rng)
+    settings = SweepSettings()
+    debounced: dict[str, int] = defaultdict(int)  # CRITICAL network faults under way, per host
     starts: dict[int, list[int]] = defaultdict(list)
     for i, e in enumerate(events):
         starts[e[0]].append(i)
@@ -161,19 +172,24 @@ def simulate(path: Path, n_hosts: int, days: float, seed: int) -> dict[str, floa
                 _, _, h, check, status, detail = events[i]
                 active[h][check].remove((status, detail))
                 touched.add(h)
+                if status == "critical" and check_class(check) is CheckClass.NETWORK:
+                    debounced[h] -= 1
             for i in starts.pop(k, ()):
                 _, end, h, check, status, detail = events[i]
                 active[h][check].append((status, detail))
                 heapq.heappush(ending, (end, i))
                 touched.add(h)
+                if status == "critical" and check_class(check) is CheckClass.NETWORK:
+                    debounced[h] += 1
+            touched.update(h for h, k_ in debounced.items() if k_ > 0)
             obs = [o for h in sorted(touched) for o in _observations(h, active[h])]
             w0 = time.perf_counter()
-            rec = history.record(
+            rec, _ = record_sweep(
                 store,
-                obs,
-                source="sweep",
+                obs,  # type: ignore[arg-type]
+                settings,
                 started_at=now[0] - 40.0,
-                hosts_swept=n_hosts,  # type: ignore[arg-type]
+                hosts_swept=n_hosts,
             )
             history.prune(store, rec.at - 400 * 86_400)
             if k and touched:
@@ -188,6 +204,7 @@ def simulate(path: Path, n_hosts: int, days: float, seed: int) -> dict[str, floa
         "write_ms_per_sweep": 1000 * wall / sweeps,
         "write_ms_per_sweep_with_changes": 1000 * statistics.median(slow) if slow else 0.0,
         "end": START + sweeps * SWEEP_S,
+        "seeded_lemons": sorted(seeded),  # type: ignore[dict-item]
     }
 
 
@@ -269,13 +286,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         n_failures = len(select_failures())
         found = run_lemons(LemonsRequest(since_s=30 * 86_400, state=path), clock=lambda: end).lemons
+        seeded_hosts = set(sim["seeded_lemons"])  # type: ignore[call-overload]
+        seeded_found = [lm for lm in found if lm.host in seeded_hosts]
         con.close()
 
     doc = {
         "benchmark": "sweep-history",
         "hosts": args.hosts,
         "days": args.days,
-        **{k: round(v, 3) if isinstance(v, float) else v for k, v in sim.items() if k != "end"},
+        **{
+            k: round(v, 3) if isinstance(v, float) else v
+            for k, v in sim.items()
+            if k not in ("end", "seeded_lemons")
+        },
         "store_mb": round(size_mb, 2),
         "rows": rows,
         "bytes_per_change": round(size_mb * 1e6 / max(1, rows["check_changes"]), 1),
@@ -283,6 +306,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "history_7d_changes": {"busy_host": n_busy, "typical_host": n_typical},
         "lemons_30d_failures": n_failures,
         "lemons_30d_found": len(found),
+        "lemons_30d_found_seeded": len(seeded_found),
+        "seeded_lemons": len(seeded_hosts),
         "ratios": {
             "history_7d_busy_host/select": round(t["history_busy"] / t["base_busy"], 2),
             "history_7d_typical_host/select": round(t["history_typical"] / t["base_typical"], 2),
@@ -303,6 +328,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         (f"history HOST --since 7d, median host ({n_typical} changes)", "history_typical", "base_typical"),
         (f"lemons --since 30d ({n_failures} failures, {len(found)} lemons)", "lemons", "base_lemons"),
     )
+    print(f"  lemons found: {len(found)}, of which {len(seeded_found)} of the {len(seeded_hosts)} hosts "
+          "seeded to fail 10x as often")  # fmt: skip
     print(f"  {'query':<58} {'ms':>8} {'SELECT ms':>10} {'ratio':>8}")
     for label, k, base in rows_out:
         print(f"  {label:<58} {1000 * t[k]:>8.3f} {1000 * t[base]:>10.3f} {t[k] / t[base]:>7.1f}x")

@@ -88,8 +88,10 @@ class SweepHost:
     """One host of a sweep: its verdict, the highest level it got, each check's worst status now.
 
     Attributes:
-        host, status, busy (a job holds it), max_level, checks ({check: status}), error (unknown
-        outcome), named (the policy names it), pending (CRITICAL checks waiting on their rule).
+        host, status (its verdict after the policy, as the history records it: critical only when
+        named, warning while a CRITICAL finding is pending; the engine's own verdict is in the
+        result's ``report``), busy (a job holds it), max_level, checks ({check: status}), error
+        (unknown outcome), named (the policy names it), pending (CRITICAL checks waiting on their rule).
     """
 
     host: str
@@ -359,7 +361,7 @@ def run_sweep(
     from robustctl.sweep import history
     from robustctl.sweep.lemons import find_lemons
     from robustctl.sweep.lock import sweep_lock
-    from robustctl.sweep.policy import decide
+    from robustctl.sweep.policy import record_sweep
 
     path = state_path(request.state)
     settings = request.inventory.sweep
@@ -383,7 +385,7 @@ def run_sweep(
             if own:
                 pool.close()
         obs = [o for h in report.hosts for o in history.observations_of(h)]
-        rec = history.record(store, obs, source="sweep", started_at=started)
+        rec, decisions = record_sweep(store, obs, settings, started_at=started)
         warnings: list[str] = []
         if rec.clock_skew_s > 0:
             warnings.append(
@@ -393,7 +395,6 @@ def run_sweep(
         history.prune(store, rec.at - settings.retention_days * 86_400)
         names = [h.host for h in report.hosts]
         states = history.check_states(store, names)
-        decisions = decide(states, names, rec.at, settings)
         acted = _act(request, store, decisions) if request.act else None
         lemons = find_lemons(
             store,
@@ -407,7 +408,7 @@ def run_sweep(
     swept = tuple(
         SweepHost(
             host=h.host,
-            status=h.status,
+            status=_verdict(states, h.host, h.status),
             busy=h.host in busy,
             max_level=levels.get(h.host, 0),
             checks=_checks(states, h.host),
@@ -435,6 +436,14 @@ def run_sweep(
     )
     _write_outputs(request, result)
     return result
+
+
+def _verdict(states: Mapping[tuple[str, str], CheckState], host: str, engine: Status) -> Status:
+    """The host's verdict as recorded (after the policy: a pending finding is a warning)."""
+    from robustctl.sweep.history import HOST_CHECK
+
+    st = states.get((host, HOST_CHECK))
+    return Status(st.status) if st is not None else engine
 
 
 def _checks(states: Mapping[tuple[str, str], CheckState], host: str) -> dict[str, str]:
@@ -598,7 +607,7 @@ def run_lemons(request: LemonsRequest, *, clock: Callable[[], float] = time.time
     path = state_path(request.state)
     since = clock() - window
     rules = {
-        "failures": f">= {fails} failures (changes into critical) since the window's start",
+        "failures": f">= {fails} failures (times named: by the sweep policy, or diagnose) since the window's start",
         "returns": f">= {rets} evicted-and-returned cycles since the window's start",
         "source": "Kokolis et al., HPCA 2025",
     }

@@ -1,8 +1,10 @@
 """A sweep as one self-contained HTML page: no script, no network, inline CSS, every text escaped.
 
 Sections: the last sweep's time and duration, a host × check grid coloured by status (each cell a
-``<td class="cell s-STATUS" data-host=... data-check=...>``), each host's recent state changes, and
-the lemons with their evidence. Text from hosts and the store is escaped with :func:`html.escape`
+``<td class="cell s-STATUS" data-host=... data-check=...>``; the verdict column is the host's verdict
+after the sweep policy: critical only when named, warning while a critical check is pending), each
+host's recent state changes (the ``(host)`` rows are that verdict), and the lemons with their
+evidence (a failure is a change of the verdict into critical: the host was named). Text from hosts and the store is escaped with :func:`html.escape`
 (quotes included), so a finding that holds markup prints as text.
 """
 

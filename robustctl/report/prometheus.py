@@ -9,12 +9,17 @@ Metrics::
     robustctl_sweep_last_run_timestamp_seconds     gauge  when the last sweep finished
     robustctl_sweep_duration_seconds               gauge  how long it ran
     robustctl_sweep_hosts{status}                  gauge  hosts by verdict (ok, warning, critical, unknown, ...)
-    robustctl_host_status{host,status}             gauge  1 for each host's verdict now
+    robustctl_host_status{host,status}             gauge  1 for each host's verdict now (after the policy)
     robustctl_check_status{host,check,status}      gauge  1 for each check's status now
     robustctl_host_named{host}                     gauge  1 when the policy names the host
     robustctl_host_observations_total{host}        counter sweeps and diagnose runs that observed it
-    robustctl_host_failures_total{host}            counter changes of its verdict into critical
+    robustctl_host_failures_total{host}            counter times it was named (verdict into critical)
     robustctl_lemon{host}                          gauge  1 for each lemon
+
+A host's verdict is the sweep policy's (:func:`robustctl.sweep.policy.record_sweep`), as the history
+records it: ``critical`` only when the policy names the host, ``warning`` while a CRITICAL check is
+pending (its ``robustctl_check_status`` still says ``critical``). A *failure* is a change of that
+verdict into ``critical`` (or a diagnose run's critical verdict): what ``robustctl lemons`` counts.
 """
 
 from __future__ import annotations
@@ -74,7 +79,7 @@ def sweep_textfile(result: SweepResult) -> str:
     counters = [(h, result.counters[h.host]) for h in result.hosts if h.host in result.counters]
     lines += _family("robustctl_host_observations_total", "counter", "Sweeps and diagnose runs that observed the host.",
                      [({"host": h.host}, c.seen) for h, c in counters])  # fmt: skip
-    lines += _family("robustctl_host_failures_total", "counter", "Changes of the host's verdict into critical.",
+    lines += _family("robustctl_host_failures_total", "counter", "Times the host was named (its verdict changed into critical).",
                      [({"host": h.host}, c.failures) for h, c in counters])  # fmt: skip
     lines += _family("robustctl_lemon", "gauge", "1 for each lemon host (repeated failures or returns).",
                      [({"host": lm.host}, 1) for lm in result.lemons])  # fmt: skip

@@ -213,16 +213,14 @@ def _decide(
         return [(c, d[:MAX_DETAIL]) for c, d in critical], [], None, []
     from robustctl.store import Store, StoreError
     from robustctl.sweep import history
-    from robustctl.sweep.policy import decide
+    from robustctl.sweep.policy import record_sweep
 
     try:
         with Store.open(request.state, clock=clock) as store:
-            rec = history.record(store, history.observations_of(host), source="sweep", sweep=False)
-            states = history.check_states(store, [request.node])
+            _, decisions = record_sweep(store, history.observations_of(host), settings, sweep=False)
     except (StoreError, OSError) as exc:
         warn = f"robustctl: warning: history not recorded ({exc}); every CRITICAL check counts"
         return [(c, d[:MAX_DETAIL]) for c, d in critical], [], None, [warn]
-    decisions = decide(states, [request.node], rec.at, settings)
     confirmed = [(f.check, f.detail) for d in decisions for f in d.findings if f.confirmed]
     pending = [f.check for d in decisions for f in d.findings if not f.confirmed]
     return confirmed, pending, str(request.state), []

@@ -10,6 +10,10 @@ updates ``check_state.last_seen``/``streak`` and the host's counters. What is ke
 * ``check_changes``: one row per change of a check's status (from → to, at, detail cut at
   :data:`MAX_DETAIL` characters, source ``sweep`` or ``diagnose``). The host's own verdict is the pseudo
   check :data:`HOST_CHECK`: its changes into ``critical`` are the host's *failures* (lemons count them).
+  A sweep records the verdict after the debounce policy (:func:`robustctl.sweep.policy.record_sweep`):
+  ``critical`` only when the policy names the host (a confirmed finding), ``warning`` while its
+  CRITICAL findings are pending (a NIC that flapped once, a GPU hot for a minute); a ``diagnose`` run
+  records its own verdict (it names suspects directly). So a failure is a named host, never a flap.
 * ``host_counters``: observations, failures, unknown outcomes, first and last seen, last status.
 * ``sweeps``: one row per sweep (start, end, hosts, status, clock skew).
 
@@ -27,7 +31,7 @@ clock was behind (the caller prints one warning line).
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -59,7 +63,8 @@ __all__ = [
 ]
 
 HOST_CHECK = "(host)"
-"""The pseudo check holding a host's own verdict (the worst of its checks and its outcome)."""
+"""The pseudo check holding a host's own verdict: a diagnose run's (the worst of its checks and its
+outcome), or a sweep's after the debounce policy (critical only when named, see the module docstring)."""
 MAX_DETAIL = 200
 """Longest detail line kept per change or state, in characters (one human line; the full report is
 the command's ``--json``)."""
@@ -108,8 +113,9 @@ class CheckChange:
 
 @dataclass(frozen=True)
 class HostCounters:
-    """A row of ``host_counters``: observations (``seen``), failures (changes into CRITICAL), unknown
-    outcomes, first/last seen (UNIX s) and the last status."""
+    """A row of ``host_counters``: observations (``seen``), failures (changes of the host's verdict into
+    CRITICAL: named by the sweep policy, or critical in a diagnose run), unknown outcomes, first/last
+    seen (UNIX s) and the last verdict."""
 
     host: str
     seen: int
@@ -209,6 +215,7 @@ def record(
     started_at: float | None = None,
     sweep: bool = True,
     hosts_swept: int | None = None,
+    host_verdict: Callable[[float, list[Observation]], list[Observation]] | None = None,
 ) -> Recorded:
     """Record one run's observations (one transaction).
 
@@ -220,6 +227,10 @@ def record(
             whose checks may have changed (a replay of a simulated history, ``bench/sweep_history.py``:
             the hosts left out keep their rows as they are, and the row's status is the worst of
             the observations passed); None: the hosts observed.
+        host_verdict: called inside the transaction, after the checks' rows are written, with the
+            time ``at`` and the :data:`HOST_CHECK` observations; returns the host observations to
+            record instead (the sweep's debounced verdicts, :func:`robustctl.sweep.policy.record_sweep`).
+            None: the host observations as given.
 
     Returns:
         :class:`Recorded`; ``clock_skew_s`` > 0 when the clock went backwards (rows are then written at
@@ -236,7 +247,8 @@ def record(
     start = min(at, started_at if started_at is not None and started_at <= at else at)
     changes: list[CheckChange] = []
     with store.transaction() as c:
-        for o in obs:
+
+        def write(o: Observation) -> None:
             detail = _cut(o.detail)
             row = c.execute(
                 "SELECT status, streak, recent_bad FROM check_state WHERE host=? AND check_name=?",
@@ -268,7 +280,7 @@ def record(
                     (at, detail, json.dumps(bad), o.host, o.check),
                 )
             if o.check != HOST_CHECK:
-                continue
+                return
             failed = int(o.status is Status.CRITICAL and (row is None or row[0] != Status.CRITICAL.value))
             c.execute(
                 "INSERT INTO host_counters(host, seen, failures, unknowns, first_seen, last_seen, last_status) "
@@ -277,6 +289,22 @@ def record(
                 "last_seen=excluded.last_seen, last_status=excluded.last_status",
                 (o.host, failed, int(o.status is Status.UNKNOWN), at, at, o.status.value),
             )
+
+        if host_verdict is None:
+            for o in obs:
+                write(o)
+        else:
+            # the checks first: the verdict reads their states (this transaction's rows)
+            for o in obs:
+                if o.check != HOST_CHECK:
+                    write(o)
+            obs = [
+                *(o for o in obs if o.check != HOST_CHECK),
+                *host_verdict(at, [o for o in obs if o.check == HOST_CHECK]),
+            ]
+            for o in obs:
+                if o.check == HOST_CHECK:
+                    write(o)
         sweep_id: int | None = None
         if sweep:
             hosts = [o for o in obs if o.check == HOST_CHECK]
@@ -410,7 +438,8 @@ def last_sweeps(store: Store, n: int = 1) -> list[SweepRow]:
 
 
 def failures_since(store: Store, since: float) -> dict[str, list[CheckChange]]:
-    """Each host's failures (changes of :data:`HOST_CHECK` into CRITICAL) at or after ``since``."""
+    """Each host's failures (changes of :data:`HOST_CHECK` into CRITICAL: named by a sweep's policy or
+    critical in a diagnose run) at or after ``since``."""
     rows = store.query(
         "SELECT host, check_name, at, from_status, to_status, detail, source FROM check_changes "
         "WHERE check_name=? AND to_status=? AND at>=? ORDER BY id",

@@ -6,8 +6,12 @@ detecting and removing them cut the failure rate of 512+-GPU jobs from 14% to 4%
 scores nodes on repeated failure signals (health-check failures, jobs that failed on the node, times
 it was taken out); robustctl keeps the two it records itself:
 
-* **failures**: changes of the host's own verdict into CRITICAL (sweeps and diagnose runs, see
-  :data:`robustctl.sweep.history.HOST_CHECK`) within the window, at least ``lemon_failures`` (3);
+* **failures**: times the host was named within the window, at least ``lemon_failures`` (3): changes
+  of its verdict (:data:`robustctl.sweep.history.HOST_CHECK`) into CRITICAL, which a sweep records
+  only when its debounce policy names the host (:func:`robustctl.sweep.policy.record_sweep`: a
+  hardware event at once, a network check seen failing twice within 5 minutes, a sustained thermal
+  or clock finding) and a ``diagnose`` run when it names the host a suspect. A NIC that flaps once
+  and is left pending is not a failure;
 * **returns**: times the host went from ``evicted`` back to service (``returned``, the store's
   ``machine_history``) within the window, at least ``lemon_returns`` (2).
 

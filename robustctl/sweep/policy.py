@@ -19,7 +19,9 @@ Every check belongs to one class (:func:`check_class`), each with its own rule o
 
 WARNING, UNKNOWN and OK results never name a host (a check that could not run says nothing). A
 CRITICAL finding that does not (yet) meet its rule is *pending*: the sweep's exit code reports it as
-a WARNING, so cron mail and Nagios see it without anything being acted on.
+a WARNING, so cron mail and Nagios see it without anything being acted on. The host's verdict in
+the history is recorded the same way (:func:`record_sweep`): critical only when named, so a host's
+*failures* (lemons, ``robustctl_host_failures_total``) are the times it was named.
 """
 
 from __future__ import annotations
@@ -30,13 +32,23 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from robustctl.models import Status
-from robustctl.sweep.history import HOST_CHECK
+from robustctl.sweep.history import HOST_CHECK, Observation, check_states, record
 
 if TYPE_CHECKING:
     from robustctl.config import SweepSettings
-    from robustctl.sweep.history import CheckState
+    from robustctl.store import Store
+    from robustctl.sweep.history import CheckState, Recorded
 
-__all__ = ["CHECK_CLASSES", "CheckClass", "Decision", "Finding", "check_class", "decide"]
+__all__ = [
+    "CHECK_CLASSES",
+    "CheckClass",
+    "Decision",
+    "Finding",
+    "check_class",
+    "decide",
+    "host_verdict",
+    "record_sweep",
+]
 
 
 class CheckClass(str, enum.Enum):
@@ -101,13 +113,18 @@ class Decision:
         """Whether the host is named (a confirmed finding)."""
         return any(f.confirmed for f in self.findings)
 
-    def reason(self) -> str:
-        """One line for the store and the scheduler, e.g. ``sweep: host.xid: XID 79 ... (+1 more)``."""
+    def summary(self) -> str:
+        """The first confirmed finding in one line, e.g. ``host.xid: XID 79 ... (+1 more)`` ("" if none)."""
         conf = self.confirmed
         if not conf:
             return ""
         more = f" (+{len(conf) - 1} more)" if len(conf) > 1 else ""
-        return f"sweep: {conf[0].check}: {conf[0].detail}{more}"
+        return f"{conf[0].check}: {conf[0].detail}{more}"
+
+    def reason(self) -> str:
+        """One line for the store and the scheduler, e.g. ``sweep: host.xid: XID 79 ... (+1 more)``."""
+        line = self.summary()
+        return f"sweep: {line}" if line else ""
 
 
 def _rule(cls: CheckClass, st: CheckState, now: float, s: SweepSettings) -> tuple[bool, str]:
@@ -149,3 +166,70 @@ def decide(
             found.sort(key=lambda f: not f.confirmed)
             out.append(Decision(host, tuple(found)))
     return out
+
+
+def host_verdict(observed: Observation, decision: Decision | None) -> Observation:
+    """A host's verdict after the policy, from its :data:`~robustctl.sweep.history.HOST_CHECK`
+    observation (the worst of its checks) and its :class:`Decision` (None: no CRITICAL check).
+
+    CRITICAL stays CRITICAL only when the policy names the host (its line: the confirmed finding);
+    CRITICAL with every finding pending becomes WARNING (``pending: CHECK: DETAIL [rule reading]``),
+    as the sweep's exit code reports it. A CRITICAL verdict with no CRITICAL check observed (none
+    today: a host's verdict is the worst of its checks) is kept. Other verdicts are kept as they are.
+    """
+    if observed.status is not Status.CRITICAL or decision is None:
+        return observed
+    if decision.named:
+        return Observation(observed.host, HOST_CHECK, Status.CRITICAL, decision.summary())
+    f = decision.findings[0]
+    more = f" (+{len(decision.findings) - 1} more)" if len(decision.findings) > 1 else ""
+    return Observation(
+        observed.host, HOST_CHECK, Status.WARNING, f"pending: {f.check}: {f.detail} [{f.why}]{more}"
+    )
+
+
+def record_sweep(
+    store: Store,
+    observations: Iterable[Observation],
+    settings: SweepSettings,
+    *,
+    started_at: float | None = None,
+    sweep: bool = True,
+    hosts_swept: int | None = None,
+) -> tuple[Recorded, list[Decision]]:
+    """Record a sweep's observations with each host's verdict taken after the debounce, in one transaction.
+
+    The checks' rows are written first, :func:`decide` reads them, and each host's
+    :data:`~robustctl.sweep.history.HOST_CHECK` is recorded as :func:`host_verdict` says: a host's
+    *failures* (what :mod:`robustctl.sweep.lemons` counts, ``host_counters.failures``,
+    ``robustctl_host_failures_total``) are then the times the policy named it, never a pending flap.
+
+    Args:
+        observations: per (host, check), as :func:`robustctl.sweep.history.observations_of` gives them.
+        settings: the ``sweep:`` section. started_at / sweep / hosts_swept: as
+            :func:`robustctl.sweep.history.record`.
+
+    Returns:
+        (what was recorded, one :class:`Decision` per observed host with a CRITICAL check).
+
+    Raises:
+        StoreError: the store cannot be read or written.
+    """
+    decisions: list[Decision] = []
+
+    def verdicts(at: float, hosts: list[Observation]) -> list[Observation]:
+        names = [o.host for o in hosts]
+        decisions[:] = decide(check_states(store, names), names, at, settings)
+        by = {d.host: d for d in decisions}
+        return [host_verdict(o, by.get(o.host)) for o in hosts]
+
+    rec = record(
+        store,
+        observations,
+        source="sweep",
+        started_at=started_at,
+        sweep=sweep,
+        hosts_swept=hosts_swept,
+        host_verdict=verdicts,
+    )
+    return rec, decisions

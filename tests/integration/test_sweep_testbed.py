@@ -65,8 +65,9 @@ def test_sweep_names_the_fault_records_it_and_the_recovery(testbed: Testbed, tmp
     assert code == 2, err
     hosts = {h["host"]: h for h in doc["hosts"]}
     assert sorted(hosts) == n
-    assert {h: v["status"] for h, v in hosts.items()} == dict(zip(n, ["ok", "critical", "critical", "ok"]))
-    # hardware (XID 79): named at once; network (NIC down, seen once): pending, not named
+    # the verdicts after the policy: hardware (XID 79) named at once; network (NIC down, seen once)
+    # pending, not named, so that host is a warning
+    assert {h: v["status"] for h, v in hosts.items()} == dict(zip(n, ["ok", "critical", "warning", "ok"]))
     assert [h for h, v in hosts.items() if v["named"]] == [n[1]]
     assert hosts[n[1]]["checks"]["host.xid"] == "critical"
     assert hosts[n[2]]["pending"] == ["host.nic"] and not hosts[n[2]]["named"]
@@ -81,9 +82,10 @@ def test_sweep_names_the_fault_records_it_and_the_recovery(testbed: Testbed, tmp
 
     m = metrics(prom)
     assert per_host(m, "robustctl_host_named") == {n[0]: 0, n[1]: 1, n[2]: 0, n[3]: 0}
-    assert per_host(m, "robustctl_host_failures_total") == {n[0]: 0, n[1]: 1, n[2]: 1, n[3]: 0}
+    assert per_host(m, "robustctl_host_failures_total") == {n[0]: 0, n[1]: 1, n[2]: 0, n[3]: 0}
     assert m["robustctl_check_status"][(("check", "host.xid"), ("host", n[1]), ("status", "critical"))] == 1
-    assert m["robustctl_sweep_hosts"][(("status", "critical"),)] == 2
+    assert m["robustctl_check_status"][(("check", "host.nic"), ("host", n[2]), ("status", "critical"))] == 1
+    assert m["robustctl_sweep_hosts"][(("status", "critical"),)] == 1
     first_run = m["robustctl_sweep_last_run_timestamp_seconds"][()]
 
     with Store.open(state) as store:
@@ -102,7 +104,7 @@ def test_sweep_names_the_fault_records_it_and_the_recovery(testbed: Testbed, tmp
     assert not any(h["named"] or h["pending"] for h in doc2["hosts"])
     m = metrics(prom)
     assert per_host(m, "robustctl_host_named") == dict.fromkeys(n, 0)
-    assert per_host(m, "robustctl_host_failures_total") == {n[0]: 0, n[1]: 1, n[2]: 1, n[3]: 0}
+    assert per_host(m, "robustctl_host_failures_total") == {n[0]: 0, n[1]: 1, n[2]: 0, n[3]: 0}
     assert per_host(m, "robustctl_host_observations_total") == dict.fromkeys(n, 2)
     assert m["robustctl_sweep_last_run_timestamp_seconds"][()] > first_run
 

@@ -30,7 +30,7 @@ from robustctl.sweep import history
 from robustctl.sweep.history import HOST_CHECK, Observation
 from robustctl.sweep.lemons import find_lemons
 from robustctl.sweep.lock import SweepBusy, sweep_lock
-from robustctl.sweep.policy import CheckClass, check_class, decide
+from robustctl.sweep.policy import CheckClass, check_class, decide, record_sweep
 from robustctl.testing.fake_transport import FakeTransport
 from robustctl.transport.pool import TransportPool
 
@@ -385,6 +385,110 @@ def test_lemons_by_failures_and_returns(tmp_path: Path) -> None:
     assert [lm.host for lm in res.lemons] == ["flaky", "boomerang"]
     hist = run_history(HistoryRequest("flaky", 86_400, path), clock=clock)
     assert hist.counters is not None and hist.counters.failures == 3 and len(hist.changes) == 12
+
+
+def sweep_sequence(
+    store: Store, clock: Clock, host: str, seq: list[tuple[float, Status]], check: str
+) -> None:
+    """Sweeps of ``host`` at ``clock.t + dt`` for each (dt, status) of ``check``, through the policy."""
+    t0 = clock.t
+    for dt, status in seq:
+        clock.t = t0 + dt
+        record_sweep(store, obs(host, status, check), SweepSettings())
+
+
+def test_a_flapping_host_never_named_is_not_a_lemon(tmp_path: Path) -> None:
+    clock = Clock()
+    with Store.open(tmp_path / "s.db", clock=clock) as store:
+        # a NIC down at one sweep in every hour for 10 hours: never twice within 5 minutes
+        flaps = [
+            (h * 3600 + dt, st) for h in range(10) for dt, st in ((0, Status.CRITICAL), (300, Status.OK))
+        ]
+        sweep_sequence(store, clock, "flappy", flaps, "host.nic")
+        assert find_lemons(store, since=0, min_failures=3, min_returns=2) == []
+        c = history.counters(store)["flappy"]
+        assert (c.seen, c.failures) == (20, 0)
+        verdicts = [ch.to_status for ch in history.changes(store, host="flappy") if ch.check == HOST_CHECK]
+        assert verdicts == ["warning", "ok"] * 10
+        first = next(ch for ch in history.changes(store, host="flappy") if ch.to_status == "warning")
+        assert first.detail.startswith("pending: host.nic: eth0 down [1 failure(s) within 300 s")
+        # the check itself keeps its raw status: the grid and the textfile show the NIC critical
+        assert [ch.to_status for ch in history.changes(store, host="flappy") if ch.check == "host.nic"][:2] == [
+            "critical", "ok"
+        ]  # fmt: skip
+
+
+def test_a_host_named_three_times_is_a_lemon(tmp_path: Path) -> None:
+    clock = Clock()
+    with Store.open(tmp_path / "s.db", clock=clock) as store:
+        # an XID at once, three times
+        xids = [(h * 3600 + dt, st) for h in range(3) for dt, st in ((0, Status.CRITICAL), (300, Status.OK))]
+        sweep_sequence(store, clock, "xid", xids, "host.xid")
+        # a NIC seen down at two sweeps in a row (twice within 5 minutes), three times: named at the
+        # second sweep of each, so three failures, not six
+        clock.t += 3600
+        nic = [
+            (h * 3600 + dt, st)
+            for h in range(3)
+            for dt, st in ((0, Status.CRITICAL), (300, Status.CRITICAL), (600, Status.OK))
+        ]
+        sweep_sequence(store, clock, "nic", nic, "host.nic")
+        lemons = find_lemons(store, since=0, min_failures=3, min_returns=2)
+        assert [(lm.host, lm.failures, lm.rules) for lm in lemons] == [
+            ("nic", 3, ("failures",)), ("xid", 3, ("failures",))
+        ]  # fmt: skip
+        nic_verdicts = [ch.to_status for ch in history.changes(store, host="nic") if ch.check == HOST_CHECK]
+        assert nic_verdicts == ["warning", "critical", "ok"] * 3
+        assert history.counters(store)["nic"].failures == 3
+        assert all(e.detail.startswith("sweep: host.nic: eth0 down") for e in lemons[0].evidence)
+
+
+def test_a_diagnose_critical_counts_as_a_failure(tmp_path: Path) -> None:
+    clock = Clock()
+    with Store.open(tmp_path / "s.db", clock=clock) as store:
+        xids = [(h * 3600 + dt, st) for h in range(2) for dt, st in ((0, Status.CRITICAL), (300, Status.OK))]
+        sweep_sequence(store, clock, "n1", xids, "host.xid")
+        assert find_lemons(store, since=0, min_failures=3, min_returns=2) == []
+        # diagnose names suspects itself: its CRITICAL verdict is a failure without any debounce,
+        # even of a check the sweep policy would leave pending
+        clock.t += 3600
+        history.record(store, obs("n1", Status.CRITICAL, "host.nic"), source="diagnose", sweep=False)
+        (lemon,) = find_lemons(store, since=0, min_failures=3, min_returns=2)
+        assert (lemon.host, lemon.failures) == ("n1", 3)
+        assert [e.detail.split(":")[0] for e in lemon.evidence] == ["sweep", "sweep", "diagnose"]
+
+
+def test_sweep_reports_a_pending_host_as_warning_and_no_failure(
+    tmp_path: Path, healthy: dict[str, Any]
+) -> None:
+    down = json.loads(json.dumps(healthy))
+    down["nics"][0].update(operstate="down", carrier=0, speed_mbps=-1)
+    tr = fake(healthy, bad=None)
+    tr.answers["node3"]["host"] = answer(down)
+    state = tmp_path / "s.db"
+    req = sweep_request(inventory=inventory(tmp_path), state=state, textfile=tmp_path / "r.prom",
+                        html=tmp_path / "r.html", environ={})  # fmt: skip
+    clock = Clock()
+    res = run_sweep(req, pool=TransportPool(override=tr), clock=clock)
+    (node3,) = [h for h in res.hosts if h.host == "node3"]
+    assert (node3.status, node3.named, node3.pending, node3.checks["host.nic"]) == (
+        Status.WARNING, False, ("host.nic",), "critical"
+    )  # fmt: skip
+    assert res.report.hosts[2].status is Status.CRITICAL  # the engine's own verdict is kept in the report
+    assert res.exit_code == 1
+    fams = {f.name: f for f in text_string_to_metric_families((tmp_path / "r.prom").read_text())}
+    verdict = {s.labels["host"]: s.labels["status"] for s in fams["robustctl_host_status"].samples}
+    assert verdict["node3"] == "warning"
+    failures = {s.labels["host"]: s.value for s in fams["robustctl_host_failures"].samples}
+    assert failures["node3"] == 0
+    assert '<th title="">node3</th><td class="s-warning">warning</td>' in (tmp_path / "r.html").read_text()
+    # seen down again 5 minutes later: named, one failure
+    clock.t += 300
+    res = run_sweep(req, pool=TransportPool(override=tr), clock=clock)
+    (node3,) = [h for h in res.hosts if h.host == "node3"]
+    assert (node3.status, node3.named, res.counters["node3"].failures) == (Status.CRITICAL, True, 1)
+    hist = run_history(HistoryRequest("node3", 86_400, state), clock=clock)
+    assert [c.to_status for c in hist.changes if c.check == HOST_CHECK] == ["warning", "critical"]
 
 
 def test_history_and_lemons_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

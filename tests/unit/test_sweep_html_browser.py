@@ -228,6 +228,11 @@ def test_report_renders_in_chromium(report: tuple[Path, dict[str, Any]], browser
     rows = browser.find_elements(By.CSS_SELECTOR, "#grid tbody tr th")
     assert [r.text for r in rows] == [h["host"] for h in doc["hosts"]]
     assert [r.text for r in rows if "named" in (r.get_attribute("class") or "")] == ["node2"]
+    # the verdict column is the policy's: node3's NIC is critical but pending, so node3 is a warning
+    verdicts = [r.text for r in browser.find_elements(By.CSS_SELECTOR, "#grid tbody tr td:first-of-type")]
+    assert verdicts == [h["status"] for h in doc["hosts"]]
+    assert dict(zip(HOSTS, verdicts, strict=True))["node3"] == "warning"
+    assert dict(zip(HOSTS, verdicts, strict=True))["node2"] == "critical"
 
     # the last sweep's time and duration, as --json says
     last = browser.find_element(By.ID, "last-sweep").text
