@@ -23,6 +23,7 @@ from robustctl.commands.sweep import (
 )
 from robustctl.config import SweepSettings
 from robustctl.errors import ConfigError
+from robustctl.exit_codes import ExitCode
 from robustctl.models import Status
 from robustctl.report.atomic import write_atomic
 from robustctl.store import MachineState, Store
@@ -512,3 +513,51 @@ def test_diagnose_results_feed_the_history(tmp_path: Path) -> None:
     with Store.open(state) as store:
         assert {c.source for c in history.changes(store, host="localhost")} == {"diagnose"}
         assert history.last_sweeps(store) == []
+
+
+def test_a_host_answering_garbage_is_unknown_and_the_old_outputs_stay_whole(
+    tmp_path: Path, healthy: dict[str, Any]
+) -> None:
+    """Bad input of issue 13: a host that answers garbage is an UNKNOWN entry for that host (exit 3),
+    never a traceback; the textfile and HTML are rewritten whole (atomically), never half-written."""
+    from robustctl.transport.base import CommandResult
+
+    state, prom, page = tmp_path / "s.db", tmp_path / "r.prom", tmp_path / "r.html"
+    req = sweep_request(inventory=inventory(tmp_path), state=state, textfile=prom, html=page, environ={})
+    tr = fake(healthy, bad=None)
+    tr.answers["node3"]["host"] = CommandResult("node3", 0, b"\x00\xff{not json at all\n" * 50, b"", 0.01)
+    res = run_sweep(req, pool=TransportPool(override=tr), clock=Clock())
+    by = {h.host: h for h in res.hosts}
+    assert by["node3"].status is Status.UNKNOWN and by["node3"].error
+    assert {h: by[h].status for h in ("node1", "node2", "spare1")} == dict.fromkeys(
+        ("node1", "node2", "spare1"), Status.OK
+    )
+    assert res.exit_code == ExitCode.UNKNOWN
+    fams = {f.name: f for f in text_string_to_metric_families(prom.read_text())}
+    assert {s.labels["host"] for s in fams["robustctl_host_named"].samples} == {
+        "node1",
+        "node2",
+        "node3",
+        "spare1",
+    }
+    assert "node3" in page.read_text() and page.read_text().rstrip().endswith("</html>")
+    with Store.open(state) as store:
+        assert (
+            history.counters(store)["node3"].unknowns == 1 and history.counters(store)["node3"].failures == 0
+        )
+
+
+def test_a_sweep_that_cannot_reach_its_store_is_one_line_and_writes_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Bad input of issue 13: a store that cannot be opened (a directory in its place) is one error
+    line with the design's exit code; the previous textfile is left as it was."""
+    prom = tmp_path / "r.prom"
+    prom.write_text("old\n")
+    bad_state = tmp_path / "store-is-a-dir"
+    bad_state.mkdir()
+    code = main(["sweep", "--state", str(bad_state), "--textfile", str(prom), "-q"])
+    assert code == ExitCode.CONFIG
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and str(bad_state) in err[0] and "Traceback" not in err[0]
+    assert prom.read_text() == "old\n"
