@@ -30,6 +30,13 @@ STAGE_EXAMPLES = examples(
         "restart now",
     ),
 )
+APPLY_EXAMPLES = examples(
+    (
+        "robustctl update apply --job llama70b --yes",
+        "restart now if a lazy change's window has passed (cron)",
+    ),
+    ("robustctl update apply --job llama70b --now --yes", "apply the pending change now"),
+)
 LIST_EXAMPLES = examples(("robustctl update list --job llama70b", "pending, applied, forced; who, why, when"))
 ROLLBACK_EXAMPLES = examples(
     ("robustctl rollback --job llama70b --dry-run", "the plan: back to the last stable version"),
@@ -109,6 +116,51 @@ def stage(
             f"({escape(res.ref)}) on {len(res.hosts)} host(s), {when}"
             + (f"; hosts on another version: {escape(', '.join(res.disagreeing))}" if res.disagreeing else "")
         )
+    _emit(result_json(res), json_out)
+    return exit_code_of(res)
+
+
+@app.command("apply", epilog=APPLY_EXAMPLES)
+def apply(
+    job: JobOpt,
+    now: Annotated[bool, typer.Option("--now", help="Apply the pending change even if not due yet.")] = False,
+    reason: Annotated[str, typer.Option("--reason", help="Why (default: the change is due).")] = "",
+    inventory: InventoryOpt = None,
+    state: StateOpt = None,
+    yes: YesOpt = False,
+    dry_run: DryRunOpt = False,
+    json_out: JsonOpt = False,
+    lock_timeout: LockTimeoutOpt = None,
+    quiet: QuietOpt = False,
+) -> int:
+    """Restart the job to apply its pending code change once it is due (its code.update_window_s passed).
+
+    Run it from cron: a lazy change waits for the next restart and is forced by the first run after its
+    window. Exit: 0 nothing pending, not due yet, or applied; else the restart's exit code.
+    """
+    from robustctl.commands.base import exit_code_of, result_json
+    from robustctl.commands.update import UpdateApplyRequest, run_update_apply
+    from robustctl.report.console import escape, stderr_console
+
+    req = UpdateApplyRequest(
+        job=job,
+        now=now,
+        reason=reason,
+        inventory=inventory,
+        state=state,
+        dry_run=dry_run,
+        lock_timeout_s=lock_timeout,
+    )
+    res = run_update_apply(req, confirm=confirmer(yes), show=plan_shower(quiet))
+    if not quiet:
+        if res.commit is None:
+            line = f"job {escape(res.job)}: no pending code change"
+        elif not (res.due or now):
+            line = f"job {escape(res.job)}: {_short(res.commit)} pending, due {_when(res.due_at)}"
+        else:
+            verb = "would restart" if res.dry_run else "restarted"
+            line = f"job {escape(res.job)}: {verb} to apply {_short(res.commit)}"
+        stderr_console().print(line)
     _emit(result_json(res), json_out)
     return exit_code_of(res)
 

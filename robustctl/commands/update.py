@@ -5,6 +5,8 @@
   nothing recorded), then records a ``pending`` change. A lazy change waits for the next restart
   (:func:`robustctl.jobcode.records.pending_update`), forced once ``code.update_window_s`` passed; an
   ``urgent`` one restarts the job at once (``run_restart``, whose restart applies it).
+* **apply** restarts the job when its pending change is due (its window passed) or ``now`` is asked:
+  the cron side of lazy updates (the restart applies the change).
 * **list** shows the job's changes and versions, after folding a fresh progress reading into the
   newest version (stability), when the job has a ``progress:`` section.
 * **rollback** plans → shows → (confirms) → applies: check out the last stable version (or ``--to``)
@@ -67,11 +69,14 @@ __all__ = [
     "RollbackPlan",
     "RollbackRequest",
     "RollbackResult",
+    "UpdateApplyRequest",
+    "UpdateApplyResult",
     "UpdateListRequest",
     "UpdateListResult",
     "UpdateStageRequest",
     "UpdateStageResult",
     "run_rollback",
+    "run_update_apply",
     "run_update_list",
     "run_update_stage",
 ]
@@ -237,6 +242,102 @@ def run_update_stage(
         change,
         True,
         False,
+        restart=result_json(res),
+        restart_exit=int(res.exit_code),
+    )
+
+
+# ---- update apply -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class UpdateApplyRequest(ActionRequest):
+    """What ``robustctl update apply`` was asked.
+
+    Attributes:
+        job. now: apply a pending change even before its window passed (default: only a due one).
+        reason: recorded with the restart ("" → the change's own). Plus the session options of
+        :class:`ActionRequest`.
+    """
+
+    job: str
+    now: bool = False
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class UpdateApplyResult:
+    """The outcome of ``update apply`` (kind ``update-apply``).
+
+    Attributes:
+        job. commit: the newest pending change's commit (None: nothing pending). change_ids: the pending
+        changes. due: the window of a lazy change has passed (ByteRobust §6.1: lazy updates are forced
+        when no failure restarted the job within the window). due_at: when the oldest pending change
+        falls due (UNIX s). restarted: a restart ran (it applies the change, see
+        :mod:`robustctl.actions.restart`). restart / restart_exit: its JSON document and exit code.
+        dry_run.
+    """
+
+    job: str
+    commit: str | None
+    change_ids: tuple[int, ...]
+    due: bool
+    due_at: float | None
+    restarted: bool
+    dry_run: bool
+    restart: dict[str, Any] | None = None
+    restart_exit: int = 0
+    schema_version: int = SCHEMA_VERSION
+    kind: str = "update-apply"
+
+    @property
+    def exit_code(self) -> ExitCode:
+        """0 nothing pending, not due yet, or applied (dry run included); else the restart's exit code."""
+        return ExitCode(self.restart_exit)
+
+
+def run_update_apply(
+    req: UpdateApplyRequest,
+    *,
+    confirm: Confirm | None = None,
+    show: ShowPlan | None = None,
+    restart: RestartFn | None = None,
+) -> UpdateApplyResult:
+    """Restart the job to apply its pending code change when that change is due (or ``now``).
+
+    Meant for cron (``update apply --job J --yes``): a lazy change waits for the next restart, and is
+    forced by the first run after its ``code.update_window_s`` passed. The restart itself checks the
+    change out on every host, all or none, and marks it applied (``forced`` when it was due).
+
+    Raises: UsageError (unknown job, bad reason), ConfigError (no ``code:`` section), StoreError; the
+    restart's own errors.
+    """
+    check_reason(req.reason, "--reason")
+    ctx = _open(req)
+    try:
+        _job_hosts(ctx, req.job)
+        now = ctx.clock()
+        commit, ids, due = pending_update(ctx.store, req.job, now)
+        pend = changes(ctx.store, req.job, states=(ChangeState.PENDING,))
+    finally:
+        ctx.close()
+    due_at = min((c.due_at for c in pend if not c.urgent), default=None)
+    if commit is None or not (due or req.now):
+        return UpdateApplyResult(req.job, commit, ids, due, due_at, False, req.dry_run)
+    why = req.reason or (
+        f"pending code update {commit[:12]} " + ("due: its update window passed" if due else "applied now")
+    )
+    res = (restart or default_restart)(req.job, why, req, confirm, show)
+    from robustctl.commands.base import result_json
+
+    return UpdateApplyResult(
+        req.job,
+        commit,
+        ids,
+        due,
+        due_at,
+        not req.dry_run,
+        req.dry_run,
         restart=result_json(res),
         restart_exit=int(res.exit_code),
     )

@@ -80,6 +80,7 @@ def bases(box: Path) -> dict[str, list[str]]:
             "-q",
         ],
         "update list": ["update", "list", "--job", "nojob", "--no-progress"],
+        "update apply": ["update", "apply", "--job", "nojob", "--dry-run", "-q"],
         "rollback": ["rollback", "--job", "nojob", "--dry-run", "-q"],
         "playbook list": ["playbook", "list"],
         "playbook show": ["playbook", "show", "hang"],

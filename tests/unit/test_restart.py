@@ -590,3 +590,54 @@ def test_restart_applies_a_staged_update_on_every_host_and_records_the_version(j
         assert [v.commit for v in versions(store, "hb")] == [commits[1]]
     again = job.restart(from_checkpoint="none")  # nothing pending any more: no update step
     assert "apply_update" not in [s.kind.value for s in again.plan.steps]
+
+
+def test_update_apply_restarts_only_when_the_lazy_change_is_due(job: Job) -> None:
+    from robustctl.commands.update import (
+        UpdateApplyRequest,
+        UpdateStageRequest,
+        run_update_apply,
+        run_update_stage,
+    )
+    from robustctl.jobcode.records import ChangeState, changes
+
+    origin = job.tmp / "origin"
+    origin.mkdir()
+    _git(origin, "init", "-q", "-b", "main")
+    commits = []
+    for text in ("v1", "v2"):
+        (origin / "train.py").write_text(text)
+        _git(origin, "add", "train.py")
+        _git(origin, "commit", "-q", "-m", text)
+        commits.append(_git(origin, "rev-parse", "HEAD"))
+    for host in ("n1", "n2"):
+        _git(job.tmp, "clone", "-q", str(origin), f"code-{host}")
+        _git(job.tmp / f"code-{host}", "checkout", "-q", "--detach", commits[0])
+    job.write(code={"path": str(job.tmp) + "/code-{host}", "stable_after_steps": 5, "update_window_s": 3600})
+    common = {"inventory": job.inventory, "state": job.state}
+    assert run_update_apply(UpdateApplyRequest(job="hb", **common)).commit is None  # nothing pending
+    run_update_stage(UpdateStageRequest(job="hb", ref=commits[1], reason="v2", **common), confirm=always)
+    early = run_update_apply(UpdateApplyRequest(job="hb", **common), confirm=always)
+    assert (
+        early.commit == commits[1]
+        and not early.due
+        and not early.restarted
+        and early.exit_code == ExitCode.OK
+    )
+    assert early.due_at is not None and early.due_at > time.time() + 3000
+    assert not job.processes() and _git(job.tmp / "code-n1", "rev-parse", "HEAD") == commits[0]
+    now = run_update_apply(UpdateApplyRequest(job="hb", now=True, **common), confirm=always)
+    assert now.restarted and not now.due and now.exit_code == ExitCode.OK, now.restart
+    assert len(job.heartbeats(wait_for=4)) >= 4
+    for host in ("n1", "n2"):
+        assert _git(job.tmp / f"code-{host}", "rev-parse", "HEAD") == commits[1]
+    # a change staged under a 1 s window is forced by the first run after it
+    job.write(code={"path": str(job.tmp) + "/code-{host}", "stable_after_steps": 5, "update_window_s": 1})
+    run_update_stage(UpdateStageRequest(job="hb", ref=commits[0], reason="back", **common), confirm=always)
+    time.sleep(1.2)
+    due = run_update_apply(UpdateApplyRequest(job="hb", **common), confirm=always)
+    assert due.due and due.restarted and due.exit_code == ExitCode.OK, due.restart
+    for host in ("n1", "n2"):
+        assert _git(job.tmp / f"code-{host}", "rev-parse", "HEAD") == commits[0]
+    with Store.open(job.state) as store:
+        assert [c.state for c in changes(store, "hb")] == [ChangeState.APPLIED, ChangeState.FORCED]
