@@ -1,4 +1,4 @@
-"""Time to recovery of the ``hang`` playbook on the SSH test bed, against the job's own cold start.
+"""Time to recovery: ``hang`` on the SSH test bed vs a cold start, ``gpu-lost`` on Slurm vs a requeue.
 
 Six loopback sshd hosts; robustctl launches the minimegatron job (tp=1, pp=2, dp=2, one rank per
 host, :mod:`tests.integration.hangjob`) on four of them, two are ready warm standbys.
