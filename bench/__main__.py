@@ -12,7 +12,8 @@ in the same process.
   history code: store size, ``history --since 7d`` and ``lemons --since 30d`` vs the SELECT of their rows.
 - :mod:`bench.sweep_fanout`: ``robustctl sweep`` of loopback sshd hosts vs ``pdsh -R ssh`` (same probes).
 - :mod:`bench.recovery`: ``playbook run hang`` on the test bed, hung rank to the job's first new step,
-  broken down, against the job's own cold start.
+  broken down, against the job's own cold start; then ``playbook run gpu-lost`` through slurmctld on
+  the Slurm test bed against a plain requeue of the whole job.
 - :mod:`bench.sweep_srun`: ``robustctl sweep --transport srun`` over the Slurm test bed's nodes vs the
   same sweep over SSH (sshd test-bed hosts of the same count): wall time and client CPU.
 

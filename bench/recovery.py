@@ -1,4 +1,4 @@
-"""Time to recovery of the ``hang`` playbook on the SSH test bed, against the job's own cold start.
+"""Time to recovery: ``hang`` on the SSH test bed vs a cold start, ``gpu-lost`` on Slurm vs a requeue.
 
 Six loopback sshd hosts; robustctl launches the minimegatron job (tp=1, pp=2, dp=2, one rank per
 host, :mod:`tests.integration.hangjob`) on four of them, two are ready warm standbys.
@@ -15,11 +15,30 @@ host, :mod:`tests.integration.hangjob`) on four of them, two are ready warm stan
 
 Printed: seconds per phase, the total, and total / cold start. The run is one sample (a recovery
 evicts; the test bed is rebuilt for another), so the figures carry the noise of a shared machine.
+
+**Slurm part** (after the sshd part; ``--part slurm`` runs it alone): the same ladder through slurmctld
+on the Slurm test bed (``tests/integration/slurmbed.py``, five slurmd on 127.0.0.1) with the job of
+:mod:`tests.integration.slurmjob` (a 3-node batch job, one heartbeat task per node, resuming from its
+own checkpoint file; ``sn4``/``sn5`` ready warm standbys), ``--slurm-repeats`` times (each on a fresh
+job, state store and standbys):
+
+1. **Ladder**: ``playbook run gpu-lost --param hosts=sn2`` (the library call) until the requeued
+   run wrote a step on each of ``sn1``, ``sn3``, ``sn4``. Broken down from the journal's step times:
+   ``evict`` (drain), ``standby`` (``requeuehold``, pin ``ReqNodeList``/``ExcNodeList``, resume the
+   standby), then from the start of ``restart`` (release, the settle pause of ``Slurm.requeue`` after
+   the requeue, ``StartTime=now``; slurmctld starts the job, ``srun`` its tasks) to the first new step.
+   The ``restart`` step itself returns a little later (it polls until Slurm says RUNNING; printed,
+   not counted), and the final ``wait-for-progress`` step overlaps too.
+2. **Plain requeue** (the baseline): ``scontrol requeue`` of the whole job (``Slurm.requeue``, the
+   same settle pause) on the same nodes until the next run's first step on each.
+
+Printed per repeat and as medians: both times and ladder / plain requeue.
 """
 
 from __future__ import annotations
 
 import argparse
+import statistics
 import sys
 import tempfile
 import threading
@@ -59,10 +78,27 @@ class _FirstStep:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run once and print the table; 0 when the job recovered onto the standbys, else 1."""
+    """Run the parts asked and print their tables; 0 when every recovery succeeded, else 1 (or 1 when
+    a test bed cannot run here, with the reason on stderr)."""
     ap = argparse.ArgumentParser(prog="python -m bench recovery", description=__doc__.splitlines()[0])
-    ap.parse_args(list(argv) if argv is not None else None)
+    ap.add_argument("--part", choices=("all", "sshd", "slurm"), default="all", help="default: both")
+    ap.add_argument(
+        "--slurm-repeats", type=int, default=3, help="ladder/requeue pairs on Slurm (1-20, default 3)"
+    )
+    args = ap.parse_args(list(argv) if argv is not None else None)
+    if not 1 <= args.slurm_repeats <= 20:
+        ap.error("--slurm-repeats must be 1..20")
     sys.path.insert(0, str(REPO))
+    rc = 0
+    if args.part in ("all", "sshd"):
+        rc = max(rc, _sshd())
+    if args.part in ("all", "slurm"):
+        rc = max(rc, _slurm(args.slurm_repeats))
+    return rc
+
+
+def _sshd() -> int:
+    """The hang playbook on the sshd test bed against the job's cold start; 0 when it recovered."""
     from robustctl.actions.session import always
     from robustctl.commands.playbook import PlaybookRunRequest, run_playbook_run
     from robustctl.playbooks.engine import StepEvent
@@ -140,6 +176,75 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"  recovery: playbook run -> first new step {total:6.2f} s   ratio {total / cold:.2f}x the cold start"
     )
     print(f"  resumed from iteration {newest}; ranks on {', '.join(hj.job_hosts())}")
+    return 0
+
+
+def _slurm(repeats: int) -> int:
+    """The gpu-lost ladder on the Slurm test bed against a plain requeue, ``repeats`` times."""
+    from robustctl.store import Readiness
+    from tests.integration import slurmbed, slurmjob
+    from tests.integration.testbed import unavailable_reason
+
+    reason = slurmbed.unavailable_reason() or unavailable_reason()
+    if reason:
+        print(f"bench: Slurm part cannot run: {reason}", file=sys.stderr)
+        return 1
+    new_nodes = {"sn1", "sn3", "sn4"}
+    rows: list[dict[str, float]] = []
+    with tempfile.TemporaryDirectory(prefix="bench-recovery-slurm-") as d:
+        bed = slurmbed.SlurmBed(Path(d) / "bed", 5)
+        bed.start(timeout_s=60)
+        try:
+            for r in range(repeats):
+                bed.reset()
+                work = Path(d) / f"run{r}"
+                work.mkdir()
+                inv, state = slurmjob.write_inventory(bed, work), work / "state.db"
+                _, checked = slurmjob.add_standbys(inv, state)
+                if [c.readiness for c in checked.results] != [Readiness.READY] * 2:
+                    print(f"standbys not ready: {checked.results}")
+                    return 1
+                job = slurmjob.submit(bed, work)
+                bed.wait_job(job, "RUNNING")
+                slurmjob.wait_steps(work, 0, set(slurmjob.JOB_NODES))
+                time.sleep(1.0)  # a few steps in
+                ladder = slurmjob.run_gpu_lost(inv, state, "sn2")
+                if ladder.outcome.status != "done":
+                    print(f"gpu-lost failed: {ladder.outcome.message}")
+                    return 1
+                first_new = slurmjob.wait_steps(work, 1, new_nodes)
+                spans = {name: (a, b) for name, a, b in slurmjob.journal_spans(state, ladder.outcome.run_id)}
+                plain = slurmjob.plain_requeue(bed, work, job, 2, new_nodes)
+                row = {name: spans[name][1] - spans[name][0] for name in ("evict", "standby")}
+                row["restart"] = first_new - spans["restart"][0]
+                row["total"] = first_new - ladder.t0
+                row["between"] = row["total"] - sum(v for k, v in row.items() if k != "total")
+                row["restart return"] = spans["restart"][1] - first_new
+                row["plain"] = plain
+                rows.append(row)
+        finally:
+            bed.close()
+    names = [
+        ("evict", "evict (scontrol drain, mark)"),
+        ("standby", "standby (requeuehold, pin, resume)"),
+        ("restart", "restart: release, settle, start -> step"),
+        ("between", "(between steps: journal, rails, store)"),
+        ("total", "ladder: playbook run -> first new step"),
+        ("plain", "plain scontrol requeue -> first new step"),
+        ("restart return", "(restart saw RUNNING after the step by)"),
+    ]
+    print(
+        f"gpu-lost ladder vs whole-job requeue on the Slurm test bed (3-node job, 2 standbys; {repeats} runs)"
+    )
+    print(f"  {'':<42} {'median':>7}   runs")
+    for key, label in names:
+        vals = [row[key] for row in rows]
+        print(f"  {label:<42} {statistics.median(vals):6.2f} s   {' '.join(f'{v:.2f}' for v in vals)}")
+    ratios = [row["total"] / row["plain"] for row in rows]
+    print(
+        f"  ladder / plain requeue: median {statistics.median(ratios):.2f}x   "
+        f"runs {' '.join(f'{x:.2f}' for x in ratios)}"
+    )
     return 0
 
 
