@@ -66,7 +66,8 @@ while true; do
   printf '{"step": %d, "time": %s, "rank": %d, "restart": %d}\\n' "$s" "$now" "$SLURM_PROCID" "$R" \\
     > "$P/hb.tmp" && mv -f "$P/hb.tmp" "$P/hb.json"
   echo "$R $H $s $now" >> "$D/steps.log"
-  [ "$SLURM_PROCID" = 0 ] && echo "$s" > "$D/ckpt"
+  # written whole, then renamed: a task killed by the requeue never leaves an empty checkpoint
+  [ "$SLURM_PROCID" = 0 ] && echo "$s" > "$D/ckpt.tmp" && mv -f "$D/ckpt.tmp" "$D/ckpt"
   sleep %STEP%
 done
 """
