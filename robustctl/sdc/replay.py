@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from robustctl.diagnose.levels import budget_s
-from robustctl.diagnose.pairs import lookup_addresses
+from robustctl.diagnose.pairs import ADDRESS_TIMEOUT_S, lookup_addresses
 from robustctl.errors import ProbeError
 from robustctl.probes import run_probe
 from robustctl.sdc.verdict import GroupRun
@@ -335,8 +335,38 @@ def run_round(
 
 
 def resolve(spec: ReplaySpec, pool: TransportPool) -> tuple[dict[str, str], dict[str, str]]:
-    """Every machine's rendezvous address (``{name: address}``, ``{name: why none}``)."""
-    return lookup_addresses(pool, spec.hosts, spec.settings, time.monotonic() + spec.round_deadline_s)
+    """Every machine's rendezvous address (``{name: address}``, ``{name: why none}``), for the machines
+    that answer a short command now.
+
+    A machine that cannot be reached is found here, before any group starts: its groups then fail to
+    run at once, instead of their other machines waiting in the rendezvous for it until the group's
+    budget runs out (a stopped sshd cost two full rounds of budget). Each machine is asked once, within
+    :data:`~robustctl.diagnose.pairs.ADDRESS_TIMEOUT_S`, with the inventory's retries.
+    """
+    deadline = time.monotonic() + spec.round_deadline_s
+    found, missing = lookup_addresses(pool, spec.hosts, spec.settings, deadline)
+    ask = [h for h in spec.hosts if h.name in found]
+
+    def reach(host: Host, host_deadline: float) -> None:
+        timeout = max(0.5, min(ADDRESS_TIMEOUT_S, host_deadline - time.monotonic()))
+        res = pool.for_host(host).run(host, ["true"], timeout_s=timeout)
+        if res.exit_status != 0:
+            raise ProbeError(host.name, res.stderr_tail() or f"exit status {res.exit_status}")
+
+    res = fan_out(
+        ask,
+        reach,
+        concurrency=spec.settings.concurrency,
+        host_timeout_s=min(ADDRESS_TIMEOUT_S, spec.settings.host_timeout_s),
+        deadline=deadline,
+        retries=spec.settings.retries,
+        backoff_s=spec.settings.retry_backoff_s,
+    )
+    for o in res.outcomes:
+        if not o.ok:
+            found.pop(o.host.name, None)
+            missing[o.host.name] = f"{o.outcome.value}: {o.error or o.outcome.value}"
+    return found, missing
 
 
 def rounds_needed(machines: int) -> dict[str, int]:
