@@ -558,10 +558,8 @@ def _git(cwd: Path, *args: str) -> str:
     return out.stdout.strip()
 
 
-def test_restart_applies_a_staged_update_on_every_host_and_records_the_version(job: Job) -> None:
-    from robustctl.commands.update import UpdateStageRequest, run_update_stage
-    from robustctl.jobcode.records import ChangeState, changes, versions
-
+def _code_trees(job: Job) -> list[str]:
+    """A repository with commits v1 and v2 and one clone per host (``code-n1``, ``code-n2``) at v1."""
     origin = job.tmp / "origin"
     origin.mkdir()
     _git(origin, "init", "-q", "-b", "main")
@@ -574,6 +572,14 @@ def test_restart_applies_a_staged_update_on_every_host_and_records_the_version(j
     for host in ("n1", "n2"):
         _git(job.tmp, "clone", "-q", str(origin), f"code-{host}")
         _git(job.tmp / f"code-{host}", "checkout", "-q", "--detach", commits[0])
+    return commits
+
+
+def test_restart_applies_a_staged_update_on_every_host_and_records_the_version(job: Job) -> None:
+    from robustctl.commands.update import UpdateStageRequest, run_update_stage
+    from robustctl.jobcode.records import ChangeState, changes, versions
+
+    commits = _code_trees(job)
     job.write(code={"path": str(job.tmp) + "/code-{host}", "stable_after_steps": 5})
     staged = run_update_stage(
         UpdateStageRequest(job="hb", ref=commits[1], reason="v2", inventory=job.inventory, state=job.state),
@@ -601,18 +607,7 @@ def test_update_apply_restarts_only_when_the_lazy_change_is_due(job: Job) -> Non
     )
     from robustctl.jobcode.records import ChangeState, changes
 
-    origin = job.tmp / "origin"
-    origin.mkdir()
-    _git(origin, "init", "-q", "-b", "main")
-    commits = []
-    for text in ("v1", "v2"):
-        (origin / "train.py").write_text(text)
-        _git(origin, "add", "train.py")
-        _git(origin, "commit", "-q", "-m", text)
-        commits.append(_git(origin, "rev-parse", "HEAD"))
-    for host in ("n1", "n2"):
-        _git(job.tmp, "clone", "-q", str(origin), f"code-{host}")
-        _git(job.tmp / f"code-{host}", "checkout", "-q", "--detach", commits[0])
+    commits = _code_trees(job)
     job.write(code={"path": str(job.tmp) + "/code-{host}", "stable_after_steps": 5, "update_window_s": 3600})
     common = {"inventory": job.inventory, "state": job.state}
     assert run_update_apply(UpdateApplyRequest(job="hb", **common)).commit is None  # nothing pending
