@@ -173,6 +173,17 @@ def _testbed(n: int) -> Iterator[Testbed]:
             tb.close()
 
 
+def measure_all(variants: Sequence[Variant], repeats: int) -> None:
+    """One unrecorded warm-up run of each variant (page cache, imports, first sshd forks), then
+    ``repeats`` rounds that run every variant once, interleaved."""
+    for v in variants:
+        measure(v, record=False)
+    for r in range(repeats):
+        for v in variants:
+            measure(v)
+        print(f"bench: repeat {r + 1}/{repeats} done", file=sys.stderr)
+
+
 def report(
     variants: Sequence[Variant],
     args: argparse.Namespace,
@@ -266,12 +277,7 @@ def main(argv: list[str] | None = None) -> int:
             pdsh_variant(tb, args.concurrency, kex=None),
             pdsh_variant(tb, args.concurrency, kex=kex),
         ]
-        for v in variants:  # warm-up: page cache, imports, first sshd forks
-            measure(v, record=False)
-        for r in range(args.repeats):
-            for v in variants:
-                measure(v)
-            print(f"bench: repeat {r + 1}/{args.repeats} done", file=sys.stderr)
+        measure_all(variants, args.repeats)
 
     return report(
         variants,

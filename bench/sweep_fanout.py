@@ -26,7 +26,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from bench.fanout import REPO, Variant, _testbed, measure, negotiated_kex, report
+from bench.fanout import REPO, Variant, _testbed, measure_all, negotiated_kex, report
 from tests.integration.testbed import Testbed, unavailable_reason
 
 PROBES = (REPO / "diagnostics" / "host.py", REPO / "diagnostics" / "nvml.py")
@@ -101,12 +101,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             pdsh_variant(tb, args.concurrency, kex=None),
             pdsh_variant(tb, args.concurrency, kex=kex),
         ]
-        for v in variants:
-            measure(v, record=False)
-        for r in range(args.repeats):
-            for v in variants:
-                measure(v)
-            print(f"bench: repeat {r + 1}/{args.repeats} done", file=sys.stderr)
+        measure_all(variants, args.repeats)
 
     return report(
         variants,

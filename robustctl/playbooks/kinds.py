@@ -545,7 +545,6 @@ class RestartArgs(StepArgs):
 def _restart_build(a: RestartArgs, env: StepEnv) -> Any:
     from robustctl.commands.restart import RestartRequest
 
-    assert env.job is not None  # needs_job
     return RestartRequest(
         job=env.job, from_checkpoint=a.from_checkpoint, reason=env.reason(a.reason), **_session(env)
     )
@@ -582,7 +581,6 @@ class RollbackArgs(StepArgs):
 def _rollback_build(a: RollbackArgs, env: StepEnv) -> Any:
     from robustctl.commands.update import RollbackRequest
 
-    assert env.job is not None  # needs_job
     return RollbackRequest(job=env.job, to=a.to, reason=env.reason(a.reason), **_session(env))
 
 
@@ -618,7 +616,6 @@ class WaitProgressArgs(StepArgs):
 def _progress_build(a: WaitProgressArgs, env: StepEnv) -> Any:
     from robustctl.commands.progress import WaitProgressRequest
 
-    assert env.job is not None  # needs_job
     return WaitProgressRequest(
         job=env.job,
         min_new_steps=a.min_new_steps,

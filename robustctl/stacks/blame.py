@@ -181,6 +181,25 @@ def _place(
     return machine, host, topology.coords(rank)
 
 
+def _class_suspect(c: StackClass, d: ProcessDump, topology: Topology | None) -> Suspect:
+    """The suspect for dump ``d``, a member of class ``c``: placed on its machine and groups, its reason
+    from the class, a likely culprit unless the class waits in communication."""
+    machine, host, coords = _place(topology, d.rank, d)
+    return Suspect(
+        rank=d.rank,
+        host=host,
+        machine=machine,
+        coords=coords,
+        role=c.role,
+        pid=d.pid,
+        source=d.source,
+        category=c.category,
+        class_id=c.id,
+        reason=_reason(c, d),
+        likely_culprit=c.category not in WAITING,
+    )
+
+
 def _reason(c: StackClass, dump: ProcessDump) -> str:
     if c.unreadable:
         low = (dump.error or "").lower()
@@ -443,26 +462,7 @@ def _blame_classes(
             notes=tuple(notes),
         )
 
-    suspects: list[Suspect] = []
-    for c in outliers:
-        for i in c.members:
-            d = dumps[i]
-            machine, host, coords = _place(topology, d.rank, d)
-            suspects.append(
-                Suspect(
-                    rank=d.rank,
-                    host=host,
-                    machine=machine,
-                    coords=coords,
-                    role=c.role,
-                    pid=d.pid,
-                    source=d.source,
-                    category=c.category,
-                    class_id=c.id,
-                    reason=_reason(c, d),
-                    likely_culprit=c.category not in WAITING,
-                )
-            )
+    suspects = [_class_suspect(c, dumps[i], topology) for c in outliers for i in c.members]
     suspects.sort(
         key=lambda s: (s.rank is None, s.rank if s.rank is not None else 0, s.role.value, s.pid or 0)
     )
@@ -575,22 +575,7 @@ def _with_waits(
         )
     for c, d in children:
         assert d.rank is not None
-        machine, host, coords = _place(topology, d.rank, d)
-        suspects.append(
-            Suspect(
-                rank=d.rank,
-                host=host,
-                machine=machine,
-                coords=coords,
-                role=c.role,
-                pid=d.pid,
-                source=d.source,
-                category=c.category,
-                class_id=c.id,
-                reason=_reason(c, d),
-                likely_culprit=c.category not in WAITING,
-            )
-        )
+        suspects.append(_class_suspect(c, d, topology))
     suspects.sort(
         key=lambda s: (s.rank if s.rank is not None else 0, s.role is not ProcessRole.MAIN, s.pid or 0)
     )
