@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from robustctl.errors import ConfigError
+from robustctl.errors import ConfigError, InventoryError, UsageError
 from robustctl.exit_codes import ExitCode
 from robustctl.models import SCHEMA_VERSION
 from robustctl.playbooks.engine import DryRunStep, RunOutcome, StepEvent, StepOutcome
@@ -238,6 +238,23 @@ def run_playbook_validate(path: Path) -> PlaybookValidateResult:
     return PlaybookValidateResult(str(path), True, name=pb.name, steps=len(pb.spec.steps))
 
 
+def _known_job(job: str | None, inventory: Path | None) -> None:
+    """Refuse, before any step (dry run included), a ``job`` parameter the inventory does not hold.
+
+    Raises:
+        UsageError: unknown job (the known ones listed). ConfigError / InventoryError: bad inventory.
+    """
+    if job is None:
+        return
+    from robustctl.commands.options import inventory as load_inventory
+
+    inv = load_inventory(inventory)  # a bad file stays a configuration error
+    try:
+        inv.job(job)
+    except InventoryError as exc:
+        raise UsageError(str(exc)) from None
+
+
 def run_playbook_run(
     req: PlaybookRunRequest,
     *,
@@ -252,7 +269,8 @@ def run_playbook_run(
     applies them). ``show``: each action plan. ``progress``: step events.
 
     Raises:
-        UsageError: no such playbook, bad parameters, destructive steps and nobody to confirm.
+        UsageError: no such playbook, bad parameters, a job the inventory does not hold, destructive steps
+            and nobody to confirm.
         PlaybookError / ConfigError / StoreError. ActionRefused / StoreLocked: the job has an unfinished
             run, or another process runs one on it.
     """
@@ -260,6 +278,7 @@ def run_playbook_run(
     from robustctl.playbooks.engine import dry_run, run_playbook
 
     pb = find_playbook(req.name, req.inventory)
+    _known_job(req.params.get("job"), req.inventory)
     if req.dry_run:
         from robustctl.playbooks.engine import resolve_params
 

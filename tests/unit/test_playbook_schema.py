@@ -296,3 +296,14 @@ def test_restart_rollback_and_wait_steps_build_the_requests_of_their_library_cal
     rollback = kind("rollback")
     req = rollback.build(rollback.args.model_validate({"to": "v1"}), env)
     assert isinstance(req, RollbackRequest) and (req.job, req.to, req.state) == ("llama", "v1", env.state)
+
+
+def test_a_job_the_inventory_does_not_hold_is_a_usage_error_before_any_step(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from robustctl.cli.main import main
+
+    for extra in (["--dry-run"], ["--yes"]):
+        assert main(["playbook", "run", "hang", "--job", "[/]nojob", *extra, "-q"]) == 64
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "unknown job '[/]nojob'" in err[0], err
