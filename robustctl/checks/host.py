@@ -54,6 +54,16 @@ def _matches(name: str, patterns: Sequence[str]) -> bool:
     return any(fnmatch.fnmatchcase(name, p) for p in patterns)
 
 
+def _objects(name: str, items: Sequence[Any], what: str) -> tuple[list[Mapping[str, Any]], list[CheckResult]]:
+    """The entries of a probe's list that are objects, and one UNKNOWN result when some are not (a
+    host that answers something else is never read as healthy)."""
+    good = [x for x in items if isinstance(x, Mapping)]
+    bad = len(items) - len(good)
+    if not bad:
+        return good, []
+    return good, [_r(name, Status.UNKNOWN, f"{bad} {what} entr{'y' if bad == 1 else 'ies'} not understood")]
+
+
 def _gib(n: float) -> str:
     return f"{n / GIB:.1f} GiB"
 
@@ -80,7 +90,7 @@ def evaluate_disk(
     disks = data.get("disks")
     if not isinstance(disks, list):
         return [_r(name, Status.UNKNOWN, f"filesystems not checked: {probe_error(data, ctx, 'disks')}")]
-    out: list[CheckResult] = []
+    disks, out = _objects(name, disks, "filesystem")
     judged = 0
     for d in disks:
         mount = str(d.get("mount"))
@@ -315,7 +325,7 @@ def evaluate_nic(
     nics = data.get("nics")
     if not isinstance(nics, list):
         return [_r(name, Status.UNKNOWN, f"network interfaces not checked: {probe_error(data, ctx, 'nics')}")]
-    out: list[CheckResult] = []
+    nics, out = _objects(name, nics, "network interface")
     judged: list[str] = []
     admin_down: list[str] = []
     for n in nics:
@@ -381,7 +391,7 @@ def evaluate_ib(data: Mapping[str, Any], th: Thresholds, ctx: CheckContext = NO_
     ports = data.get("infiniband")
     if not isinstance(ports, list):
         return [_r(name, Status.UNKNOWN, f"InfiniBand not checked: {probe_error(data, ctx, 'infiniband')}")]
-    out: list[CheckResult] = []
+    ports, out = _objects(name, ports, "InfiniBand port")
     judged: list[str] = []
     for p in ports:
         label = f"{p.get('device')}/{p.get('port')}"

@@ -258,3 +258,18 @@ def test_ib_rules() -> None:
         (Status.CRITICAL, "mlx5_1/1"),
         (Status.CRITICAL, "mlx5_2/1"),
     ]
+
+
+@pytest.mark.parametrize(
+    ("evaluate", "key", "what"),
+    [
+        (evaluate_disk, "disks", "filesystem"),
+        (evaluate_nic, "nics", "network interface"),
+        (evaluate_ib, "infiniband", "InfiniBand port"),
+    ],
+)
+def test_list_entries_that_are_not_objects_are_unknown_never_healthy(
+    evaluate: Any, key: str, what: str
+) -> None:
+    results = evaluate({key: [None, 3, "x"]}, Thresholds())
+    assert [(r.status, r.summary) for r in results] == [(Status.UNKNOWN, f"3 {what} entries not understood")]
