@@ -47,6 +47,7 @@ from robustctl.jobs.launch import launch_job, render_launch, stop_job, wait_runn
 
 if TYPE_CHECKING:
     from robustctl.inventory import Host, Job
+    from robustctl.store import Store
     from robustctl.transport.pool import TransportPool
 
 __all__ = [
@@ -55,6 +56,7 @@ __all__ = [
     "RestartFailed",
     "RestartSpec",
     "Want",
+    "last_start",
     "parse_from_checkpoint",
     "plan_restart",
     "plan_stop",
@@ -143,9 +145,19 @@ def _code_update_steps(ctx: ActionContext, job: Job, hosts: Sequence[Host]) -> t
 
 
 def _record_version(
-    ctx: ActionContext, job: Job, hosts: Sequence[Host], base_step: int | None, pool: TransportPool
+    ctx: ActionContext,
+    job: Job,
+    hosts: Sequence[Host],
+    base_step: int | None,
+    pool: TransportPool,
+    started: float,
 ) -> str:
     """Record the commit the job now runs (``job_versions``: the start its stability is counted from).
+
+    ``started`` (UNIX s) is when the launch began, before any new process ran: every progress entry
+    the new processes write is at or after it, and every entry of the run that was stopped before it.
+    (A start time taken once the ranks run would drop the new run's first steps, and its first reading
+    after that could become both the base and the last step of the version: never stable.)
 
     Returns one line for the step's detail; a work tree that cannot be read, or hosts that disagree,
     are said there (the restart itself succeeded) and nothing is recorded.
@@ -155,7 +167,6 @@ def _record_version(
     from robustctl.jobcode.git import current_versions, inspect_hosts
     from robustctl.jobcode.records import record_version_start
 
-    started = ctx.clock()
     try:
         codes = inspect_hosts(pool, hosts, job.code, timeout_s=ctx.inventory.diagnose.host_timeout_s)
         commit, disagree = current_versions(codes)
@@ -165,6 +176,48 @@ def _record_version(
     except RobustctlError as exc:
         return f"; version not recorded ({exc})"
     return f"; runs {commit[:12]}"
+
+
+START_KINDS = (StepKind.LAUNCH.value, StepKind.REQUEUE.value)
+"""The restart steps that start the job's new processes (the inventory's launch, a scheduler's requeue)."""
+LAST_START_SCAN = 200
+"""How many of the newest ``restart`` audit records :func:`last_start` looks through."""
+
+
+def last_start(store: Store, job: str) -> float | None:
+    """When robustctl last started ``job``'s processes (UNIX s), from the audit log; None: never.
+
+    The start of the newest ``restart`` of ``job`` whose launch (inventory) or requeue (Slurm,
+    Kubernetes) step finished ``done``: every progress entry older than it was written by a run that
+    had been stopped by then. Looks through the newest :data:`LAST_START_SCAN` ``restart`` records
+    (restarts of other jobs included). Raises StoreError.
+    """
+    import json
+
+    rows = store.query(
+        "SELECT id, plan FROM audit WHERE action='restart' AND plan IS NOT NULL ORDER BY id DESC LIMIT ?",
+        [LAST_START_SCAN],
+    )
+    for audit_id, text in rows:
+        try:
+            plan = json.loads(text)
+        except ValueError:
+            continue
+        if not isinstance(plan, dict) or plan.get("job") != job or not isinstance(plan.get("steps"), list):
+            continue
+        idx = {
+            i for i, st in enumerate(plan["steps"]) if isinstance(st, dict) and st.get("kind") in START_KINDS
+        }
+        if not idx:
+            continue
+        done = store.query(
+            "SELECT idx, started_at FROM audit_steps WHERE audit_id=? AND status='done' ORDER BY idx DESC",
+            [audit_id],
+        )
+        for i, at in done:
+            if i in idx and at is not None:
+                return float(at)
+    return None
 
 
 def _pick_checkpoint(
@@ -390,6 +443,7 @@ def restart_runners(
     Each raises :class:`RestartFailed` (one line per machine that failed) when its step failed.
     """
     chosen: dict[str, int | None] = {}
+    launched: dict[str, float] = {}
 
     def current() -> tuple[Job, list[Host]]:
         job, hosts, _ = _job_hosts(ctx, spec.job)
@@ -431,6 +485,7 @@ def restart_runners(
 
     def launch(step: Step, plan: Plan) -> tuple[bool, str]:
         job, hosts = current()
+        launched["at"] = ctx.clock()
         results = launch_job(
             job, hosts, pool, ckpt_iter=chosen.get("iteration"), diagnose=ctx.inventory.diagnose
         )
@@ -457,7 +512,8 @@ def restart_runners(
         )
         if not report.ok:
             raise RestartFailed(report.line())
-        return False, report.line() + _record_version(ctx, job, hosts, chosen.get("iteration"), pool)
+        started = launched.get("at", ctx.clock())
+        return False, report.line() + _record_version(ctx, job, hosts, chosen.get("iteration"), pool, started)
 
     return {
         StepKind.STOP_JOB: stop,

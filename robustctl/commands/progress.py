@@ -2,7 +2,11 @@
 
 Reads the job's progress signal (:func:`robustctl.jobcode.progress.read_progress`) every
 ``poll_s`` seconds until the job's step (the minimum over its ranks) is ``min_new_steps`` past the
-baseline (``since_step``, else the first reading that shows a step), or ``timeout_s`` passed. Each
+baseline (``since_step``, else the first reading that shows a step), or ``timeout_s`` passed. Only
+entries written since robustctl last started the job (the launch or requeue step of its newest
+``restart`` in the audit log, :func:`robustctl.actions.restart.last_start`) are counted: a rank that
+has not written since then still shows the run that was stopped, whose step says nothing about the new
+one (it may be past the checkpoint the new run resumed from, or be the bad run's last step). Each
 reading is folded into the job's newest version (:func:`robustctl.jobcode.records.evaluate_stability`)
 when the job has a ``code:`` section, so a wait after a restart is also what makes a version stable.
 
@@ -21,6 +25,7 @@ a bad inventory or state store.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import math
 import time
@@ -84,7 +89,8 @@ class WaitProgressResult:
         unknown). min_new_steps / timeout_s: as asked. elapsed_s: wall seconds waited. readings: how
         many readings were taken. hosts: the last reading, per host. errors: ``HOST: why`` of the last
         reading. exited: for ``exited``, ``HOST: rank(s) R not running`` per host ('' otherwise).
-        schema_version.
+        counted_since: UNIX s; entries older than this were ignored (the job's last start by
+        robustctl; None: every entry counted). schema_version.
     """
 
     job: str
@@ -99,6 +105,7 @@ class WaitProgressResult:
     hosts: tuple[HostProgress, ...]
     errors: tuple[str, ...]
     exited: str = ""
+    counted_since: float | None = None
     schema_version: int = SCHEMA_VERSION
     kind: str = "wait-for-progress"
 
@@ -214,6 +221,7 @@ def run_wait_progress(req: WaitProgressRequest) -> WaitProgressResult:
         ConfigError: the job has no ``progress:`` section; a bad inventory. StoreError: a bad store.
     """
     from robustctl.actions import open_context
+    from robustctl.actions.restart import last_start
     from robustctl.jobcode.records import evaluate_stability
     from robustctl.transport.pool import TransportPool
 
@@ -233,9 +241,11 @@ def run_wait_progress(req: WaitProgressRequest) -> WaitProgressResult:
         progress = spec.progress
         hosts = [ctx.inventory.by_name(n) for n in ctx.job_hosts(req.job).hosts]
         code = spec.code
+        started = last_start(ctx.store, req.job)
+        whole: list[ProgressReading] = []
 
         def reader() -> ProgressReading:
-            return read_progress(
+            reading = read_progress(
                 pool,
                 req.job,
                 hosts,
@@ -243,15 +253,18 @@ def run_wait_progress(req: WaitProgressRequest) -> WaitProgressResult:
                 concurrency=ctx.inventory.diagnose.concurrency,
                 clock=ctx.clock,
             )
+            whole[:] = [reading]  # stability filters the whole reading by the version's own start
+            return reading if started is None else reading.since(started)
 
         def fold(reading: ProgressReading) -> None:
             if code is not None:
-                evaluate_stability(ctx.store, req.job, code, reading)
+                evaluate_stability(ctx.store, req.job, code, whole[0])
 
         gone = None
         if ctx.scheduler.name == "inventory" and spec.launch is not None and spec.process is not None:
             gone = _gone(spec, hosts, pool, ctx.inventory.diagnose)
-        return wait_for_progress(req, reader, on_reading=fold, gone=gone)
+        result = wait_for_progress(req, reader, on_reading=fold, gone=gone)
+        return dataclasses.replace(result, counted_since=started)
     finally:
         pool.close()
         ctx.close()

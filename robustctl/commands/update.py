@@ -9,7 +9,8 @@
   the cron side of lazy updates (the restart applies the change).
 * **list** shows the job's changes and versions, after folding a fresh progress reading into the
   newest version (stability), when the job has a ``progress:`` section.
-* **rollback** plans → shows → (confirms) → applies: check out the last stable version (or ``--to``)
+* **rollback** plans → shows → (confirms) → applies: check out the last stable version other than
+  the one the hosts run now (or ``--to``)
   on every host of the job, all or none (:func:`robustctl.jobcode.git.switch_work_trees`), record it
   (the rolled-back changes, pending changes cleared), then restart (``run_restart``). An audit record
   (action ``rollback``) is written before the checkout, with one step per phase.
@@ -547,8 +548,21 @@ def plan_rollback(
         source = "last-stable"
     spec, hosts, codes = _inspect(ctx, req.job, ref)
     commit = common_commit(codes, ref)
-    require_clean(codes)
     head, _ = current_versions(codes)
+    if stable is not None and commit == head:
+        # The job already runs the last stable version: it ran stably and then failed (ByteRobust
+        # §4.2 rolls back from a version, never to the one that just failed); the one before it.
+        earlier = last_stable_version(ctx.store, req.job, other_than=head)
+        if earlier is None:
+            raise ActionRefused(
+                f"rollback refused: job {req.job} already runs {commit[:12]}, the only version that has run "
+                f"stably (robustctl update list --job {req.job}); pass --to REF to name the version"
+            )
+        stable, ref = earlier, earlier.commit
+        spec, hosts, codes = _inspect(ctx, req.job, ref)
+        commit = common_commit(codes, ref)
+        head, _ = current_versions(codes)
+    require_clean(codes)
     if stable is not None:
         gone = [
             c.id

@@ -391,7 +391,11 @@ def evaluate_stability(
     return next(x for x in versions(store, job) if x.id == v.id)
 
 
-def last_stable_version(store: Store, job: str) -> JobVersion | None:
-    """The newest version of ``job`` that became stable (None: none did)."""
-    stable = [v for v in versions(store, job) if v.stable_at is not None]
+def last_stable_version(store: Store, job: str, *, other_than: str | None = None) -> JobVersion | None:
+    """The newest version of ``job`` that became stable (None: none did).
+
+    ``other_than``: a commit to pass over (a rollback's target is never the commit the job runs now:
+    a version that ran stably and then failed is rolled back from, not to).
+    """
+    stable = [v for v in versions(store, job) if v.stable_at is not None and v.commit != other_than]
     return stable[-1] if stable else None

@@ -13,6 +13,7 @@ import io
 import json
 import os
 import subprocess
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -389,6 +390,35 @@ def test_rollback_to_the_last_stable_version_switches_all_and_restarts(bed: Bed)
         assert [s.status for s in audit.steps] == ["done", "done", "done"]
 
 
+def test_rollback_passes_over_the_version_the_hosts_run_even_when_it_ran_stably(bed: Bed) -> None:
+    """c3 (what the hosts run) ran 2 steps, enough to be stable, then failed: the rollback is to c2."""
+    spec = records.CodeSpec(path="/x", stable_after_steps=2)
+    with Store.open(bed.state) as store:
+        records.record_version_start(store, "j", bed.c2, started_at=1000.0, base_step=0)
+        records.evaluate_stability(store, "j", spec, reading(9, 1100.0))
+        records.record_version_start(store, "j", bed.c3, started_at=2000.0, base_step=0)
+        records.evaluate_stability(store, "j", spec, reading(2, 2010.0))
+        assert records.last_stable_version(store, "j").commit == bed.c3
+    dry = run_rollback(RollbackRequest(job="j", dry_run=True, inventory=bed.inv, state=bed.state))
+    assert dry.outcome is RollbackOutcome.DRY_RUN and dry.plan.commit == bed.c2, dry.plan
+
+
+def test_rollback_when_only_the_running_version_ran_stably_is_refused(bed: Bed) -> None:
+    with Store.open(bed.state) as store:
+        records.record_version_start(store, "j", bed.c3, started_at=2000.0, base_step=0)
+        records.evaluate_stability(
+            store, "j", records.CodeSpec(path="/x", stable_after_steps=2), reading(5, 2010.0)
+        )
+    calls: list[tuple[str, str]] = []
+    with pytest.raises(ActionRefused, match=r"already runs .* the only version that has run stably"):
+        run_rollback(
+            RollbackRequest(job="j", inventory=bed.inv, state=bed.state),
+            confirm=lambda p: True,
+            restart=injected(calls),
+        )
+    assert calls == [] and all(head(bed.tmp, h) == bed.c3 for h in HOSTS)
+
+
 def test_rollback_where_one_checkout_fails_leaves_nothing_switched(bed: Bed) -> None:
     (bed.tree("node3") / ".git" / "index.lock").write_text("")
     calls: list[tuple[str, str]] = []
@@ -481,6 +511,66 @@ def test_run_wait_progress_reads_hosts_and_marks_stability(bed: Bed) -> None:
     assert res.outcome is WaitOutcome.PROGRESS and res.last_step == 7
     with Store.open(bed.state) as store:
         assert records.last_stable_version(store, "j").commit == bed.c3
+
+
+def audit_restart(
+    store: Store, job: str, launch_at: float, status: str = "done", kind: str = "launch"
+) -> None:
+    """A ``restart`` audit record as apply_plan writes it: its start step (launch or requeue) at ``launch_at``."""
+    now = [launch_at - 5.0]
+    store.clock = lambda: now[0]
+    steps = [{"kind": "stop_job", "host": "node1"}, {"kind": kind, "host": "node1"}]
+    aid = store.audit_begin(
+        "restart", ["node1"], "test", plan={"action": "restart", "job": job, "steps": steps}
+    )
+    store.audit_step_start(aid, 0, "stop")
+    store.audit_step_end(aid, 0, "done", "")
+    now[0] = launch_at
+    store.audit_step_start(aid, 1, kind)
+    store.audit_step_end(aid, 1, status, "")
+    store.audit_finish(aid, "applied" if status == "done" else "failed", "")
+
+
+def test_last_start_is_the_newest_done_launch_or_requeue_of_the_job(tmp_path: Path) -> None:
+    from robustctl.actions.restart import last_start
+
+    with Store.open(tmp_path / "s.db") as store:
+        assert last_start(store, "j") is None
+        audit_restart(store, "j", 1000.0)
+        audit_restart(store, "other", 3000.0)  # another job's restart is not this one's
+        assert last_start(store, "j") == 1000.0
+        audit_restart(store, "j", 2000.0, kind="requeue")  # Slurm, Kubernetes
+        assert last_start(store, "j") == 2000.0
+        audit_restart(store, "j", 2500.0, status="failed")  # a launch that failed started nothing
+        assert last_start(store, "j") == 2000.0
+
+
+def test_the_wait_ignores_entries_of_the_run_stopped_before_the_last_start(bed: Bed) -> None:
+    """The stopped run got to step 50; the restart at t=1000 resumed from checkpoint 40. Counted, the
+    stale step 50 would be the baseline and the new run would have to pass step 53 to count."""
+    import threading
+
+    with Store.open(bed.state) as store:
+        audit_restart(store, "j", 1000.0)
+    for i, h in enumerate(HOSTS):
+        heartbeat(bed, h, i, 50, 990.0)
+
+    def new_run() -> None:
+        for step, at in ((41, 1002.0), (44, 1005.0)):
+            time.sleep(0.5)
+            for i, h in enumerate(HOSTS):
+                heartbeat(bed, h, i, step, at)
+
+    t = threading.Thread(target=new_run)
+    t.start()
+    res = run_wait_progress(
+        WaitProgressRequest(
+            job="j", min_new_steps=3, timeout_s=4, poll_s=0.2, inventory=bed.inv, state=bed.state
+        )
+    )
+    t.join()
+    assert res.counted_since == 1000.0
+    assert res.outcome is WaitOutcome.PROGRESS and res.baseline_step == 41 and res.last_step == 44, res
 
 
 def cli(*argv: str) -> tuple[int, str, str]:
