@@ -33,7 +33,19 @@ if TYPE_CHECKING:
     from robustctl.transport.base import CommandResult, Transport
     from robustctl.transport.srun import SrunTransport
 
-PROBES = ("host", "nvml", "burn", "allreduce", "stacks", "bundle", "replay", "ckpt", "jobprocs", "launch")
+PROBES = (
+    "host",
+    "nvml",
+    "burn",
+    "allreduce",
+    "stacks",
+    "bundle",
+    "replay",
+    "ckpt",
+    "jobprocs",
+    "launch",
+    "shard",
+)
 """Probes shipped in ``diagnostics/``."""
 
 PRELUDE = "_prelude"

@@ -76,6 +76,8 @@ class StepKind(str, enum.Enum):
     """Check the job's pending code change out on every host, all or none (robustctl.jobcode)."""
     PICK_CHECKPOINT = "pick_checkpoint"
     """Choose the checkpoint iteration the job restarts from (robustctl.actions.restart)."""
+    STAGE_CHECKPOINT = "stage_checkpoint"
+    """Copy the chosen iteration's shards to the hosts that load them and lack them (robustctl.ckpt.stage)."""
     LAUNCH = "launch"
     """Start the job's processes from its ``launch:`` section (robustctl.actions.restart)."""
     WAIT_RUNNING = "wait_running"

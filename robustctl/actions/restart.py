@@ -14,6 +14,11 @@ the new host list, :meth:`ActionContext.job_hosts`). What it does depends on the
   3. ``pick_checkpoint``: the iteration to restart from (:func:`_pick_checkpoint`: the newest complete
      one, :func:`robustctl.ckpt.resolve_checkpoint`), passed to the
      launch as ``{ckpt_iter}``;
+  3b. ``stage_checkpoint`` (checkpoint directories local to each host, ``ckpt.shared: false``): the
+     chosen iteration's shards copied onto the hosts that load them and lack them, a warm standby
+     that took an evicted machine's place (:mod:`robustctl.ckpt.stage`: from a backup peer still in
+     the job, chunk by chunk through robustctl, renamed into place whole); a copy that fails fails
+     the step before anything is launched;
   4. ``launch``: start the processes detached (:func:`robustctl.jobs.launch.launch_job`); a launch
      that fails on some machine stops what it started on the others, so nothing is left half-started;
   5. ``wait_running``: until every rank runs or ``launch.start_timeout_s`` passes; the step fails
@@ -41,11 +46,12 @@ from typing import TYPE_CHECKING
 
 from robustctl.actions import ActionContext
 from robustctl.actions.plan import Plan, Step, StepKind, StepRunner
-from robustctl.errors import ConfigError, InventoryError, RobustctlError, UsageError
+from robustctl.errors import ConfigError, HostError, InventoryError, RobustctlError, UsageError
 from robustctl.inventory.hostrange import collapse
 from robustctl.jobs.launch import launch_job, render_launch, stop_job, wait_running
 
 if TYPE_CHECKING:
+    from robustctl.ckpt.stage import ShardMove
     from robustctl.inventory import Host, Job
     from robustctl.store import Store
     from robustctl.transport.pool import TransportPool
@@ -220,6 +226,25 @@ def last_start(store: Store, job: str) -> float | None:
     return None
 
 
+def _staging(
+    ctx: ActionContext, job: Job, hosts: Sequence[Host], iteration: int | None
+) -> tuple[ShardMove, ...]:
+    """The shard copies a restart on ``hosts`` needs before it launches (:func:`robustctl.ckpt.stage.plan_staging`).
+
+    None for a shared directory, a job without ``ckpt:``, or no iteration. Reads the hosts' checkpoint
+    directories. Raises StagingError, CheckpointError (see plan_staging), ConfigError, InventoryError.
+    """
+    if job.ckpt is None or job.ckpt.shared or iteration is None:
+        return ()
+    from robustctl.ckpt import read_checkpoints
+    from robustctl.ckpt.stage import plan_staging
+    from robustctl.inventory.topology import Topology
+
+    state = read_checkpoints(ctx.inventory, job.name, [h.name for h in hosts])
+    topo = Topology(job.layout) if job.ckpt.shards == "mp_rank" else None
+    return plan_staging(state, iteration, [h.name for h in hosts], job.ranks_per_host, topo)
+
+
 def _pick_checkpoint(
     ctx: ActionContext, job: Job, hosts: Sequence[Host], want: Want
 ) -> tuple[int | None, str]:
@@ -336,6 +361,23 @@ def plan_restart(spec: RestartSpec, ctx: ActionContext) -> Plan:
             note=f"--from-checkpoint {_want_text(spec.want)}; now: {why}",
         )
     )
+    if job.ckpt is not None and not job.ckpt.shared and spec.want != FROM_NONE:
+        moves = _staging(ctx, job, hosts, iteration)
+        what = (
+            "; ".join(m.line() for m in moves[:4])
+            + (f"; and {len(moves) - 4} more" if len(moves) > 4 else "")
+            if moves
+            else "every host holds the shards it loads"
+        )
+        steps.append(
+            Step(
+                StepKind.STAGE_CHECKPOINT,
+                job.name,
+                "robustctl",
+                job=job.name,
+                note=f"local checkpoint directories: the chosen iteration's shards onto the hosts that load them; now: {what}",
+            )
+        )
     steps.append(
         Step(
             StepKind.LAUNCH,
@@ -469,6 +511,23 @@ def restart_runners(
         chosen["iteration"] = iteration
         return False, f"iteration {iteration}: {why}" if iteration is not None else f"no checkpoint: {why}"
 
+    def stage(step: Step, plan: Plan) -> tuple[bool, str]:
+        job, hosts = current()
+        from robustctl.ckpt.stage import StagingError, stage_shards
+
+        if job.ckpt is None:
+            return False, "job has no ckpt section"
+        try:
+            moves = _staging(ctx, job, hosts, chosen.get("iteration"))
+            if not moves:
+                return False, "every host holds the shards it loads"
+            report = stage_shards(
+                moves, job.ckpt, ctx.inventory.by_name, pool, diagnose=ctx.inventory.diagnose
+            )
+        except (StagingError, HostError) as exc:
+            raise RestartFailed(f"checkpoint iteration {chosen.get('iteration')} not staged: {exc}") from exc
+        return True, report.line()
+
     def update(step: Step, plan: Plan) -> tuple[bool, str]:
         job, hosts = current()
         from robustctl.jobcode.git import switch_code
@@ -519,6 +578,7 @@ def restart_runners(
         StepKind.STOP_JOB: stop,
         StepKind.APPLY_UPDATE: update,
         StepKind.PICK_CHECKPOINT: pick,
+        StepKind.STAGE_CHECKPOINT: stage,
         StepKind.LAUNCH: launch,
         StepKind.WAIT_RUNNING: wait,
     }

@@ -113,6 +113,8 @@ class IterationState:
         unreadable: ``(rank, host, why)`` of copies present but not readable.
         locations: ``(rank, hosts)`` for every rank with a readable copy on a job host (hosts in
         job order). outside: ``(rank, hosts)`` of readable copies only on hosts no longer in the job.
+        files: ``(rank, name, size)`` of a readable copy of each rank that has one (name: its path in
+        the iteration directory; size: bytes, None when not statted).
     """
 
     iteration: int
@@ -121,6 +123,7 @@ class IterationState:
     unreadable: tuple[tuple[int, str, str], ...]
     locations: tuple[tuple[int, tuple[str, ...]], ...]
     outside: tuple[tuple[int, tuple[str, ...]], ...] = ()
+    files: tuple[tuple[int, str, int | None], ...] = ()
 
     def lacks(self) -> str:
         """Why it is incomplete, one phrase: ``lacks rank 5's shard``, ``lacks the shards of ranks 5, 7-9``."""
@@ -213,10 +216,13 @@ def evaluate(
         where: dict[int, set[str]] = {}
         away: dict[int, set[str]] = {}
         bad: list[tuple[int, str, str]] = []
+        files: dict[int, tuple[str, int | None]] = {}
         for c in by_iter[number]:
             if not c.readable:
                 bad.append((c.rank, c.host, c.error or "not readable"))
-            elif shared or c.host in in_job:
+                continue
+            files.setdefault(c.rank, (c.name, c.size))
+            if shared or c.host in in_job:
                 where.setdefault(c.rank, set()).add(c.host)
             else:
                 away.setdefault(c.rank, set()).add(c.host)
@@ -233,6 +239,7 @@ def evaluate(
                     if r in need_set
                 ),
                 outside=tuple((r, tuple(sorted(away[r]))) for r in sorted(away) if r not in where),
+                files=tuple((r, *files[r]) for r in sorted(files) if r in need_set),
             )
         )
     tracker, tracker_note = _tracker(reads, hosts)

@@ -14,7 +14,7 @@ import re
 import sys
 import time
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -636,3 +636,76 @@ def test_update_apply_restarts_only_when_the_lazy_change_is_due(job: Job) -> Non
         assert _git(job.tmp / f"code-{host}", "rev-parse", "HEAD") == commits[0]
     with Store.open(job.state) as store:
         assert [c.state for c in changes(store, "hb")] == [ChangeState.APPLIED, ChangeState.FORCED]
+
+
+# ---- local checkpoint directories: shards staged onto a warm standby --------------------------------
+
+
+def _shard_bytes(rank: int, iteration: int) -> bytes:
+    return bytes((rank * 31 + iteration + i) % 251 for i in range(3000 + 7 * rank))
+
+
+def _save_as(root: Path, host: str, iteration: int, ranks: Sequence[int]) -> None:
+    d = root / host / f"iter_{iteration:07d}"
+    d.mkdir(parents=True, exist_ok=True)
+    for r in ranks:
+        (d / f"rank_{r:05d}.pt").write_bytes(_shard_bytes(r, iteration))
+    (root / host / "latest_checkpointed_iteration.txt").write_text(str(iteration))
+
+
+def test_restart_on_a_standby_copies_the_shards_its_ranks_load_from_the_backup_peer(job: Job) -> None:
+    """n1 (ranks 0-1) was replaced by spare1. Each host kept its own shards and a backup of the other
+    host's (ByteRobust §6.3): iteration 30 is complete on the new host list, and the restart copies
+    ranks 0 and 1's shards from n2 onto spare1, whole and renamed into place, before it launches."""
+    ckpt = job.tmp / "ckpt"
+    job.write(launch={"env": {"HB_EXTRA": "ckpt-{ckpt_iter}"}}, ckpt={"dir": str(ckpt) + "/{host}"})
+    data = yaml.safe_load(job.inventory.read_text())
+    data["hosts"].append({"name": "spare1", "transport": "local", "state": "standby"})
+    job.inventory.write_text(yaml.safe_dump(data, sort_keys=False))
+    _save_as(ckpt, "n1", 30, [0, 1, 2, 3])
+    _save_as(ckpt, "n2", 30, [2, 3, 0, 1])
+    (ckpt / "spare1").mkdir()
+    with Store.open(job.state) as store:
+        store.set_job_hosts("hb", ["spare1", "n2"])
+    dry = run_restart(RestartRequest(job="hb", inventory=job.inventory, state=job.state, dry_run=True))
+    kinds = [s.kind.value for s in dry.plan.steps]
+    assert kinds.index("pick_checkpoint") < kinds.index("stage_checkpoint") < kinds.index("launch"), kinds
+    assert "rank 0's shard (rank_00000.pt" in dry.plan.steps[kinds.index("stage_checkpoint")].note
+    assert not (ckpt / "spare1" / "iter_0000030").exists()  # a dry run copies nothing
+
+    result = job.restart()
+    assert result.outcome is Outcome.APPLIED, result.applied
+    status, detail = step_results(result)["stage_checkpoint"]
+    assert status == "done" and "copied 2 shard(s) of ranks 0-1 to spare1" in detail, detail
+    for r in (0, 1):
+        assert (ckpt / "spare1" / "iter_0000030" / f"rank_{r:05d}.pt").read_bytes() == _shard_bytes(r, 30)
+    assert sorted(p.name for p in (ckpt / "spare1" / "iter_0000030").iterdir()) == [
+        "rank_00000.pt",
+        "rank_00001.pt",
+    ]  # no temporary file left
+    assert (ckpt / "spare1" / "latest_checkpointed_iteration.txt").read_text() == "30"
+    beats = job.heartbeats(wait_for=4)
+    assert {beats[f"rank{r}"]["env"]["HB_EXTRA"] for r in range(4)} == {"ckpt-30"}
+
+    again = job.restart()  # spare1 now holds its shards: nothing to copy
+    assert step_results(again)["stage_checkpoint"] == ("noop", "every host holds the shards it loads")
+
+
+def test_a_shard_copy_that_fails_launches_nothing_and_leaves_no_partial_file(job: Job) -> None:
+    ckpt = job.tmp / "ckpt"
+    job.write(ckpt={"dir": str(ckpt) + "/{host}"})
+    data = yaml.safe_load(job.inventory.read_text())
+    data["hosts"].append({"name": "spare1", "transport": "local", "state": "standby"})
+    job.inventory.write_text(yaml.safe_dump(data, sort_keys=False))
+    _save_as(ckpt, "n2", 30, [2, 3, 0, 1])
+    (ckpt / "spare1").mkdir()
+    (ckpt / "spare1" / "iter_0000030").write_text("a file where the iteration's directory must go")
+    with Store.open(job.state) as store:
+        store.set_job_hosts("hb", ["spare1", "n2"])
+    result = job.restart()
+    assert result.outcome is Outcome.FAILED, result
+    status, detail = step_results(result)["stage_checkpoint"]
+    assert status == "failed" and "not staged" in detail and "spare1" in detail, detail
+    assert step_results(result)["launch"][0] == "skipped"
+    assert job.processes() == []
+    assert sorted(p.name for p in (ckpt / "spare1").iterdir()) == ["iter_0000030"]
