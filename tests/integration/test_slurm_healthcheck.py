@@ -83,6 +83,15 @@ def _runs(bed: SlurmBed, node: str, *, since: float = 0.0) -> list[int]:
     return out
 
 
+def _exited(bed: SlurmBed, node: str, code: int, *, since: float, timeout_s: float = 15.0) -> list[int]:
+    """The exit codes of ``node``'s runs since ``since`` once one is ``code``: the node's state changes
+    inside a run (scontrol), and the wrapper logs the run's exit only after it returns."""
+    deadline = time.monotonic() + timeout_s
+    while code not in (runs := _runs(bed, node, since=since)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return runs
+
+
 def _wait(bed: SlurmBed, node: str, want: tuple[str, str] | str, timeout_s: float = 40.0) -> tuple[str, str]:
     deadline = time.monotonic() + timeout_s
     seen = ("", "")
@@ -105,14 +114,14 @@ def test_health_check_drains_a_faulty_node_resumes_it_and_never_clears_an_admin_
     (bed.base / "faults" / "sn2").touch()
     _, reason = _wait(bed, "sn2", "drained")
     assert reason.startswith("robustctl: health check: nvml.count: 1 of 2 expected GPUs visible"), reason
-    assert 2 in _runs(bed, "sn2", since=t_fault)  # the drain came from a run that exited CRITICAL
+    assert 2 in _exited(bed, "sn2", 2, since=t_fault)  # the drain came from a run that exited CRITICAL
     assert bed.node_states()["sn1"] == ("idle", "none")
     assert bed.node_states()["sn3"] == ("drained", admin)
 
     t_fixed = time.time()
     (bed.base / "faults" / "sn2").unlink()
     _wait(bed, "sn2", ("idle", "none"))
-    assert 0 in _runs(bed, "sn2", since=t_fixed)
+    assert 0 in _exited(bed, "sn2", 0, since=t_fixed)
 
     # Two more health-check rounds on the admin-drained node: healthy (exit 0), still drained as the admin left it.
     deadline = time.monotonic() + 4 * INTERVAL_S + 10
