@@ -373,6 +373,10 @@ class CheckpointSpec(StrictModel):
     )
     timeout_s: Seconds = Field(60.0, description="The checkpoint probe's budget on one host, seconds.")
 
+    def dir_on(self, host: str) -> str:
+        """``dir`` as host ``host`` (inventory name) sees it: ``{host}`` filled in."""
+        return self.dir.replace("{host}", host)
+
     @field_validator("dir")
     @classmethod
     def _only_host_placeholder(cls, value: str) -> str:

@@ -12,10 +12,10 @@ the new host list, :meth:`ActionContext.job_hosts`). What it does depends on the
   2. ``apply_update``: the pending code change checked out on every host, all or none
      (:func:`_code_update_steps`), when the job has a ``code:`` section and one is pending;
   3. ``pick_checkpoint``: the iteration to restart from (:func:`_pick_checkpoint`: the newest complete
-     one, :func:`robustctl.ckpt.resolve_checkpoint`), passed to the
-     launch as ``{ckpt_iter}``;
+     one, from one read of the checkpoint directories), passed to the launch as ``{ckpt_iter}``;
   3b. ``stage_checkpoint`` (checkpoint directories local to each host, ``ckpt.shared: false``): the
-     chosen iteration's shards copied onto the hosts that load them and lack them, a warm standby
+     chosen iteration's shards copied onto the hosts that load them and lack them (planned from the
+     same read), a warm standby
      that took an evicted machine's place (:mod:`robustctl.ckpt.stage`: from a backup peer still in
      the job, chunk by chunk through robustctl, renamed into place whole); a copy that fails fails
      the step before anything is launched;
@@ -46,12 +46,12 @@ from typing import TYPE_CHECKING
 
 from robustctl.actions import ActionContext
 from robustctl.actions.plan import Plan, Step, StepKind, StepRunner
+from robustctl.ckpt.stage import NOTHING_TO_STAGE, ShardMove
 from robustctl.errors import ConfigError, HostError, InventoryError, RobustctlError, UsageError
 from robustctl.inventory.hostrange import collapse
 from robustctl.jobs.launch import launch_job, render_launch, stop_job, wait_running
 
 if TYPE_CHECKING:
-    from robustctl.ckpt.stage import ShardMove
     from robustctl.inventory import Host, Job
     from robustctl.store import Store
     from robustctl.transport.pool import TransportPool
@@ -226,35 +226,27 @@ def last_start(store: Store, job: str) -> float | None:
     return None
 
 
-def _staging(
-    ctx: ActionContext, job: Job, hosts: Sequence[Host], iteration: int | None
-) -> tuple[ShardMove, ...]:
-    """The shard copies a restart on ``hosts`` needs before it launches (:func:`robustctl.ckpt.stage.plan_staging`).
+@dataclass(frozen=True)
+class _Pick:
+    """The checkpoint a restart loads: ``iteration`` (None: none), ``why`` (one line), and ``moves``,
+    the shard copies that put it on the hosts that load it (local directories only, else empty)."""
 
-    None for a shared directory, a job without ``ckpt:``, or no iteration. Reads the hosts' checkpoint
-    directories. Raises StagingError, CheckpointError (see plan_staging), ConfigError, InventoryError.
-    """
-    if job.ckpt is None or job.ckpt.shared or iteration is None:
-        return ()
-    from robustctl.ckpt import read_checkpoints
-    from robustctl.ckpt.stage import plan_staging
-    from robustctl.inventory.topology import Topology
-
-    state = read_checkpoints(ctx.inventory, job.name, [h.name for h in hosts])
-    topo = Topology(job.layout) if job.ckpt.shards == "mp_rank" else None
-    return plan_staging(state, iteration, [h.name for h in hosts], job.ranks_per_host, topo)
+    iteration: int | None
+    why: str
+    moves: tuple[ShardMove, ...] = ()
 
 
-def _pick_checkpoint(
-    ctx: ActionContext, job: Job, hosts: Sequence[Host], want: Want
-) -> tuple[int | None, str]:
-    """The checkpoint iteration to restart ``job`` from, and one line saying why.
+def _pick_checkpoint(ctx: ActionContext, job: Job, hosts: Sequence[Host], want: Want) -> _Pick:
+    """The checkpoint iteration to restart ``job`` from, why, and the shard copies it needs.
 
-    ``none``: no checkpoint. A job with a ``ckpt:`` section: :func:`robustctl.ckpt.resolve_checkpoint`
-    on ``hosts`` (``latest-complete``: the newest iteration every rank's shard of which is present
-    and readable there, the tracker file never trusted alone; an iteration: that one, if complete).
-    Without a ``ckpt:`` section nothing can be checked: an asked-for iteration is passed as it is,
-    ``latest-complete`` gives ``(None, "job has no ckpt section")``.
+    ``none``: no checkpoint. A job with a ``ckpt:`` section: its directories read once on ``hosts``
+    (:func:`robustctl.ckpt.read_checkpoints`), the iteration picked from them
+    (:func:`robustctl.ckpt.pick_restart_iteration`: ``latest-complete``, the newest iteration every
+    rank's shard of which is present and readable there, the tracker file never trusted alone; an
+    iteration: that one, if complete) and, with directories local to each host, the copies that put
+    each shard on the host that loads it (:func:`robustctl.ckpt.stage.plan_staging`). Without a
+    ``ckpt:`` section nothing can be checked: an asked-for iteration is passed as it is,
+    ``latest-complete`` gives no iteration ("job has no ckpt section").
 
     Raises:
         CheckpointError (exit 2) / CheckpointUnknown (exit 3): no complete iteration (or not the one
@@ -262,15 +254,23 @@ def _pick_checkpoint(
             before anything stops (``--from-checkpoint none`` starts without one).
     """
     if want == FROM_NONE:
-        return None, "no checkpoint (--from-checkpoint none)"
+        return _Pick(None, "no checkpoint (--from-checkpoint none)")
     if job.ckpt is None:
         if isinstance(want, int):
-            return want, f"iteration {want}, as asked (job has no ckpt section: not checked)"
-        return None, "job has no ckpt section"
-    from robustctl.ckpt import resolve_checkpoint
+            return _Pick(want, f"iteration {want}, as asked (job has no ckpt section: not checked)")
+        return _Pick(None, "job has no ckpt section")
+    from robustctl.ckpt import pick_restart_iteration, read_checkpoints
+    from robustctl.ckpt.stage import plan_staging
+    from robustctl.inventory.topology import Topology
 
-    pick = resolve_checkpoint(ctx.inventory, job.name, [h.name for h in hosts], want)
-    return pick.iteration, pick.note or f"iteration {pick.iteration}"
+    names = [h.name for h in hosts]
+    state = read_checkpoints(ctx.inventory, job.name, names)
+    pick = pick_restart_iteration(state, want)
+    why = pick.note or f"iteration {pick.iteration}"
+    if pick.iteration is None or job.ckpt.shared:
+        return _Pick(pick.iteration, why)
+    topo = Topology(job.layout) if job.ckpt.shards == "mp_rank" else None
+    return _Pick(pick.iteration, why, plan_staging(state, pick.iteration, names, job.ranks_per_host, topo))
 
 
 # ------------------------------------------------------------------------------------------ planning
@@ -348,8 +348,8 @@ def plan_restart(spec: RestartSpec, ctx: ActionContext) -> Plan:
     assert job.launch is not None
     launch = job.launch
     notes = [note] if note else []
-    iteration, why = _pick_checkpoint(ctx, job, hosts, spec.want)
-    procs = render_launch(job, hosts, iteration)  # a template that cannot be filled fails here
+    picked = _pick_checkpoint(ctx, job, hosts, spec.want)
+    procs = render_launch(job, hosts, picked.iteration)  # a template that cannot be filled fails here
     via = _via(hosts)
     steps = [_stop_step(job, hosts, launch.stop_grace_s), *_code_update_steps(ctx, job, hosts)]
     steps.append(
@@ -358,17 +358,14 @@ def plan_restart(spec: RestartSpec, ctx: ActionContext) -> Plan:
             job.name,
             "robustctl",
             job=job.name,
-            note=f"--from-checkpoint {_want_text(spec.want)}; now: {why}",
+            note=f"--from-checkpoint {_want_text(spec.want)}; now: {picked.why}",
         )
     )
     if job.ckpt is not None and not job.ckpt.shared and spec.want != FROM_NONE:
-        moves = _staging(ctx, job, hosts, iteration)
-        what = (
-            "; ".join(m.line() for m in moves[:4])
-            + (f"; and {len(moves) - 4} more" if len(moves) > 4 else "")
-            if moves
-            else "every host holds the shards it loads"
-        )
+        moves = picked.moves
+        what = "; ".join(m.line() for m in moves[:4]) or NOTHING_TO_STAGE
+        if len(moves) > 4:
+            what += f"; and {len(moves) - 4} more"
         steps.append(
             Step(
                 StepKind.STAGE_CHECKPOINT,
@@ -484,7 +481,11 @@ def restart_runners(
     They share one state: the iteration ``pick_checkpoint`` chose is the ``{ckpt_iter}`` of ``launch``.
     Each raises :class:`RestartFailed` (one line per machine that failed) when its step failed.
     """
-    chosen: dict[str, int | None] = {}
+    chosen: dict[str, _Pick] = {}
+
+    def iteration() -> int | None:
+        return chosen["pick"].iteration if "pick" in chosen else None
+
     launched: dict[str, float] = {}
 
     def current() -> tuple[Job, list[Host]]:
@@ -507,25 +508,22 @@ def restart_runners(
 
     def pick(step: Step, plan: Plan) -> tuple[bool, str]:
         job, hosts = current()
-        iteration, why = _pick_checkpoint(ctx, job, hosts, spec.want)
-        chosen["iteration"] = iteration
-        return False, f"iteration {iteration}: {why}" if iteration is not None else f"no checkpoint: {why}"
+        picked = chosen["pick"] = _pick_checkpoint(ctx, job, hosts, spec.want)
+        if picked.iteration is None:
+            return False, f"no checkpoint: {picked.why}"
+        return False, f"iteration {picked.iteration}: {picked.why}"
 
     def stage(step: Step, plan: Plan) -> tuple[bool, str]:
-        job, hosts = current()
+        job, _ = current()
         from robustctl.ckpt.stage import StagingError, stage_shards
 
-        if job.ckpt is None:
-            return False, "job has no ckpt section"
+        moves = chosen["pick"].moves if "pick" in chosen else ()
+        if job.ckpt is None or not moves:
+            return False, NOTHING_TO_STAGE
         try:
-            moves = _staging(ctx, job, hosts, chosen.get("iteration"))
-            if not moves:
-                return False, "every host holds the shards it loads"
-            report = stage_shards(
-                moves, job.ckpt, ctx.inventory.by_name, pool, diagnose=ctx.inventory.diagnose
-            )
+            report = stage_shards(moves, job.ckpt, ctx.inventory.by_name, pool)
         except (StagingError, HostError) as exc:
-            raise RestartFailed(f"checkpoint iteration {chosen.get('iteration')} not staged: {exc}") from exc
+            raise RestartFailed(f"checkpoint iteration {iteration()} not staged: {exc}") from exc
         return True, report.line()
 
     def update(step: Step, plan: Plan) -> tuple[bool, str]:
@@ -545,9 +543,7 @@ def restart_runners(
     def launch(step: Step, plan: Plan) -> tuple[bool, str]:
         job, hosts = current()
         launched["at"] = ctx.clock()
-        results = launch_job(
-            job, hosts, pool, ckpt_iter=chosen.get("iteration"), diagnose=ctx.inventory.diagnose
-        )
+        results = launch_job(job, hosts, pool, ckpt_iter=iteration(), diagnose=ctx.inventory.diagnose)
         detail = "; ".join(r.line() for r in results)
         if not all(r.ok for r in results):
             grace = job.launch.stop_grace_s if job.launch is not None else DEFAULT_STOP_GRACE_S
@@ -572,7 +568,7 @@ def restart_runners(
         if not report.ok:
             raise RestartFailed(report.line())
         started = launched.get("at", ctx.clock())
-        return False, report.line() + _record_version(ctx, job, hosts, chosen.get("iteration"), pool, started)
+        return False, report.line() + _record_version(ctx, job, hosts, iteration(), pool, started)
 
     return {
         StepKind.STOP_JOB: stop,

@@ -211,7 +211,7 @@ def scan_checkpoints(
         host_deadline = command_deadline(host, host_deadline)
         budget = max(1.0, min(spec.timeout_s, host_deadline - time.monotonic() - 3.0))
         args = [
-            f"--dir={spec.dir.replace('{host}', host.name)}",
+            f"--dir={spec.dir_on(host.name)}",
             f"--shards={spec.shards}",
             f"--tracker={spec.tracker}",
             "--max-iterations",

@@ -32,18 +32,20 @@ from robustctl.exit_codes import ExitCode
 from robustctl.inventory.hostrange import compact_ranges
 
 if TYPE_CHECKING:
-    from robustctl.config import CheckpointSpec, DiagnoseSettings
+    from robustctl.config import CheckpointSpec
     from robustctl.inventory import Host
     from robustctl.inventory.topology import Topology
     from robustctl.transport.pool import TransportPool
 
-__all__ = ["CHUNK_BYTES", "ShardMove", "StagingError", "plan_staging", "stage_shards"]
+__all__ = ["CHUNK_BYTES", "NOTHING_TO_STAGE", "ShardMove", "StagingError", "plan_staging", "stage_shards"]
 
 CHUNK_BYTES = 8 << 20
 """Bytes moved per read and per write (the ``shard`` probe's ``MAX_CHUNK``): 11 MiB of base64 per
 command, under the transport's 16 MiB output bound."""
 COPY_TIMEOUT_S = 120.0
 """Budget of one chunk's read or write on one host, seconds."""
+NOTHING_TO_STAGE = "every host holds the shards it loads"
+"""What staging says when there is nothing to copy."""
 
 
 class StagingError(RobustctlError):
@@ -145,7 +147,7 @@ class StagingReport:
     def line(self) -> str:
         """One line for the restart step's detail."""
         if not self.moved:
-            return "every host holds the shards it loads"
+            return NOTHING_TO_STAGE
         dests = sorted({m.dest for m in self.moved})
         ranks = compact_ranges(sorted({m.rank for m in self.moved}))
         tr = f"; tracker written on {', '.join(self.trackers)}" if self.trackers else ""
@@ -161,7 +163,6 @@ def stage_shards(
     hosts: Callable[[str], Host],
     pool: TransportPool,
     *,
-    diagnose: DiagnoseSettings | None = None,
     chunk_bytes: int = CHUNK_BYTES,
 ) -> StagingReport:
     """Copy every shard of ``moves`` (one at a time, chunk by chunk) and rename it into place.
@@ -194,7 +195,7 @@ def stage_shards(
         return data
 
     def path(host: str, m: ShardMove) -> str:
-        return f"{spec.dir.replace('{host}', host).rstrip('/')}/iter_{m.iteration:07d}/{m.name}"
+        return f"{spec.dir_on(host).rstrip('/')}/iter_{m.iteration:07d}/{m.name}"
 
     for m in moves:
         src, dst = hosts(m.source), hosts(m.dest)
@@ -224,7 +225,7 @@ def stage_shards(
                 raise StagingError(
                     f"{m.source}: {source} changed while it was copied ({offset} of {size} bytes)"
                 )
-            tracker = f"{spec.dir.replace('{host}', m.dest).rstrip('/')}/{spec.tracker}"
+            tracker = f"{spec.dir_on(m.dest).rstrip('/')}/{spec.tracker}"
             done = probe(
                 dst,
                 ["--op", "commit", f"--path={tmp}", f"--dest={dest}", f"--size={offset}",

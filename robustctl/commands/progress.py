@@ -25,7 +25,6 @@ a bad inventory or state store.
 
 from __future__ import annotations
 
-import dataclasses
 import enum
 import math
 import time
@@ -141,14 +140,16 @@ def wait_for_progress(
     *,
     on_reading: Callable[[ProgressReading], None] | None = None,
     gone: Gone | None = None,
+    counted_since: float | None = None,
     monotonic: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
 ) -> WaitProgressResult:
     """The waiting loop over any ``reader`` (tests pass readings; :func:`run_wait_progress` reads hosts).
 
-    ``on_reading`` is called with every reading (stability bookkeeping). ``gone`` is asked after every
-    reading (also one that shows progress): a line from it ends the wait as ``exited``. Raises
-    UsageError for a bad request.
+    ``on_reading`` is called with every reading, whole (stability bookkeeping). ``gone`` is asked after
+    every reading (also one that shows progress): a line from it ends the wait as ``exited``.
+    ``counted_since`` (UNIX s): only entries made at or after it count (:meth:`ProgressReading.since`).
+    Raises UsageError for a bad request.
     """
     _check(req)
     start = monotonic()
@@ -162,6 +163,8 @@ def wait_for_progress(
         readings += 1
         if on_reading is not None:
             on_reading(last)
+        if counted_since is not None:
+            last = last.since(counted_since)
         step = last.step
         ever_read = ever_read or step is not None
         if baseline is None and step is not None and last.complete:
@@ -174,16 +177,20 @@ def wait_for_progress(
         ):
             why = gone() if gone is not None else None
             outcome = WaitOutcome.PROGRESS if why is None else WaitOutcome.EXITED
-            return _result(req, outcome, baseline, last, readings, monotonic() - start, why or "")
+            return _result(
+                req, outcome, baseline, last, readings, monotonic() - start, counted_since, why or ""
+            )
         why = gone() if gone is not None else None
         if why is not None:
-            return _result(req, WaitOutcome.EXITED, baseline, last, readings, monotonic() - start, why)
+            return _result(
+                req, WaitOutcome.EXITED, baseline, last, readings, monotonic() - start, counted_since, why
+            )
         now = monotonic()
         if now >= deadline:
             break
         sleep(min(req.poll_s, max(0.0, deadline - now)))
     outcome = WaitOutcome.NO_PROGRESS if last.complete and ever_read else WaitOutcome.UNREADABLE
-    return _result(req, outcome, baseline, last, readings, monotonic() - start)
+    return _result(req, outcome, baseline, last, readings, monotonic() - start, counted_since)
 
 
 def _result(
@@ -193,6 +200,7 @@ def _result(
     last: ProgressReading,
     readings: int,
     elapsed: float,
+    counted_since: float | None,
     exited: str = "",
 ) -> WaitProgressResult:
     step = last.step
@@ -210,6 +218,7 @@ def _result(
         hosts=last.hosts,
         errors=last.errors,
         exited=exited,
+        counted_since=counted_since,
     )
 
 
@@ -241,11 +250,9 @@ def run_wait_progress(req: WaitProgressRequest) -> WaitProgressResult:
         progress = spec.progress
         hosts = [ctx.inventory.by_name(n) for n in ctx.job_hosts(req.job).hosts]
         code = spec.code
-        started = last_start(ctx.store, req.job)
-        whole: list[ProgressReading] = []
 
         def reader() -> ProgressReading:
-            reading = read_progress(
+            return read_progress(
                 pool,
                 req.job,
                 hosts,
@@ -253,18 +260,17 @@ def run_wait_progress(req: WaitProgressRequest) -> WaitProgressResult:
                 concurrency=ctx.inventory.diagnose.concurrency,
                 clock=ctx.clock,
             )
-            whole[:] = [reading]  # stability filters the whole reading by the version's own start
-            return reading if started is None else reading.since(started)
 
-        def fold(reading: ProgressReading) -> None:
+        def fold(reading: ProgressReading) -> None:  # the whole reading: it filters by the version's start
             if code is not None:
-                evaluate_stability(ctx.store, req.job, code, whole[0])
+                evaluate_stability(ctx.store, req.job, code, reading)
 
         gone = None
         if ctx.scheduler.name == "inventory" and spec.launch is not None and spec.process is not None:
             gone = _gone(spec, hosts, pool, ctx.inventory.diagnose)
-        result = wait_for_progress(req, reader, on_reading=fold, gone=gone)
-        return dataclasses.replace(result, counted_since=started)
+        return wait_for_progress(
+            req, reader, on_reading=fold, gone=gone, counted_since=last_start(ctx.store, req.job)
+        )
     finally:
         pool.close()
         ctx.close()

@@ -506,12 +506,17 @@ def test_restart_after_a_standby_replaced_a_host_launches_on_the_new_list_and_st
     assert job.heartbeats(wait_for=4)["rank0"]["env"]["NODE_RANK"] == "0"
 
 
-def _save(root: Path, host: str, iteration: int, ranks: range, *, tracker: bool = True) -> None:
+def _shard_bytes(rank: int, iteration: int) -> bytes:
+    """The content of rank ``rank``'s shard of ``iteration``: its own bytes, so a copy can be checked."""
+    return bytes((rank * 31 + iteration + i) % 251 for i in range(3000 + 7 * rank))
+
+
+def _save(root: Path, host: str, iteration: int, ranks: Sequence[int], *, tracker: bool = True) -> None:
     """Megatron-layout shards ``iter_NNNNNNN/rank_RRRRR.pt`` of ``ranks`` in ``root/host``."""
     d = root / host / f"iter_{iteration:07d}"
     d.mkdir(parents=True, exist_ok=True)
     for r in ranks:
-        (d / f"rank_{r:05d}.pt").write_bytes(b"shard" * 20)
+        (d / f"rank_{r:05d}.pt").write_bytes(_shard_bytes(r, iteration))
     if tracker:
         (root / host / "latest_checkpointed_iteration.txt").write_text(str(iteration))
 
@@ -641,18 +646,6 @@ def test_update_apply_restarts_only_when_the_lazy_change_is_due(job: Job) -> Non
 # ---- local checkpoint directories: shards staged onto a warm standby --------------------------------
 
 
-def _shard_bytes(rank: int, iteration: int) -> bytes:
-    return bytes((rank * 31 + iteration + i) % 251 for i in range(3000 + 7 * rank))
-
-
-def _save_as(root: Path, host: str, iteration: int, ranks: Sequence[int]) -> None:
-    d = root / host / f"iter_{iteration:07d}"
-    d.mkdir(parents=True, exist_ok=True)
-    for r in ranks:
-        (d / f"rank_{r:05d}.pt").write_bytes(_shard_bytes(r, iteration))
-    (root / host / "latest_checkpointed_iteration.txt").write_text(str(iteration))
-
-
 def test_restart_on_a_standby_copies_the_shards_its_ranks_load_from_the_backup_peer(job: Job) -> None:
     """n1 (ranks 0-1) was replaced by spare1. Each host kept its own shards and a backup of the other
     host's (ByteRobust §6.3): iteration 30 is complete on the new host list, and the restart copies
@@ -662,8 +655,8 @@ def test_restart_on_a_standby_copies_the_shards_its_ranks_load_from_the_backup_p
     data = yaml.safe_load(job.inventory.read_text())
     data["hosts"].append({"name": "spare1", "transport": "local", "state": "standby"})
     job.inventory.write_text(yaml.safe_dump(data, sort_keys=False))
-    _save_as(ckpt, "n1", 30, [0, 1, 2, 3])
-    _save_as(ckpt, "n2", 30, [2, 3, 0, 1])
+    _save(ckpt, "n1", 30, [0, 1, 2, 3])
+    _save(ckpt, "n2", 30, [2, 3, 0, 1])
     (ckpt / "spare1").mkdir()
     with Store.open(job.state) as store:
         store.set_job_hosts("hb", ["spare1", "n2"])
@@ -697,7 +690,7 @@ def test_a_shard_copy_that_fails_launches_nothing_and_leaves_no_partial_file(job
     data = yaml.safe_load(job.inventory.read_text())
     data["hosts"].append({"name": "spare1", "transport": "local", "state": "standby"})
     job.inventory.write_text(yaml.safe_dump(data, sort_keys=False))
-    _save_as(ckpt, "n2", 30, [2, 3, 0, 1])
+    _save(ckpt, "n2", 30, [2, 3, 0, 1])
     (ckpt / "spare1").mkdir()
     (ckpt / "spare1" / "iter_0000030").write_text("a file where the iteration's directory must go")
     with Store.open(job.state) as store:
