@@ -92,6 +92,7 @@ _JOB_STEP_VERBS = {
     StepKind.STOP_JOB: "stop job",
     StepKind.APPLY_UPDATE: "apply the pending code update of job",
     StepKind.PICK_CHECKPOINT: "pick the checkpoint of job",
+    StepKind.STAGE_CHECKPOINT: "stage the checkpoint's shards of job",
     StepKind.LAUNCH: "launch job",
     StepKind.WAIT_RUNNING: "wait until every rank runs: job",
 }

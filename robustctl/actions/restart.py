@@ -372,7 +372,7 @@ def plan_restart(spec: RestartSpec, ctx: ActionContext) -> Plan:
                 job.name,
                 "robustctl",
                 job=job.name,
-                note=f"local checkpoint directories: the chosen iteration's shards onto the hosts that load them; now: {what}",
+                note=f"onto the hosts that load them (local checkpoint directories); now: {what}",
             )
         )
     steps.append(

@@ -55,7 +55,9 @@ def restart(
     """Restart a job on its current machines.
 
     Inventory back end (jobs.J.launch): stop its processes (TERM, grace, KILL, verified gone), pick
-    the checkpoint, launch every rank detached, wait until every rank runs. Slurm: scontrol requeue,
+    the checkpoint (with checkpoint directories local to each host, copy its shards onto the hosts
+    that load them and lack them, a warm standby), launch every rank detached, wait until every rank
+    runs. Slurm: scontrol requeue,
     then wait until it runs. Kubernetes: delete its pods for its controller to recreate.
     Exit: 0 applied, 2 lock held, 3 a step failed, 64 usage, 78 config (no launch: section).
     """

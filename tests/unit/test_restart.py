@@ -663,7 +663,9 @@ def test_restart_on_a_standby_copies_the_shards_its_ranks_load_from_the_backup_p
     dry = run_restart(RestartRequest(job="hb", inventory=job.inventory, state=job.state, dry_run=True))
     kinds = [s.kind.value for s in dry.plan.steps]
     assert kinds.index("pick_checkpoint") < kinds.index("stage_checkpoint") < kinds.index("launch"), kinds
-    assert "rank 0's shard (rank_00000.pt" in dry.plan.steps[kinds.index("stage_checkpoint")].note
+    stage = dry.plan.steps[kinds.index("stage_checkpoint")].describe()
+    assert stage.startswith("stage the checkpoint's shards of job hb via robustctl: onto the hosts"), stage
+    assert "rank 0's shard (rank_00000.pt" in stage, stage
     assert not (ckpt / "spare1" / "iter_0000030").exists()  # a dry run copies nothing
 
     result = job.restart()
