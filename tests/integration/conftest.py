@@ -6,6 +6,12 @@ Fixtures:
     ``testbed`` (function): the same testbed, healthy at the start of the test;
         :meth:`Testbed.reset_faults` runs after the test, failed or not.
     ``inventory`` (function): a YAML inventory file naming every host of ``testbed``.
+    ``slurm_bed`` (session) and ``slurm_cluster`` (function): one 5-node Slurm bed for the run
+        (``slurmbed.py``), idle with no job at the start of each test.
+    ``stacks_job`` (session) and ``training_stacks_job`` (function): one 16-rank minimegatron job
+        (tp=2, pp=2, dp=4, 4 ranks on each of node01-node04) for every stacks test; it runs from its
+        first test to the last test in a row that uses it (:func:`pytest_runtest_teardown` stops it),
+        and ``training_stacks_job`` hands it over with no fault and training, relaunched if needed.
 
 Every test under ``tests/integration`` is marked ``integration``. Where the testbed cannot run (not
 root, no sshd) the tests skip with the reason; with ``ROBUSTCTL_REQUIRE_TESTBED=1`` (set by ``.ci/run``)
@@ -20,10 +26,15 @@ from pathlib import Path
 
 import pytest
 
+from .jobrunner import MiniJob
+from .slurmbed import slurm_bed, slurm_cluster
 from .testbed import Testbed, unavailable_reason
+
+__all__ = ["slurm_bed", "slurm_cluster"]  # the run's one 5-node Slurm bed (slurmbed.py), for every module
 
 _HERE = Path(__file__).parent
 _started: list[Testbed] = []
+_shared_jobs: dict[str, MiniJob] = {}  # fixture name -> the session job it yields
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -80,3 +91,53 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
             f"ssh testbed: {tb.n_hosts} hosts on 127.0.0.2-{tb.address(-1)}:{tb.port}, "
             f"started in {tb.startup_s:.2f}s"
         )
+
+
+@pytest.fixture(scope="session")
+def stacks_job(testbed_session: Testbed, tmp_path_factory: pytest.TempPathFactory) -> Iterator[MiniJob]:
+    """The 16-rank job of the stacks tests (tp=2, pp=2, dp=4, 4 ranks per host on node01-node04),
+    past its second step. Little host-side pacing (``--idle-ms 30``): a straggler stands out by its
+    compute, not hidden in idle time."""
+    if testbed_session.n_hosts < 4:
+        pytest.skip("needs a testbed of at least 4 hosts (ROBUSTCTL_TESTBED_HOSTS)")
+    workdir = tmp_path_factory.mktemp("stacks-job")
+    job = MiniJob(
+        testbed_session,
+        workdir,
+        tp=2,
+        pp=2,
+        dp=4,
+        ranks_per_host=4,
+        ckpt_every=3,
+        job_args=["--idle-ms", "30"],
+    )
+    _shared_jobs["stacks_job"] = job
+    try:
+        job.start(timeout=150)
+        job.wait_step(2, timeout=60)
+        yield job
+    finally:
+        _shared_jobs.pop("stacks_job", None)
+        job.stop()
+
+
+@pytest.fixture
+def training_stacks_job(stacks_job: MiniJob) -> Iterator[MiniJob]:
+    """The stacks job with no fault and training when the test starts (relaunched from its newest
+    checkpoint when an earlier test left it stopped or stuck); its faults are cleared after the test."""
+    stacks_job.ensure_training()
+    try:
+        yield stacks_job
+    finally:
+        stacks_job.clear_faults()
+
+
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    """Stop a shared job after the last test in a row that uses it: it would otherwise train on
+    (16 ranks' worth of CPU) under every later test. A later user relaunches it
+    (:meth:`MiniJob.ensure_training`)."""
+    for name, job in _shared_jobs.items():
+        if name in getattr(item, "fixturenames", ()) and (
+            nextitem is None or name not in getattr(nextitem, "fixturenames", ())
+        ):
+            job.stop()

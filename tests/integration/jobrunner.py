@@ -290,6 +290,29 @@ class MiniJob:
                 c.close()
         self._clients.clear()
 
+    def ensure_training(self, *, timeout: float = 150.0, stuck_after_s: float = 30.0) -> None:
+        """Clear every fault and return once every rank has finished a step past the newest one seen.
+
+        For a job shared by many tests: a job that was stopped, or that makes no step within
+        ``stuck_after_s`` after its faults are cleared (a ``p2p_recv`` hang is never released), is
+        stopped and launched again; it resumes from its newest checkpoint, so "past the newest step"
+        means the relaunched ranks trained. Raises JobError when that does not happen in ``timeout``.
+        """
+        self.clear_faults()
+        newest = max(self.steps_done().values(), default=0)
+        if len(self.rank_pids()) == self.world_size:
+            try:
+                self.wait_step(newest + 1, timeout=stuck_after_s)
+                return
+            except JobError:
+                self.stop()
+        self.launch()
+        try:
+            self.wait_step(newest + 1, timeout=timeout)
+        except BaseException:
+            self.stop()
+            raise
+
     def drop_connections(self) -> None:
         """Close the SSH connections without signalling anything, as if the launcher had died.
 

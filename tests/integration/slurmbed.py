@@ -478,9 +478,11 @@ class SlurmBed:
         return "\n".join(_tail(self.log_dir / n) for n in names)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def slurm_bed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmBed]:
-    """A started 5-node Slurm testbed for the module (``ROBUSTCTL_SLURM_NODES`` overrides the count)."""
+    """A started 5-node Slurm testbed for the whole run (``ROBUSTCTL_SLURM_NODES`` overrides the count),
+    shared by every module that asks for it (registered in ``conftest.py``); :func:`slurm_cluster` hands
+    it to each test with no job and every node idle."""
     require_slurmbed()
     n = int(os.environ.get("ROBUSTCTL_SLURM_NODES", "5"))
     bed = SlurmBed(tmp_path_factory.mktemp("slurmbed"), n)
@@ -493,6 +495,6 @@ def slurm_bed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmBed]:
 
 @pytest.fixture
 def slurm_cluster(slurm_bed: SlurmBed) -> Iterator[SlurmBed]:
-    """The module's Slurm testbed with no job and every node idle at the start of the test."""
+    """The run's Slurm testbed with no job and every node idle at the start of the test."""
     slurm_bed.reset()
     yield slurm_bed

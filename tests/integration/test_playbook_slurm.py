@@ -49,7 +49,7 @@ from robustctl.cli.main import main
 from robustctl.schedulers.slurm import Slurm
 from robustctl.store import Readiness
 
-from .slurmbed import SlurmBed, slurm_bed, slurm_cluster
+from .slurmbed import SlurmBed
 from .slurmjob import (
     JOB,
     add_standbys,
@@ -61,8 +61,6 @@ from .slurmjob import (
     wait_steps,
     write_inventory,
 )
-
-__all__ = ["slurm_bed", "slurm_cluster"]  # fixtures, imported for pytest
 
 pytestmark = pytest.mark.timeout(180)
 

@@ -1,8 +1,10 @@
 """``robustctl replay-sdc`` and diagnose L4 end to end: the real CLI, one real sshd per simulated host.
 
 Fig. 6 of ByteRobust (arXiv 2509.16293): 24 machines, PP 2, DP 12, k 2 → groups of m = 4, n = 6
-groups per phase. A faulty host's Python has ``tests/jobs/sdcfault`` first on its path (a per-host
-``python.wrapper`` in the inventory): its torch computes wrong bits, robustctl is unchanged.
+groups per phase; only that test needs 24 hosts (its own bed). The other cases are sized to what they
+prove, on the run's 8-host bed: PP 1, DP 8, k 2 → m = 2, n = 4 (H0 = {0, 1} … H3 = {6, 7};
+V0 = {0, 4} … V3 = {3, 7}). A faulty host's Python has ``tests/jobs/sdcfault`` first on its path (a
+per-host ``python.wrapper`` in the inventory): its torch computes wrong bits, robustctl is unchanged.
 Machine x is host ``node{x+1:02d}`` (rank order = inventory order).
 """
 
@@ -25,11 +27,13 @@ REPO = Path(__file__).resolve().parents[2]
 FAULT_DIR = REPO / "tests" / "jobs" / "sdcfault"
 M = 24
 STEPS = "2"
+FIG6 = {"hosts": M, "layout": {"pp": 2, "dp": 12}}  # the paper's example
+SMALL = {"hosts": 8, "layout": {"pp": 1, "dp": 8}}  # two machines a group, four groups a phase
 
 
 @pytest.fixture(scope="module")
 def bed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Testbed]:
-    """A testbed of 24 hosts for this module (the session one has 8)."""
+    """A testbed of 24 hosts for the Fig. 6 test (the session one has 8)."""
     require_testbed()
     tb = Testbed(tmp_path_factory.mktemp("sdcbed"), M)
     try:
@@ -47,16 +51,27 @@ def testbed24(bed: Testbed) -> Iterator[Testbed]:
         bed.reset_faults()
 
 
+@pytest.fixture
+def testbed8(testbed: Testbed) -> Testbed:
+    """The run's testbed, with the 8 hosts the small layout needs."""
+    if testbed.n_hosts < SMALL["hosts"]:
+        pytest.skip(f"needs a testbed of at least {SMALL['hosts']} hosts (ROBUSTCTL_TESTBED_HOSTS)")
+    return testbed
+
+
 def write_inventory(
     tb: Testbed,
     path: Path,
     faults: Mapping[int, str],
     diagnose: Mapping[str, Any] | None = None,
+    job: Mapping[str, Any] = SMALL,
     **overrides: Any,
 ) -> Path:
-    """Every host its own entry; a faulty one runs Python with the injector and its fault spec."""
+    """The job's hosts (the first ``job["hosts"]`` of ``tb``) each its own entry; a faulty one runs
+    Python with the injector and its fault spec. The inventory's job is ``sdcjob``."""
     entries: list[dict[str, Any]] = []
-    for i in range(tb.n_hosts):
+    n = int(job["hosts"])
+    for i in range(n):
         entry: dict[str, Any] = {"name": tb.name(i), "address": tb.address(i)}
         if i in faults:
             wrapper = ["env", f"PYTHONPATH={FAULT_DIR}", f"ROBUSTCTL_SDC_FAULT={faults[i]}"]
@@ -75,7 +90,7 @@ def write_inventory(
         path,
         entries,
         diagnose=settings,
-        jobs={"fig6": {"hosts": tb.hostlist(), "layout": {"pp": 2, "dp": 12}, "ranks_per_host": 1}},
+        jobs={"sdcjob": {"hosts": tb.hostlist(range(n)), "layout": dict(job["layout"]), "ranks_per_host": 1}},
         **overrides,
     )
 
@@ -93,9 +108,11 @@ def robustctl(*args: str, timeout: float = 400) -> tuple[int, dict[str, Any], st
     return proc.returncode, doc, proc.stderr
 
 
-def replay(tb: Testbed, tmp_path: Path, faults: Mapping[int, str]) -> tuple[int, dict[str, Any], str]:
-    inv = write_inventory(tb, tmp_path / "inv.yaml", faults)
-    code, doc, err = robustctl("replay-sdc", "-i", str(inv), "--job", "fig6", "--k", "2", "--steps", STEPS)
+def replay(
+    tb: Testbed, tmp_path: Path, faults: Mapping[int, str], job: Mapping[str, Any] = SMALL
+) -> tuple[int, dict[str, Any], str]:
+    inv = write_inventory(tb, tmp_path / "inv.yaml", faults, job=job)
+    code, doc, err = robustctl("replay-sdc", "-i", str(inv), "--job", "sdcjob", "--k", "2", "--steps", STEPS)
     print(
         f"replay-sdc faults={dict(faults)}: exit {code}, rounds",
         [p["elapsed_s"] for p in doc.get("phases", [])],
@@ -108,7 +125,7 @@ def faulty_groups(doc: dict[str, Any]) -> list[list[str]]:
 
 
 def test_fig6_bitflip_on_machine_13_is_isolated_in_two_rounds(testbed24: Testbed, tmp_path: Path) -> None:
-    code, doc, err = replay(testbed24, tmp_path, {13: "bitflip:every=5"})
+    code, doc, err = replay(testbed24, tmp_path, {13: "bitflip:every=5"}, FIG6)
     assert code == 2, err
     assert (doc["grouping"]["m"], doc["grouping"]["n"], doc["grouping"]["k"]) == (4, 6, 2)
     assert doc["verdict"] == "isolated" and doc["machines"] == [testbed24.name(13)], doc["notes"]
@@ -121,52 +138,53 @@ def test_fig6_bitflip_on_machine_13_is_isolated_in_two_rounds(testbed24: Testbed
     assert h3["digest"] not in healthy and v1["digest"] not in healthy
 
 
-def test_no_fault_is_not_reproduced(testbed24: Testbed, tmp_path: Path) -> None:
-    code, doc, err = replay(testbed24, tmp_path, {})
+def test_no_fault_is_not_reproduced(testbed8: Testbed, tmp_path: Path) -> None:
+    code, doc, err = replay(testbed8, tmp_path, {})
     assert code == 1, err
     assert doc["verdict"] == "not_reproduced" and doc["machines"] == []
     assert {g["state"] for p in doc["phases"] for g in p["groups"]} == {"healthy"}
 
 
-def test_two_faulty_machines_are_both_candidates(testbed24: Testbed, tmp_path: Path) -> None:
-    """Machines 2 and 13: H0, H3 and V1, V2 fail; the four intersections {1, 2, 13, 14} are candidates."""
-    code, doc, err = replay(testbed24, tmp_path, {2: "bitflip:every=5", 13: "bitflip:every=5"})
+def test_two_faulty_machines_are_both_candidates(testbed8: Testbed, tmp_path: Path) -> None:
+    """Machines 0 and 5: H0, H2 and V0, V1 fail; the four intersections {0, 1, 4, 5} are candidates."""
+    code, doc, err = replay(testbed8, tmp_path, {0: "bitflip:every=5", 5: "bitflip:every=5"})
     assert code == 2, err
     assert doc["verdict"] == "candidates"
-    names = testbed24.names
-    assert {names[2], names[13]} <= set(doc["machines"]) and {names[2], names[13]} <= set(doc["over_evict"])
-    assert faulty_groups(doc) == [["H0", "H3"], ["V1", "V2"]]
+    names = testbed8.names
+    assert {names[0], names[5]} <= set(doc["machines"]) and {names[0], names[5]} <= set(doc["over_evict"])
+    assert set(doc["machines"]) == {names[i] for i in (0, 1, 4, 5)}
+    assert faulty_groups(doc) == [["H0", "H2"], ["V0", "V1"]]
     assert any("more than one faulty machine" in n for n in doc["notes"])
 
 
-def test_intermittent_fault_is_not_isolated_and_says_so(testbed24: Testbed, tmp_path: Path) -> None:
-    """Machine 13 is faulty in its first run only (phase 1): H3 fails, V1 replays healthy."""
+def test_intermittent_fault_is_not_isolated_and_says_so(testbed8: Testbed, tmp_path: Path) -> None:
+    """Machine 5 is faulty in its first run only (phase 1): H2 fails, V1 replays healthy."""
     state = tmp_path / "runs.state"
-    code, doc, err = replay(testbed24, tmp_path, {13: f"bitflip:every=5:runs=10:state={state}"})
+    code, doc, err = replay(testbed8, tmp_path, {5: f"bitflip:every=5:runs=10:state={state}"})
     assert code == 2, err
     assert doc["verdict"] == "candidates" and doc["verdict"] != "isolated"
-    assert faulty_groups(doc) == [["H3"], []]
-    assert testbed24.name(13) in doc["machines"]
+    assert faulty_groups(doc) == [["H2"], []]
+    assert testbed8.name(5) in doc["machines"]
     assert any("intermittent" in n for n in doc["notes"]), doc["notes"]
 
 
-def test_stopped_sshd_fails_to_run_and_blames_nobody(testbed24: Testbed, tmp_path: Path) -> None:
-    testbed24.stop_host(5)
-    code, doc, err = replay(testbed24, tmp_path, {})
+def test_stopped_sshd_fails_to_run_and_blames_nobody(testbed8: Testbed, tmp_path: Path) -> None:
+    testbed8.stop_host(5)
+    code, doc, err = replay(testbed8, tmp_path, {})
     assert code == 3, err
     assert doc["verdict"] == "failed_to_run" and doc["machines"] == [] and doc["over_evict"] == []
     failed = [[g["name"] for g in p["groups"] if g["state"] == "failed_to_run"] for p in doc["phases"]]
-    assert failed == [["H1"], ["V5"]]  # machine 5: H1 = {4..7}, V5 = {5, 11, 17, 23}
+    assert failed == [["H2"], ["V1"]]  # machine 5: H2 = {4, 5}, V1 = {1, 5}
     reasons = [g["reason"] for p in doc["phases"] for g in p["groups"] if g["state"] == "failed_to_run"]
-    assert all(r.startswith(f"{testbed24.name(5)}: unreachable") for r in reasons), reasons
+    assert all(r.startswith(f"{testbed8.name(5)}: unreachable") for r in reasons), reasons
     assert {g["state"] for p in doc["phases"] for g in p["groups"]} == {"healthy", "failed_to_run"}
 
 
-def test_l4_alignment_names_the_bitflip_host_and_only_it(testbed24: Testbed, tmp_path: Path) -> None:
+def test_l4_alignment_names_the_bitflip_host_and_only_it(testbed8: Testbed, tmp_path: Path) -> None:
     """Four hosts through the whole ladder; node03 flips the lowest mantissa bit of every float32
     matmul output: within the burn's tolerance (L1 passes), but not bitwise (L4 names it)."""
     inv = write_inventory(
-        testbed24,
+        testbed8,
         tmp_path / "inv.yaml",
         {2: "bitflip:bit=0"},
         diagnose={
@@ -175,13 +193,13 @@ def test_l4_alignment_names_the_bitflip_host_and_only_it(testbed24: Testbed, tmp
         },
         thresholds={"allreduce_peer_ratio": 0.3, "burn_peer_ratio": 0.3},
     )
-    hosts = testbed24.hostlist(range(4))
+    hosts = testbed8.hostlist(range(4))
     code, doc, err = robustctl("diagnose", "-i", str(inv), "--hosts", hosts, "--level", "4", timeout=500)
     assert code == 2, err
     assert [lv["ran"] for lv in doc["levels"]] == [True] * 5, doc["levels"]
-    assert doc["levels"][4]["name"] == "alignment" and doc["levels"][4]["suspects"] == [testbed24.name(2)]
-    assert doc["suspects"] == [testbed24.name(2)]
+    assert doc["levels"][4]["name"] == "alignment" and doc["levels"][4]["suspects"] == [testbed8.name(2)]
+    assert doc["suspects"] == [testbed8.name(2)]
     checks = {h["host"]: {c["name"]: c for c in h["checks"]} for h in doc["hosts"]}
-    assert checks[testbed24.name(2)]["sdc.alignment"]["status"] == "critical"
-    assert all(checks[testbed24.name(i)]["sdc.alignment"]["status"] == "ok" for i in (0, 1, 3))
-    assert checks[testbed24.name(2)]["burn.verify"]["status"] == "ok"  # too small for a tolerance check
+    assert checks[testbed8.name(2)]["sdc.alignment"]["status"] == "critical"
+    assert all(checks[testbed8.name(i)]["sdc.alignment"]["status"] == "ok" for i in (0, 1, 3))
+    assert checks[testbed8.name(2)]["burn.verify"]["status"] == "ok"  # too small for a tolerance check

@@ -17,9 +17,7 @@ from robustctl.errors import RobustctlError
 from robustctl.schedulers.base import NodeState, Scheduler, SchedulerError
 from robustctl.schedulers.slurm import Slurm
 
-from .slurmbed import SlurmBed, slurm_bed, slurm_cluster
-
-__all__ = ["slurm_bed", "slurm_cluster"]  # fixtures, imported for pytest
+from .slurmbed import SlurmBed
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -21,9 +21,7 @@ from robustctl.probes import probe_argv, run_probes_batch
 from robustctl.transport.base import CommandResult
 from robustctl.transport.srun import SrunTransport
 
-from .slurmbed import SlurmBed, slurm_bed, slurm_cluster
-
-__all__ = ["slurm_bed", "slurm_cluster"]  # fixtures, imported for pytest
+from .slurmbed import SlurmBed
 
 pytestmark = pytest.mark.timeout(150)
 

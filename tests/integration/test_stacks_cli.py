@@ -1,8 +1,9 @@
 """``robustctl stacks`` end to end: the real CLI against a real 16-rank gloo job on 4 testbed hosts.
 
-The job (tp=2, pp=2, dp=4, 4 ranks per host) is shared by the module; each test injects one fault
-from outside the training logic, runs the CLI as a user would, and removes the fault again. The
-ByteRobust Fig. 7 case (a hang in the last PP stage's recv, which is never released) runs last.
+The job (tp=2, pp=2, dp=4, 4 ranks per host) is the run's ``stacks_job`` (conftest.py), shared with
+``test_stacks_collect.py``; each test injects one fault from outside the training logic, runs the CLI as
+a user would, and removes the fault again. The ByteRobust Fig. 7 case (a hang in the last PP stage's
+recv, which is never released) runs last; the next user of the job relaunches it.
 """
 
 from __future__ import annotations
@@ -10,7 +11,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,39 +18,20 @@ import pytest
 
 from robustctl.store import MachineState, Store
 
-from .conftest import require_testbed
 from .jobrunner import MiniJob
-from .testbed import Testbed
 
 TP, PP, DP, G = 2, 2, 4, 4
 
 
 @pytest.fixture(scope="module")
-def job(testbed_session: Testbed, tmp_path_factory: pytest.TempPathFactory) -> Iterator[MiniJob]:
-    require_testbed()
-    if testbed_session.n_hosts < 4:
-        pytest.skip("needs a testbed of at least 4 hosts")
-    workdir = tmp_path_factory.mktemp("stacks-cli-job")
-    # Little host-side pacing: a straggler should stand out by its compute, not hide in idle time.
-    args = ["--idle-ms", "30"]
-    with MiniJob(
-        testbed_session, workdir, tp=TP, pp=PP, dp=DP, ranks_per_host=G, ckpt_every=3, job_args=args
-    ) as j:
-        j.start(timeout=150)
-        j.wait_step(2, timeout=60)
-        yield j
-
-
-@pytest.fixture(scope="module")
-def inventory(job: MiniJob, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return job.write_inventory(tmp_path_factory.mktemp("stacks-cli-inv") / "inventory.yaml")
+def inventory(stacks_job: MiniJob, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return stacks_job.write_inventory(tmp_path_factory.mktemp("stacks-cli-inv") / "inventory.yaml")
 
 
 @pytest.fixture
-def clean(job: MiniJob) -> Iterator[MiniJob]:
-    """The job, training; faults removed (and training resumed) after the test."""
-    yield job
-    job.clear_faults()
+def clean(training_stacks_job: MiniJob) -> MiniJob:
+    """The run's 16-rank job (``stacks_job``, conftest.py), training; faults removed after the test."""
+    return training_stacks_job
 
 
 def robustctl(*args: str, timeout: float = 240, state: Path | None = None) -> tuple[int, dict[str, Any], str]:

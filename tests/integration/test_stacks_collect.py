@@ -1,7 +1,8 @@
 """``collect_stacks`` on a real running job: 16 minimegatron ranks (tp=2, pp=2, dp=4) on 4 testbed hosts.
 
-One job is shared by the module (started once, ~15–25 s on 2 cores; stopped at the end whatever
-happens). Tests that inject a fault remove it and wait for the job to train again before returning.
+The job is the run's ``stacks_job`` (conftest.py; started once, ~15–25 s on 2 cores), shared with
+``test_stacks_cli.py``. Each test gets it training with no fault (``training_stacks_job``); faults a
+test injects are removed after it.
 Real sshd, real py-spy, real torch.
 """
 
@@ -22,7 +23,6 @@ from robustctl.stacks.collect import CollectSettings, StackCollection, collect_s
 from robustctl.stacks.model import ProcessDump, ProcessRole
 from robustctl.transport.pool import TransportPool
 
-from .conftest import require_testbed
 from .jobrunner import MiniJob
 from .testbed import Testbed
 
@@ -30,21 +30,17 @@ TP, PP, DP, G = 2, 2, 4, 4
 COMM = ("all_reduce", "recv", "send", "barrier", "broadcast")
 
 
-@pytest.fixture(scope="module")
-def job(testbed_session: Testbed, tmp_path_factory: pytest.TempPathFactory) -> Iterator[MiniJob]:
-    require_testbed()
+@pytest.fixture
+def job(training_stacks_job: MiniJob, testbed_session: Testbed) -> MiniJob:
+    """The run's 16-rank job (``stacks_job``, conftest.py), training, on a testbed with a fifth host."""
     if testbed_session.n_hosts < 5:
         pytest.skip("needs a testbed of at least 5 hosts (ROBUSTCTL_TESTBED_HOSTS)")
-    workdir = tmp_path_factory.mktemp("stacks-job")
-    with MiniJob(testbed_session, workdir, tp=TP, pp=PP, dp=DP, ranks_per_host=G, ckpt_every=3) as j:
-        j.start(timeout=150)
-        j.wait_step(2, timeout=60)
-        yield j
+    return training_stacks_job
 
 
 @pytest.fixture(scope="module")
-def inv_job(job: MiniJob, tmp_path_factory: pytest.TempPathFactory) -> Job:
-    path = job.write_inventory(tmp_path_factory.mktemp("stacks-inv") / "inventory.yaml")
+def inv_job(stacks_job: MiniJob, tmp_path_factory: pytest.TempPathFactory) -> Job:
+    path = stacks_job.write_inventory(tmp_path_factory.mktemp("stacks-inv") / "inventory.yaml")
     return load_inventory(path).job("mini")
 
 
@@ -58,15 +54,9 @@ def pool() -> Iterator[TransportPool]:
 
 
 @pytest.fixture
-def clean_job(job: MiniJob) -> Iterator[MiniJob]:
-    """The shared job, training; its faults are removed after the test and training resumes."""
-    job.clear_faults()
-    job.wait_step(max(job.steps_done().values()) + 1, timeout=60)
-    try:
-        yield job
-    finally:
-        job.clear_faults()
-        job.wait_step(max(job.steps_done().values()) + 1, timeout=60)
+def clean_job(job: MiniJob) -> MiniJob:
+    """The shared job, training; its faults are removed after the test (``training_stacks_job``)."""
+    return job
 
 
 def functions(d: ProcessDump) -> list[str]:
