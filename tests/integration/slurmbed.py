@@ -52,6 +52,13 @@ import pytest
 BINARIES = ("munged", "mungekey", "slurmctld", "slurmd", "scontrol", "sinfo", "squeue", "sbatch", "scancel")
 MARKER = "ROBUSTCTL_SLURMBED"
 STD_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+LOAD_CHECK_OFF = "thresholds: {load_warn_per_cpu: 1000}\n"
+"""The ``thresholds:`` line of every inventory written for this bed. Every slurmd "node" is this one
+machine, so the sweep's ``host.load`` check reads this machine's load average, which says nothing of
+a node: whenever other work loads the machine it turns into a warning, and an expected exit 0 into 1.
+The warning is raised out of reach (``load_warn_per_cpu``), so no test of the bed depends on the load
+(``sweep --local`` as the HealthCheckProgram reads no inventory: ``test_slurm_healthcheck.py`` reads
+each run's own report instead)."""
 
 
 class SlurmBedError(RuntimeError):

@@ -42,7 +42,7 @@ from robustctl.playbooks.engine import RunOutcome, StepEvent
 from robustctl.schedulers.slurm import Slurm
 from robustctl.store import Store
 
-from .slurmbed import SlurmBed
+from .slurmbed import LOAD_CHECK_OFF, SlurmBed
 
 JOB = "llama-sl"
 STEP_S = 0.2
@@ -78,8 +78,8 @@ def write_inventory(bed: SlurmBed, work: Path) -> Path:
     on ``sn[1-3]`` (dp=3, one rank per node) with its progress files under ``work/progress``.
 
     Every node is this one shared machine, so its load average says nothing of a node: the load
-    warning is raised out of reach (``thresholds.load_warn_per_cpu``), else ``standby check`` calls the
-    standbys bad whenever other work loads the machine."""
+    warning is raised out of reach (:data:`~tests.integration.slurmbed.LOAD_CHECK_OFF`), else
+    ``standby check`` calls the standbys bad whenever other work loads the machine."""
     scontrol = shutil.which("scontrol", path="/usr/local/bin:/usr/bin:/bin")
     if scontrol is None:
         raise RuntimeError("scontrol not found on /usr/local/bin:/usr/bin:/bin")
@@ -95,8 +95,7 @@ scheduler:
   timeout_s: 30
   slurm: {{conf: {bed.conf}, bin_dir: {Path(scontrol).parent}}}
 policy: {{max_cluster_fraction: 0.5}}
-thresholds: {{load_warn_per_cpu: 1000}}
-jobs:
+{LOAD_CHECK_OFF}jobs:
   {JOB}:
     hosts: sn[1-3]
     layout: {{dp: 3}}

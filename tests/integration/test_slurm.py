@@ -17,7 +17,7 @@ from robustctl.errors import RobustctlError
 from robustctl.schedulers.base import NodeState, Scheduler, SchedulerError
 from robustctl.schedulers.slurm import Slurm
 
-from .slurmbed import SlurmBed
+from .slurmbed import LOAD_CHECK_OFF, SlurmBed
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -245,7 +245,7 @@ hosts:
     transport: local
 scheduler: {{kind: slurm, timeout_s: 20}}
 policy: {{max_job_fraction: 0.5, max_cluster_fraction: 0.5, circuit_breaker_fraction: 0.6}}
-jobs:
+{LOAD_CHECK_OFF}jobs:
   llama:
     hosts: "{job_hosts}"
     ranks_per_host: 1

@@ -21,7 +21,7 @@ from robustctl.probes import probe_argv, run_probes_batch
 from robustctl.transport.base import CommandResult
 from robustctl.transport.srun import SrunTransport
 
-from .slurmbed import SlurmBed
+from .slurmbed import LOAD_CHECK_OFF, SlurmBed
 
 pytestmark = pytest.mark.timeout(150)
 
@@ -31,6 +31,7 @@ def _inventory(bed: SlurmBed, path: Path) -> Path:
         f"hosts:\n  - name: sn[1-{bed.n_nodes}]\n    transport: srun\n"
         f"python:\n  path: {sys.executable}\n"
         f"scheduler:\n  kind: slurm\n  slurm:\n    conf: {bed.conf}\n"
+        f"{LOAD_CHECK_OFF}"
     )
     return path
 
