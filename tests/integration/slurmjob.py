@@ -145,8 +145,11 @@ def steps(work: Path) -> list[tuple[int, str, int, float]]:
     return out
 
 
-def wait_steps(work: Path, restart: int, nodes: set[str], timeout_s: float = 30) -> float:
-    """Wait until every node of ``nodes`` wrote a step of run ``restart``; the first such step's time.
+def wait_steps(
+    work: Path, restart: int, nodes: set[str], timeout_s: float = 30, *, min_step: int = 0
+) -> float:
+    """Wait until every node of ``nodes`` wrote a step of run ``restart`` numbered ``min_step`` or more;
+    the time of the run's first step.
 
     Raises:
         AssertionError: not within ``timeout_s`` (the message has the last steps written).
@@ -154,10 +157,12 @@ def wait_steps(work: Path, restart: int, nodes: set[str], timeout_s: float = 30)
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         seen = [s for s in steps(work) if s[0] == restart]
-        if nodes <= {s[1] for s in seen}:
+        if nodes <= {s[1] for s in seen if s[2] >= min_step}:
             return min(s[3] for s in seen)
         time.sleep(0.05)
-    raise AssertionError(f"run {restart} wrote no step on each of {sorted(nodes)}: {steps(work)[-6:]}")
+    raise AssertionError(
+        f"run {restart} wrote no step >= {min_step} on each of {sorted(nodes)}: {steps(work)[-6:]}"
+    )
 
 
 @dataclass

@@ -40,7 +40,6 @@ Slurm part). The job, the inventory and the timed runs are ``slurmjob.py``, shar
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 import pytest
@@ -85,8 +84,9 @@ def test_gpu_lost_drains_swaps_in_a_standby_and_requeues_through_slurmctld(
     job = submit(bed, tmp_path)
     fields = bed.wait_job(job, "RUNNING")
     assert fields["NodeList"] == "sn[1-3]"  # the standbys are drained: Slurm does not use them
-    wait_steps(tmp_path, 0, {"sn1", "sn2", "sn3"})
-    time.sleep(1.0)  # a few steps in
+    # A few steps in: the resume check below (the new run starts past the old run's last step - 2)
+    # tells a resumed run from one started over only once the old run is past step 3.
+    wait_steps(tmp_path, 0, {"sn1", "sn2", "sn3"}, min_step=5)
 
     # The CLI's dry run on the Slurm back end: the decision tree and what evict would do now; nothing changes.
     argv = ["playbook", "run", "gpu-lost", "--job", JOB, "--param", "hosts=sn2", "--dry-run", "--json"]
