@@ -26,6 +26,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.needs import needed
+
 from .jobrunner import MiniJob
 from .slurmbed import slurm_bed, slurm_cluster
 from .testbed import Testbed, unavailable_reason
@@ -45,13 +47,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 def require_testbed() -> None:
-    """Skip (or, under ``ROBUSTCTL_REQUIRE_TESTBED=1``, fail) the test when the testbed cannot run."""
-    reason = unavailable_reason()
-    if reason is None:
-        return
-    if os.environ.get("ROBUSTCTL_REQUIRE_TESTBED") == "1":
-        pytest.fail(f"ROBUSTCTL_REQUIRE_TESTBED=1 but {reason}", pytrace=False)
-    pytest.skip(reason)
+    """Skip the test when the testbed cannot run; fail it in CI (:func:`tests.support.needs.needed`)."""
+    needed(unavailable_reason())
 
 
 @pytest.fixture(scope="session")
@@ -99,7 +96,7 @@ def stacks_job(testbed_session: Testbed, tmp_path_factory: pytest.TempPathFactor
     past its second step. Little host-side pacing (``--idle-ms 30``): a straggler stands out by its
     compute, not hidden in idle time."""
     if testbed_session.n_hosts < 4:
-        pytest.skip("needs a testbed of at least 4 hosts (ROBUSTCTL_TESTBED_HOSTS)")
+        needed("needs a testbed of at least 4 hosts (ROBUSTCTL_TESTBED_HOSTS)")
     workdir = tmp_path_factory.mktemp("stacks-job")
     job = MiniJob(
         testbed_session,

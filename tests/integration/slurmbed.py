@@ -49,6 +49,8 @@ from typing import IO
 import psutil
 import pytest
 
+from tests.support.needs import needed
+
 BINARIES = ("munged", "mungekey", "slurmctld", "slurmd", "scontrol", "sinfo", "squeue", "sbatch", "scancel")
 MARKER = "ROBUSTCTL_SLURMBED"
 STD_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -81,13 +83,8 @@ def unavailable_reason() -> str | None:
 
 
 def require_slurmbed() -> None:
-    """Skip (or, under ``ROBUSTCTL_REQUIRE_TESTBED=1``, fail) when the Slurm testbed cannot run."""
-    reason = unavailable_reason()
-    if reason is None:
-        return
-    if os.environ.get("ROBUSTCTL_REQUIRE_TESTBED") == "1":
-        pytest.fail(f"ROBUSTCTL_REQUIRE_TESTBED=1 but {reason}", pytrace=False)
-    pytest.skip(reason)
+    """Skip when the Slurm testbed cannot run; fail in CI (:func:`tests.support.needs.needed`)."""
+    needed(unavailable_reason())
 
 
 def _port_free(port: int) -> bool:

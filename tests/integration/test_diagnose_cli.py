@@ -17,6 +17,7 @@ import pytest
 from robustctl.probes import STREAM_BOOT
 from robustctl.store import MachineState, Store
 from robustctl.testing.fake_nvml import RemappedRows, healthy_gpus
+from tests.support.needs import needed
 
 from .testbed import FaultUnsupported, Testbed
 
@@ -142,7 +143,7 @@ def test_slow_host_named_by_the_peer_rule(testbed: Testbed, tmp_path: Path) -> N
     try:
         testbed.slow_host(5, cpu_fraction=0.15)
     except FaultUnsupported as exc:
-        pytest.skip(str(exc))
+        needed(str(exc))
     inv = testbed.write_inventory(
         tmp_path / "inv.yaml",
         diagnose={"burn": {"seconds": 2, "size": 256, "threads": 1, "concurrency": 1}},

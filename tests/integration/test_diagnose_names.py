@@ -38,6 +38,8 @@ from typing import Any
 
 import pytest
 
+from tests.support.needs import needed
+
 from .testbed import FaultUnsupported, Testbed, find_free_port
 
 REPO = Path(__file__).resolve().parents[2]
@@ -105,12 +107,12 @@ def pair_check(doc: dict[str, Any], host: str) -> dict[str, Any]:
 def named(testbed: Testbed, tmp_path: Path) -> tuple[Testbed, Path, Path]:
     """(testbed, hosts file, inventory naming hosts 0-4 by name only)."""
     if testbed.n_hosts < N_HOSTS:
-        pytest.skip(f"needs {N_HOSTS} testbed hosts")
+        needed(f"needs a testbed of at least {N_HOSTS} hosts (ROBUSTCTL_TESTBED_HOSTS)")
     probe = subprocess.run(
         [*namespace_prefix(Path("/etc/hosts")), "true"], capture_output=True, text=True, timeout=30
     )
     if probe.returncode != 0:
-        pytest.skip(f"no private mount namespace here: {probe.stderr.strip()}")
+        needed(f"no private mount namespace here: {probe.stderr.strip()}")
     hosts_file = write_hosts_file(testbed, tmp_path / "hosts")
     known = write_known_hosts(testbed, tmp_path / "known_hosts")
     master_port = find_free_port(["127.0.0.1", *testbed.addresses[:N_HOSTS]], attempts=50)
@@ -135,7 +137,7 @@ def named(testbed: Testbed, tmp_path: Path) -> tuple[Testbed, Path, Path]:
     try:
         testbed.refuse_loopback_ports(master_port + 1, master_port + N_HOSTS)
     except FaultUnsupported as exc:
-        pytest.skip(str(exc))
+        needed(str(exc))
     return testbed, hosts_file, inv
 
 

@@ -39,6 +39,7 @@ from robustctl.commands.playbook import (
 from robustctl.playbooks import journal
 from robustctl.playbooks.engine import PLAYBOOK_STEP_SLEEP_ENV, StepEvent
 from robustctl.store import Store
+from tests.support.needs import needed
 
 from .conftest import require_testbed
 from .hangjob import CKPT_EVERY, JOB, HangJob, dumps, step_details
@@ -54,7 +55,7 @@ def hang_job(testbed: Testbed, tmp_path: Path) -> Iterator[HangJob]:
     """The job launched by robustctl, rank 2 hung in compute at step 12 (checkpoints 6 and 9 on disk)."""
     require_testbed()
     if testbed.n_hosts < 6:
-        pytest.skip("needs a testbed of at least 6 hosts (ROBUSTCTL_TESTBED_HOSTS)")
+        needed("needs a testbed of at least 6 hosts (ROBUSTCTL_TESTBED_HOSTS)")
     with HangJob(testbed, tmp_path) as hj:
         hj.cold_start()
         hj.wait_step(3)

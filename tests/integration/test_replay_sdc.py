@@ -20,6 +20,8 @@ from typing import Any
 
 import pytest
 
+from tests.support.needs import needed
+
 from .conftest import require_testbed
 from .testbed import Testbed
 
@@ -55,7 +57,7 @@ def testbed24(bed: Testbed) -> Iterator[Testbed]:
 def testbed8(testbed: Testbed) -> Testbed:
     """The run's testbed, with the 8 hosts the small layout needs."""
     if testbed.n_hosts < SMALL["hosts"]:
-        pytest.skip(f"needs a testbed of at least {SMALL['hosts']} hosts (ROBUSTCTL_TESTBED_HOSTS)")
+        needed(f"needs a testbed of at least {SMALL['hosts']} hosts (ROBUSTCTL_TESTBED_HOSTS)")
     return testbed
 
 

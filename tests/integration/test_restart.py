@@ -20,6 +20,7 @@ import pytest
 
 from robustctl.actions.session import Outcome, always
 from robustctl.commands.restart import RestartRequest, StopRequest, run_restart, run_stop
+from tests.support.needs import needed
 
 from .jobrunner import JOB_MODULE, REPO, MiniJob
 from .testbed import Testbed, find_free_port
@@ -28,7 +29,7 @@ from .testbed import Testbed, find_free_port
 @pytest.fixture
 def mini(testbed: Testbed, tmp_path: Path) -> Iterator[MiniJob]:
     if testbed.n_hosts < 2:
-        pytest.skip("needs a testbed of at least 2 hosts (ROBUSTCTL_TESTBED_HOSTS)")
+        needed("needs a testbed of at least 2 hosts (ROBUSTCTL_TESTBED_HOSTS)")
     with MiniJob(testbed, tmp_path / "job", tp=1, pp=2, dp=1, ranks_per_host=1, ckpt_every=0) as job:
         yield job
     assert job.processes() == [], "the job left processes behind"

@@ -16,6 +16,7 @@ import pytest
 from robustctl.errors import RobustctlError
 from robustctl.schedulers.base import NodeState, Scheduler, SchedulerError
 from robustctl.schedulers.slurm import Slurm
+from tests.support.needs import needed
 
 from .slurmbed import LOAD_CHECK_OFF, SlurmBed
 
@@ -319,7 +320,7 @@ def test_cli_rails_refuse_an_over_large_and_an_empty_plan_and_slurm_is_untouched
 
 def test_cli_standby_activation_puts_the_standby_in_the_slurm_job(cluster: SlurmBed, tmp_path: Path) -> None:
     if cluster.n_nodes < 5:
-        pytest.skip("needs a 5-node testbed (ROBUSTCTL_SLURM_NODES)")
+        needed("needs a Slurm testbed of at least 5 nodes (ROBUSTCTL_SLURM_NODES)")
     inv = _write_inventory(tmp_path / "inv.yaml", "sn[1-5]", "sn[1-4]")
     state = tmp_path / "state.db"
     common = ["-i", str(inv), "--state", str(state), "--yes", "--json"]

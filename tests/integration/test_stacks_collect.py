@@ -22,6 +22,7 @@ from robustctl.models import Outcome, Status
 from robustctl.stacks.collect import CollectSettings, StackCollection, collect_stacks
 from robustctl.stacks.model import ProcessDump, ProcessRole
 from robustctl.transport.pool import TransportPool
+from tests.support.needs import needed
 
 from .jobrunner import MiniJob
 from .testbed import Testbed
@@ -34,7 +35,7 @@ COMM = ("all_reduce", "recv", "send", "barrier", "broadcast")
 def job(training_stacks_job: MiniJob, testbed_session: Testbed) -> MiniJob:
     """The run's 16-rank job (``stacks_job``, conftest.py), training, on a testbed with a fifth host."""
     if testbed_session.n_hosts < 5:
-        pytest.skip("needs a testbed of at least 5 hosts (ROBUSTCTL_TESTBED_HOSTS)")
+        needed("needs a testbed of at least 5 hosts (ROBUSTCTL_TESTBED_HOSTS)")
     return training_stacks_job
 
 

@@ -14,6 +14,8 @@ import psutil
 import pytest
 import yaml
 
+from tests.support.needs import needed
+
 from .testbed import FaultUnsupported, Testbed, running_testbed
 
 pytestmark = pytest.mark.integration
@@ -164,9 +166,7 @@ def test_frozen_host_times_out_at_the_banner(testbed: Testbed) -> None:
 
 
 def test_slow_host_runs_slower(testbed: Testbed) -> None:
-    reason = testbed.slow_unsupported_reason()
-    if reason:
-        pytest.skip(reason)
+    needed(testbed.slow_unsupported_reason())
     testbed.slow_host(3, cpu_fraction=0.1)
 
     def loop_time(i: int) -> float:
@@ -186,7 +186,7 @@ def test_blocked_host_times_out_at_connect(testbed: Testbed) -> None:
     try:
         testbed.block_host(4)
     except FaultUnsupported as exc:
-        pytest.skip(str(exc))
+        needed(str(exc))
     t0 = time.monotonic()
     with pytest.raises((TimeoutError, socket.timeout)):
         socket.create_connection((testbed.address(4), testbed.port), timeout=1.0).close()

@@ -19,6 +19,8 @@ from typing import Any
 import psutil
 import pytest
 
+from tests.support.needs import needed
+
 from .conftest import require_testbed
 from .jobrunner import REPO, MiniJob
 from .testbed import Testbed
@@ -30,7 +32,7 @@ TP, PP, DP, G = 2, 2, 2, 4
 def job(testbed_session: Testbed, tmp_path_factory: pytest.TempPathFactory) -> Iterator[MiniJob]:
     require_testbed()
     if testbed_session.n_hosts < 2:
-        pytest.skip("needs a testbed of at least 2 hosts (ROBUSTCTL_TESTBED_HOSTS)")
+        needed("needs a testbed of at least 2 hosts (ROBUSTCTL_TESTBED_HOSTS)")
     workdir = tmp_path_factory.mktemp("train-job")
     with MiniJob(testbed_session, workdir, tp=TP, pp=PP, dp=DP, ranks_per_host=G, ckpt_every=2) as j:
         j.start(timeout=120)
