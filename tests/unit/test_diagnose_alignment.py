@@ -18,9 +18,7 @@ from robustctl.inventory import Host
 from robustctl.models import Status
 from robustctl.testing.fake_transport import FakeTransport
 from robustctl.transport.pool import TransportPool
-from tests.unit.test_diagnose_engine import healthy_host_data, hosts, l3_answers, run
-
-__all__ = ["healthy_host_data"]  # the module-scoped fixture, used here too
+from tests.unit.test_diagnose_engine import hosts, l3_answers, run
 
 REPO = Path(__file__).resolve().parents[2]
 FAULT_DIR = REPO / "tests" / "jobs" / "sdcfault"

@@ -3,13 +3,9 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
-
-import pytest
 
 from robustctl.checks.thresholds import Thresholds
 from robustctl.config import DiagnoseSettings, PythonSettings, SshSettings
@@ -21,25 +17,6 @@ from robustctl.testing.fake_transport import FakeTransport
 from robustctl.transport.pool import TransportPool
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture(scope="module")
-def healthy_host_data(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    """What the real host probe reports for a healthy simulated root."""
-    sys.path.insert(0, str(REPO))
-    from tests.integration.testbed import seed_healthy_root
-
-    root = tmp_path_factory.mktemp("root")
-    seed_healthy_root(root, "node01", 0)
-    out = subprocess.run(
-        [sys.executable, str(REPO / "diagnostics/host.py"), "--root", str(root)],
-        capture_output=True,
-        check=True,
-        env={"PATH": "/usr/bin:/bin"},
-    ).stdout
-    data: dict[str, Any] = json.loads(out)["data"]
-    data["clock"]["time"] = None  # judged against the control clock at run time; see host.clock
-    return data
 
 
 NO_GPU = {

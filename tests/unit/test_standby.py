@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import math
-import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -121,25 +120,6 @@ def test_add_holds_hosts_as_unchecked_standbys_and_refuses_job_hosts(ctx: Action
     assert [r.rule for r in busy.failed_rails] == ["not-in-a-job"]
     with pytest.raises(ActionRefused, match="rule not-in-a-job: runs a job: node02 \\(job small\\)"):
         apply_plan(busy, ctx.scheduler, ctx.store)
-
-
-@pytest.fixture(scope="module")
-def healthy_host_data(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    """What the real host probe reports for a healthy simulated root."""
-    sys.path.insert(0, str(REPO))
-    from tests.integration.testbed import seed_healthy_root
-
-    root = tmp_path_factory.mktemp("root")
-    seed_healthy_root(root, "node01", 0)
-    out = subprocess.run(
-        [sys.executable, str(REPO / "diagnostics/host.py"), "--root", str(root)],
-        capture_output=True,
-        check=True,
-        env={"PATH": "/usr/bin:/bin"},
-    ).stdout
-    data: dict[str, Any] = json.loads(out)["data"]
-    data["clock"]["time"] = None
-    return data
 
 
 def _with_clock(data: dict[str, Any]) -> Any:

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -52,23 +50,6 @@ class Clock:
 
     def __call__(self) -> float:
         return self.t
-
-
-@pytest.fixture(scope="module")
-def healthy(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    sys.path.insert(0, str(REPO))
-    from tests.integration.testbed import seed_healthy_root
-
-    root = tmp_path_factory.mktemp("root")
-    seed_healthy_root(root, "node01", 0)
-    out = subprocess.run(
-        [sys.executable, str(REPO / "diagnostics/host.py"), "--root", str(root)],
-        capture_output=True,
-        check=True,
-        env={"PATH": "/usr/bin:/bin"},
-    ).stdout
-    data: dict[str, Any] = json.loads(out)["data"]
-    return data
 
 
 def answer(data: dict[str, Any], xid: bool = False) -> Any:
@@ -261,11 +242,13 @@ def test_no_decision_for_what_this_sweep_did_not_see(tmp_path: Path) -> None:
 # --- the sweep -------------------------------------------------------------------------------------
 
 
-def test_sweep_names_the_faulty_host_and_records_history(tmp_path: Path, healthy: dict[str, Any]) -> None:
+def test_sweep_names_the_faulty_host_and_records_history(
+    tmp_path: Path, healthy_host_data: dict[str, Any]
+) -> None:
     state = tmp_path / "s.db"
     req = sweep_request(inventory=inventory(tmp_path), state=state, textfile=tmp_path / "r.prom",
                         html=tmp_path / "r.html", environ={})  # fmt: skip
-    tr = fake(healthy)
+    tr = fake(healthy_host_data)
     res = run_sweep(req, pool=TransportPool(override=tr), clock=Clock())
     assert [h.host for h in res.hosts] == ["node1", "node2", "node3", "spare1"]
     assert res.skipped == ("gone1",)
@@ -286,30 +269,34 @@ def test_sweep_names_the_faulty_host_and_records_history(tmp_path: Path, healthy
     assert 'data-host="node2" data-check="host.xid"' in grid and "<script" not in grid
 
 
-def test_sweep_act_records_suspect_then_drains_through_evict(tmp_path: Path, healthy: dict[str, Any]) -> None:
+def test_sweep_act_records_suspect_then_drains_through_evict(
+    tmp_path: Path, healthy_host_data: dict[str, Any]
+) -> None:
     state = tmp_path / "s.db"
     req = sweep_request(inventory=inventory(tmp_path), state=state, act=True, environ={})
-    res = run_sweep(req, pool=TransportPool(override=fake(healthy)))
+    res = run_sweep(req, pool=TransportPool(override=fake(healthy_host_data)))
     assert res.acted is not None and res.acted["suspect"] == ["node2"] and res.acted["drained"] == []
     with Store.open(state) as store:
         m = store.machine("node2")
         assert m is not None and m.state is MachineState.SUSPECT and m.reason.startswith("sweep: host.xid")
     req = sweep_request(inventory=inventory(tmp_path, {"act": "drain"}), state=state, act=True, environ={})
-    res = run_sweep(req, pool=TransportPool(override=fake(healthy)))
+    res = run_sweep(req, pool=TransportPool(override=fake(healthy_host_data)))
     assert res.acted is not None and res.acted["drained"] == ["node2"], res.acted
     with Store.open(state) as store:
         m = store.machine("node2")
         assert m is not None and m.state is MachineState.EVICTED
         assert [a.action for a in store.audit()] == ["evict"]  # through the rails and the audit log
     # an evicted host is no longer swept
-    res = run_sweep(req, pool=TransportPool(override=fake(healthy)))
+    res = run_sweep(req, pool=TransportPool(override=fake(healthy_host_data)))
     assert "node2" in res.skipped and res.exit_code == 0
 
 
-def test_deeper_levels_never_on_busy_hosts_unless_asked(tmp_path: Path, healthy: dict[str, Any]) -> None:
+def test_deeper_levels_never_on_busy_hosts_unless_asked(
+    tmp_path: Path, healthy_host_data: dict[str, Any]
+) -> None:
     inv = inventory(tmp_path, jobs=True)
     for include, expect in ((False, {"node3", "spare1"}), (True, {"node1", "node2", "node3", "spare1"})):
-        tr = fake(healthy, bad=None)
+        tr = fake(healthy_host_data, bad=None)
         req = sweep_request(
             inventory=inv, state=tmp_path / f"{include}.db", level=1, include_busy=include, environ={}
         )
@@ -460,11 +447,11 @@ def test_a_diagnose_critical_counts_as_a_failure(tmp_path: Path) -> None:
 
 
 def test_sweep_reports_a_pending_host_as_warning_and_no_failure(
-    tmp_path: Path, healthy: dict[str, Any]
+    tmp_path: Path, healthy_host_data: dict[str, Any]
 ) -> None:
-    down = json.loads(json.dumps(healthy))
+    down = json.loads(json.dumps(healthy_host_data))
     down["nics"][0].update(operstate="down", carrier=0, speed_mbps=-1)
-    tr = fake(healthy, bad=None)
+    tr = fake(healthy_host_data, bad=None)
     tr.answers["node3"]["host"] = answer(down)
     state = tmp_path / "s.db"
     req = sweep_request(inventory=inventory(tmp_path), state=state, textfile=tmp_path / "r.prom",
@@ -516,7 +503,7 @@ def test_diagnose_results_feed_the_history(tmp_path: Path) -> None:
 
 
 def test_a_host_answering_garbage_is_unknown_and_the_old_outputs_stay_whole(
-    tmp_path: Path, healthy: dict[str, Any]
+    tmp_path: Path, healthy_host_data: dict[str, Any]
 ) -> None:
     """Bad input of issue 13: a host that answers garbage is an UNKNOWN entry for that host (exit 3),
     never a traceback; the textfile and HTML are rewritten whole (atomically), never half-written."""
@@ -524,7 +511,7 @@ def test_a_host_answering_garbage_is_unknown_and_the_old_outputs_stay_whole(
 
     state, prom, page = tmp_path / "s.db", tmp_path / "r.prom", tmp_path / "r.html"
     req = sweep_request(inventory=inventory(tmp_path), state=state, textfile=prom, html=page, environ={})
-    tr = fake(healthy, bad=None)
+    tr = fake(healthy_host_data, bad=None)
     tr.answers["node3"]["host"] = CommandResult("node3", 0, b"\x00\xff{not json at all\n" * 50, b"", 0.01)
     res = run_sweep(req, pool=TransportPool(override=tr), clock=Clock())
     by = {h.host: h for h in res.hosts}

@@ -38,6 +38,8 @@ import pytest
 import yaml
 
 from robustctl.testing import fake_nvml
+from tests.support.hostroot import seed_healthy_root
+from tests.support.needs import needed
 
 REPO = Path(__file__).resolve().parents[2]
 CHROMIUM = "/usr/bin/chromium"
@@ -58,12 +60,11 @@ pytestmark = pytest.mark.slow
 
 def _require_chromium() -> None:
     missing = [p for p in (CHROMIUM, CHROMEDRIVER) if not os.access(p, os.X_OK)]
-    if not missing:
-        return
-    reason = f"{' and '.join(missing)} not installed (Debian chromium, chromium-driver: bash scripts/testbed-deps.sh)"
-    if os.environ.get("ROBUSTCTL_REQUIRE_TESTBED") == "1":
-        pytest.fail(f"ROBUSTCTL_REQUIRE_TESTBED=1 but {reason}", pytrace=False)
-    pytest.skip(reason)
+    if missing:
+        needed(
+            f"{' and '.join(missing)} not installed (Debian chromium, chromium-driver: "
+            "bash scripts/testbed-deps.sh)"
+        )
 
 
 def artefacts_dir() -> Path:
@@ -76,9 +77,6 @@ def artefacts_dir() -> Path:
 
 def _fleet(tmp: Path) -> Path:
     """Four local hosts with their own roots and NVML files; the inventory path."""
-    sys.path.insert(0, str(REPO))
-    from tests.integration.testbed import seed_healthy_root
-
     entries = []
     for i, name in enumerate(HOSTS):
         seed_healthy_root(tmp / name / "root", name, i)
@@ -104,8 +102,6 @@ def _fleet(tmp: Path) -> Path:
 
 def _xid(tmp: Path, name: str, present: bool) -> None:
     """Give ``name`` an XID 79 in its kernel log now, or reseed a clean log."""
-    from tests.integration.testbed import seed_healthy_root
-
     root = tmp / name / "root"
     seed_healthy_root(root, name, HOSTS.index(name))
     if present:
