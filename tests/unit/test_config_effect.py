@@ -1333,19 +1333,23 @@ expect("policy.window_s", "evict rails", at("policy.window_s", 86400.0),
 @case("policy.lock_timeout_s", "action lock")
 def _lock_timeout(tmp: Path) -> None:
     def takes_lock(inv: Inventory) -> bool:
+        """Another robustctl holds the lock and lets go 1 s after the timer starts, just before this one
+        asks for it (a few statements: far inside 1 s at any load). The default (30 s) waits for it;
+        0 does not."""
         path = Path(inv.source)
         other = Store.open(tmp / "shared.db")
         other.lock("evict", timeout_s=0)
-        threading.Timer(0.5, other.unlock).start()
         ctx = open_context(path, tmp / "shared.db")
+        release = threading.Timer(1.0, other.unlock)
         try:
+            release.start()
             ctx.lock("evict")
             return True
         except StoreLocked:
             return False
         finally:
             ctx.close()
-            time.sleep(0.6)
+            release.join()  # the other one let go: the next call can take the lock again
             other.close()
 
     assert both(tmp, at("policy.lock_timeout_s", 0.0), takes_lock) == (True, False)

@@ -29,6 +29,16 @@ def _wait_for(cond: Callable[[], bool], timeout_s: float = 15.0) -> bool:
     return cond()
 
 
+def _loads_its_backend(pid: int) -> bool:
+    """The burn probe ``pid`` has its matrix library (torch, else numpy) in its memory map: it has read
+    its program, holds its lifeline and is in its load (the import is its first step there)."""
+    try:
+        maps = Path(f"/proc/{pid}/maps").read_text()
+    except OSError:
+        return False
+    return "/torch/" in maps or "/numpy/" in maps
+
+
 def _gone(pid: int) -> bool:
     try:
         return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
@@ -147,7 +157,7 @@ def test_diagnose_interrupted_during_the_burn_stops_it_and_exits_130(tmp_path: P
     try:
         assert _wait_for(lambda: bool(burn()), timeout_s=60), "the burn probe never started"
         pids = [p.pid for p in burn()]
-        time.sleep(0.5)
+        assert _wait_for(lambda: any(_loads_its_backend(p) for p in pids), timeout_s=60), "no load started"
         proc.send_signal(sig)
         out, err = proc.communicate(timeout=20)
     finally:

@@ -13,7 +13,6 @@ import io
 import json
 import os
 import subprocess
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -545,30 +544,35 @@ def test_last_start_is_the_newest_done_launch_or_requeue_of_the_job(tmp_path: Pa
         assert last_start(store, "j") == 2000.0
 
 
-def test_the_wait_ignores_entries_of_the_run_stopped_before_the_last_start(bed: Bed) -> None:
+def test_the_wait_ignores_entries_of_the_run_stopped_before_the_last_start(
+    bed: Bed, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The stopped run got to step 50; the restart at t=1000 resumed from checkpoint 40. Counted, the
     stale step 50 would be the baseline and the new run would have to pass step 53 to count."""
-    import threading
+    from robustctl.commands import progress as progress_mod
 
     with Store.open(bed.state) as store:
         audit_restart(store, "j", 1000.0)
     for i, h in enumerate(HOSTS):
         heartbeat(bed, h, i, 50, 990.0)
+    new_run = iter([(41, 1002.0), (44, 1005.0)])
 
-    def new_run() -> None:
-        for step, at in ((41, 1002.0), (44, 1005.0)):
-            time.sleep(0.5)
+    def read_then_step(*args: Any, **kwargs: Any) -> ProgressReading:
+        """Each reading of the wait, then the new run's next step: the wait sees 50, 41, then 44."""
+        reading = read_progress(*args, **kwargs)
+        step = next(new_run, None)
+        if step is not None:
             for i, h in enumerate(HOSTS):
-                heartbeat(bed, h, i, step, at)
+                heartbeat(bed, h, i, *step)
+        return reading
 
-    t = threading.Thread(target=new_run)
-    t.start()
+    monkeypatch.setattr(progress_mod, "read_progress", read_then_step)
     res = run_wait_progress(
         WaitProgressRequest(
-            job="j", min_new_steps=3, timeout_s=4, poll_s=0.2, inventory=bed.inv, state=bed.state
+            job="j", min_new_steps=3, timeout_s=30, poll_s=0.2, inventory=bed.inv, state=bed.state
         )
     )
-    t.join()
+    assert res.readings == 3, res
     assert res.counted_since == 1000.0
     assert res.outcome is WaitOutcome.PROGRESS and res.baseline_step == 41 and res.last_step == 44, res
 

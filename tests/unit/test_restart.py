@@ -270,8 +270,9 @@ def test_dry_run_shows_the_plan_and_starts_and_records_nothing(job: Job) -> None
     ]
     assert result.plan.targets == ("n1", "n2")
     assert "4 process(es), one per rank, on 2 host(s)" in result.plan.steps[2].describe()
-    time.sleep(0.3)
-    assert not job.processes() and not job.beats.exists()
+    # run_restart has returned: a launch would have left its log files and its detached ranks by now
+    # (the launch probe opens each log and starts each process before it answers)
+    assert not job.logs.exists() and not job.processes() and not job.beats.exists()
     with Store.open(job.state) as store:
         assert store.audit() == []
 
@@ -633,8 +634,14 @@ def test_update_apply_restarts_only_when_the_lazy_change_is_due(job: Job) -> Non
         assert _git(job.tmp / f"code-{host}", "rev-parse", "HEAD") == commits[1]
     # a change staged under a 1 s window is forced by the first run after it
     job.write(code={"path": str(job.tmp) + "/code-{host}", "stable_after_steps": 5, "update_window_s": 1})
-    run_update_stage(UpdateStageRequest(job="hb", ref=commits[0], reason="back", **common), confirm=always)
-    time.sleep(1.2)
+    back = run_update_stage(
+        UpdateStageRequest(job="hb", ref=commits[0], reason="back", **common), confirm=always
+    )
+    assert back.change is not None and back.change.due_at == back.change.staged_at + 1
+    deadline = time.monotonic() + 30
+    while time.time() <= back.change.due_at:  # the store's clock: until the window has passed
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
     due = run_update_apply(UpdateApplyRequest(job="hb", **common), confirm=always)
     assert due.due and due.restarted and due.exit_code == ExitCode.OK, due.restart
     for host in ("n1", "n2"):
