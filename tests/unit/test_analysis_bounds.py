@@ -247,6 +247,16 @@ def test_ranks_per_host_must_divide_the_ranks(args: list[str], capsys: pytest.Ca
     assert "Traceback" not in err
 
 
-def test_ranks_per_host_that_divides_is_accepted() -> None:
+def test_ranks_per_host_that_divides_is_accepted(capsys: pytest.CaptureFixture[str]) -> None:
+    """The 4 captured ranks: rank 1 in a recv, rank 3 computing while the others wait (SOURCE.md)."""
     dumps = [str(p) for p in sorted(GLOO.glob("rank*.dump"))]
-    assert main(["analyze", *dumps, "-G", "2", "--json"]) != ExitCode.USAGE
+    assert main(["analyze", *dumps, "-G", "2", "--json"]) == ExitCode.CRITICAL
+    doc = json.loads(capsys.readouterr().out)
+    assert (doc["kind"], doc["exit_code"], doc["status"]) == ("stacks", 2, "critical")
+    assert [i["status"] for i in doc["inputs"]] == ["ok"] * 4 and doc["readable"] == 4
+    assert doc["suspect_ranks"] == [1, 3] and doc["likely_culprits"] == [3]
+    # With a layout, the 2 ranks per host place rank 3 on the second machine (ranks 2-3).
+    assert main(["analyze", *dumps, "--layout", "dp=4", "-G", "2", "--json"]) == ExitCode.CRITICAL
+    doc = json.loads(capsys.readouterr().out)
+    assert (doc["world_size"], doc["ranks_per_host"]) == (4, 2)
+    assert doc["suspect_ranks"] == [3] and doc["suspect_hosts"] == ["machine-1"]

@@ -37,18 +37,7 @@ def description(path: list[str]) -> str:
     return " ".join((cmd.help or "").strip().split("\n\n")[0].split())
 
 
-# evict, return and standby are reworked on their own; their examples arrive with that rework
-AWAITING_EXAMPLES: set[str] = set()
-
-
-def _params(cmd: list[str]) -> Any:
-    marks = []
-    if cmd and cmd[0] in AWAITING_EXAMPLES:
-        marks.append(pytest.mark.xfail(strict=True, reason="examples come with the action-command rework"))
-    return pytest.param(cmd, marks=marks, id=" ".join(cmd) or "root")
-
-
-@pytest.mark.parametrize("cmd", [_params(c) for c in commands()])
+@pytest.mark.parametrize("cmd", [pytest.param(c, id=" ".join(c) or "root") for c in commands()])
 def test_every_command_has_help_with_description_and_examples(
     cmd: list[str], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -35,14 +35,18 @@ def bad(a: str, b: str, why: str = "timed out") -> tuple[tuple[str, str], PairRe
 
 
 def test_host_failing_with_both_neighbours_is_the_suspect() -> None:
-    hosts = ["a", "b", "c", "d", "e"]
-    results = dict([ok("a", "b", 1.0), bad("b", "c"), bad("c", "d"), ok("d", "e", 1.0), ok("e", "a", 1.1)])
+    # Names of which none is a part of another: a name found in a summary is that host.
+    hosts = ["gpu-a11", "gpu-b22", "gpu-c33", "gpu-d44", "gpu-e55"]
+    a, b, c, d, e = hosts
+    results = dict([ok(a, b, 1.0), bad(b, c), bad(c, d), ok(d, e, 1.0), ok(e, a, 1.1)])
     v = blame_pairs(results, hosts, 0.9)
-    assert v["c"].status is Status.CRITICAL
-    assert "b" in v["c"].summary and "d" in v["c"].summary
-    # c's neighbours are cleared: their one bad pair is explained by c.
-    assert v["b"].status is Status.OK and v["d"].status is Status.OK
-    assert v["a"].status is Status.OK and v["e"].status is Status.OK
+    assert v[c].status is Status.CRITICAL
+    assert [h for h in hosts if h in v[c].summary] == [b, d], v[c].summary  # its two neighbours, only
+    assert [(p["peer"], p["ok"]) for p in v[c].evidence["pairs"]] == [(b, False), (d, False)]
+    # c's neighbours are cleared: their one bad pair is explained by c, whom they name.
+    for n in (b, d):
+        assert v[n].status is Status.OK and [h for h in hosts if h in v[n].summary] == [c], v[n].summary
+    assert v[a].status is Status.OK and v[e].status is Status.OK
 
 
 def test_slow_host_named_by_pair_median() -> None:

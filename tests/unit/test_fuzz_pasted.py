@@ -16,9 +16,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from robustctl.analysis.detect import analyze_text
+from robustctl.analysis.detect import UNKNOWN_KIND, analyze_text, kinds
 from robustctl.analysis.nccl_tests import busbw_collapses, evaluate, parse_nccl_tests
 from robustctl.analysis.xid import DEVICE_REDACTED, parse_kernel_log
+from robustctl.models import Status
 
 pytestmark = pytest.mark.fuzz
 
@@ -138,9 +139,24 @@ def test_redaction_never_loses_the_code(
 @given(st.text(max_size=200), TAGS)
 def test_tags_in_any_text_never_raise(text: str, tag: str) -> None:
     mixed = tag.join(text.split(" "))
-    parse_nccl_tests(mixed)
-    parse_kernel_log("NVRM: Xid (" + mixed[:80] + "): 79, " + mixed)
-    analyze_text(mixed)
+    lines = mixed.splitlines()
+    result = parse_nccl_tests(mixed)
+    assert len(result.rows) <= len(lines)  # a row takes one line at least
+    assert all(1 <= row.line <= len(lines) and row.size_bytes >= 0 for row in result.rows)
+    assert [row.line for row in result.rows] == sorted(row.line for row in result.rows)
+
+    log = "NVRM: Xid (" + mixed[:80] + "): 79, " + mixed
+    events = parse_kernel_log(log)
+    assert len(events) <= len(log.splitlines())
+    assert all(e.raw in log.splitlines() and 0 <= e.xid < 10**9 for e in events)
+    head = mixed[:80]
+    if not set("()") & set(head) and len(("x" + head + "x").splitlines()) == 1:
+        # whatever stands between the parentheses, the first line's code is read
+        assert events and events[0].xid == 79 and events[0].raw == log.splitlines()[0], events
+
+    a = analyze_text(mixed)
+    assert a.kind in {k.name for k in kinds()} | {UNKNOWN_KIND}
+    assert isinstance(a.status, Status) and "analysis failed" not in a.summary, a.summary
 
 
 def test_memory_is_flat_on_endless_row_pieces() -> None:

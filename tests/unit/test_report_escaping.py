@@ -186,6 +186,9 @@ def test_progress_description_is_data() -> None:
     p.start("L0 [/] [bold]x", 2)  # a MarkupError here before
     p.advance("h1", Outcome.OK)
     p.stop()
+    out = buf.getvalue()  # every frame drawn, the last one erased (a transient bar)
+    assert "L0 [/] [bold]x" in out, out  # the description shown as given: escaped, not read as markup
+    assert "1/2" in out, out
 
 
 @pytest.mark.parametrize("width", [200, 100])  # the wide table and the narrow one-line layout
