@@ -156,13 +156,17 @@ def test_unreadable_process_is_reported(clean_job: MiniJob, inv_job: Job, pool: 
     cannot read it, and it comes back as a ProcessDump with ``error`` (evidence), not a failure."""
     job = clean_job
     env = dict(os.environ, RANK="3", LOCAL_RANK="3")
+    argv0 = f"python -m tests.jobs.minimegatron --job-id {job.marker}"
     fake = subprocess.Popen(
-        ["bash", "-c", f'exec -a "python -m tests.jobs.minimegatron --job-id {job.marker}" sleep 300'],
+        ["bash", "-c", f'exec -a "{argv0}" sleep 300'],
         env=env,
         start_new_session=True,
     )
     try:
-        time.sleep(0.3)
+        deadline = time.monotonic() + 10  # until bash has exec'd the sleep under the job's command line
+        while Path(f"/proc/{fake.pid}/cmdline").read_bytes().split(b"\0")[0] != argv0.encode():
+            assert time.monotonic() < deadline, Path(f"/proc/{fake.pid}/cmdline").read_bytes()
+            time.sleep(0.02)
         c = collect_stacks(inv_job, pool, hosts=[inv_job.hosts[0]])
         bad = [d for d in c.dumps if d.pid == fake.pid]
         assert len(bad) == 1, [(d.pid, d.rank, d.error) for d in c.dumps]

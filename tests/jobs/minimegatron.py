@@ -54,9 +54,10 @@ Common keys: ``rank=R`` or ``ranks=R1,R2`` (default: every rank), ``step=N`` (ac
 Hangs other than ``p2p_recv`` end when the spec is removed from the fault file.
 
 Outputs: ``--progress-dir P``: ``P/rankRRRRR.json`` rewritten atomically after init (``step`` 0,
-``phase`` "ready") and after every step: ``{rank, pid, step, phase, time, step_s, loss, init_s,
-started_at, timings: {import_s, init_process_group_s, new_groups_s, model_and_loader_s}}`` (seconds,
-UNIX time; ``init_s`` counts from the process start). Exit status 0 after ``--steps`` steps, 1 on an error (crash
+``phase`` "ready") and after every step: ``{rank, pid, step, phase, time, step_s, straggle_s, loss,
+init_s, started_at, timings: {import_s, init_process_group_s, new_groups_s, model_and_loader_s}}``
+(seconds, UNIX time; ``init_s`` counts from the process start; ``straggle_s``: what a ``slow`` fault
+added to the step, 0 without one). Exit status 0 after ``--steps`` steps, 1 on an error (crash
 fault included), 3 when ``--max-runtime-s`` passed, 4 when ``--stdin-watch`` saw the launcher go.
 """
 
@@ -623,6 +624,7 @@ class Trainer:
         self.step = 0
         self.faults = FaultSource(self.rank, faults_env(), args.fault_file)
         self._slow_factor = 1.0
+        self.straggle_s = 0.0
         self.progress_path = (
             Path(args.progress_dir) / f"rank{self.rank:05d}.json" if args.progress_dir else None
         )
@@ -711,7 +713,9 @@ class Trainer:
 
     def straggle(self, compute_s: float) -> None:
         if self._slow_factor > 1.0:
-            _straggle((self._slow_factor - 1.0) * compute_s)
+            extra = (self._slow_factor - 1.0) * compute_s
+            self.straggle_s += extra
+            _straggle(extra)
 
     # ---- pipeline communication ------------------------------------------------------------------
 
@@ -810,6 +814,7 @@ class Trainer:
                 self.crash(crash)
             slow = self.faults.find("slow", None, self.step)
             self._slow_factor = slow.factor if slow is not None else 1.0
+            self.straggle_s = 0.0
             loss = self.train_step()
             self.ckpt.maybe_save(self.step, self.state())
             step_s = time.perf_counter() - t0
@@ -853,6 +858,7 @@ class Trainer:
             "phase": phase,
             "time": time.time(),
             "step_s": step_s,
+            "straggle_s": self.straggle_s,
             "loss": loss if loss is None or math.isfinite(loss) else None,
             "init_s": self.init_s,
             "timings": self.timings,
