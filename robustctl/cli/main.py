@@ -141,12 +141,15 @@ def main(argv: list[str] | None = None) -> int:
 
 
 @functools.cache
-def _command() -> typer.core.TyperGroup:
+def command_tree() -> typer.core.TyperGroup:
     """The click command tree typer builds from ``app``, built once per process.
 
     ``app(...)`` would build it anew on every call (about 35 ms for this CLI); a process that runs
     :func:`main` many times (the playbook engine's tests, the fuzz sweeps) pays it once. The tree is
-    fixed once this module is imported, and click makes a fresh context for every invocation.
+    fixed once this module is imported, and click makes a fresh context for every invocation. What
+    typer reads from the environment while building it (whether ``--show-completion`` detects the
+    shell or takes it as a value) is read once, as in a process that runs one command;
+    ``command_tree.cache_clear()`` builds it again.
     """
     command = typer.main.get_command(app)
     assert isinstance(command, typer.core.TyperGroup)  # an app of several commands
@@ -156,7 +159,7 @@ def _command() -> typer.core.TyperGroup:
 def _dispatch(args: list[str]) -> int:
     """Run the command and map its outcome to an exit code (the one exception boundary)."""
     try:
-        rv = _command()(args=args, prog_name="robustctl", standalone_mode=False)
+        rv = command_tree()(args=args, prog_name="robustctl", standalone_mode=False)
     except typer.Exit as exc:
         return int(exc.exit_code)
     except SystemExit as exc:  # typer's --show-completion/--install-completion exit on their own
