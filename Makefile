@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.setup-stamp
 TORCH  ?= torch==2.13.0
 
-.PHONY: setup run test test-unit test-integration fuzz bench lint fmt clean
+.PHONY: setup run test test-fast test-unit test-integration fuzz bench lint fmt clean
 
 setup: $(STAMP)
 
@@ -19,9 +19,15 @@ $(STAMP): pyproject.toml
 run: setup
 	$(VENV)/bin/robustctl diagnose
 
+# Every test, unit first (pyproject's testpaths), then the 30 slowest with their times.
 test: setup
 	bash scripts/testbed-deps.sh
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q --durations=30
+
+# The two-minute loop: the in-process unit tests, none that starts sshd, Slurm, a torch job, py-spy or
+# a browser (those carry the `integration` or `external` marker).
+test-fast: setup
+	$(PY) -m pytest -q -m "not integration and not external" --durations=10 tests/unit
 
 test-unit: setup
 	$(PY) -m pytest -q tests/unit

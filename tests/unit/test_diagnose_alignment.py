@@ -152,6 +152,7 @@ def run_local_l4(hs: list[Host]) -> dict[str, Any]:
     return {n: [c for c in st.checks if c.name == CHECK] for n, st in engine.state.items()}
 
 
+@pytest.mark.external  # a torch process
 def test_real_probe_on_local_hosts_names_the_injected_host_alone() -> None:
     """Three local hosts run the real reference step; node1's torch flips a mantissa bit."""
     pytest.importorskip("torch")
@@ -164,6 +165,7 @@ def test_real_probe_on_local_hosts_names_the_injected_host_alone() -> None:
     assert checks["node0"][0].evidence["digest"] != checks["node1"][0].evidence["digest"]
 
 
+@pytest.mark.external  # a torch process
 def test_real_probe_on_healthy_local_hosts_is_ok() -> None:
     pytest.importorskip("torch")
     checks = run_local_l4([local_host(f"node{i}") for i in range(3)])

@@ -19,7 +19,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.external]  # torch processes of the test job
 
 REPO = Path(__file__).resolve().parents[2]
 ARGS = ["--tp", "1", "--pp", "2", "--dp", "1", "--ckpt-every", "2", "--ckpt-mode", "sync"]

@@ -71,6 +71,7 @@ def test_busbw_factor_is_nccl_tests_definition() -> None:
     assert allreduce.busbw_factor(1) == 0.0
 
 
+@pytest.mark.external  # a torch process
 def test_intra_host_gloo_ranks() -> None:
     pytest.importorskip("torch")
     doc = finish(start("--nproc", "3", "--sizes", "64K,1M", "--iters", "2", "--timeout", "60"))
@@ -82,6 +83,7 @@ def test_intra_host_gloo_ranks() -> None:
     assert ok.status is Status.OK and ok.evidence["peak_busbw_gbps"] == peak_busbw(data) > 0
 
 
+@pytest.mark.external  # a torch process
 def test_cross_host_pair_on_two_loopback_addresses() -> None:
     """Rank 0 on 127.0.0.2 and rank 1 on 127.0.0.3, as two separate probe processes (L3)."""
     pytest.importorskip("torch")
@@ -98,6 +100,7 @@ def test_cross_host_pair_on_two_loopback_addresses() -> None:
     assert d0["results"][0]["time_s"] == d1["results"][0]["time_s"]  # the slowest rank's time, on both
 
 
+@pytest.mark.external  # a torch process
 def test_missing_peer_ends_with_an_error_not_a_hang() -> None:
     pytest.importorskip("torch")
     port = free_port("127.0.0.2")
@@ -123,6 +126,7 @@ def test_missing_peer_ends_with_an_error_not_a_hang() -> None:
     assert time.monotonic() - t < 30
 
 
+@pytest.mark.external  # a torch process
 @pytest.mark.slow
 def test_missing_peer_document_within_the_budget() -> None:
     pytest.importorskip("torch")

@@ -81,6 +81,7 @@ def test_numpy_verification_flags_corrupted_products() -> None:
     assert n_bad == 1 and max_err == float("inf") and non_finite == 1
 
 
+@pytest.mark.external  # a torch process
 def test_torch_verification_flags_corrupted_products() -> None:
     torch = pytest.importorskip("torch")
     a, b, ref = burn.torch_inputs(torch, 64, torch.float32)
@@ -113,6 +114,7 @@ class FaultyTorch:
         return r
 
 
+@pytest.mark.external  # a torch process
 def test_a_device_computing_wrong_results_is_caught_on_every_product() -> None:
     torch = pytest.importorskip("torch")
     a, b, ref = burn.torch_inputs(torch, 48, torch.float32)
@@ -141,6 +143,7 @@ def test_numpy_backend_document() -> None:
     assert doc["errors"] == []
 
 
+@pytest.mark.external  # a torch process
 def test_torch_backend_document() -> None:
     pytest.importorskip("torch")
     doc = run_probe("--seconds", "0.3", "--size", "64", "--threads", "1")
@@ -151,6 +154,7 @@ def test_torch_backend_document() -> None:
     assert dev["max_rel_error"] is not None and dev["max_rel_error"] < burn.TOLERANCE[dev["dtype"]]
 
 
+@pytest.mark.external  # a torch process
 @pytest.mark.slow
 def test_a_throttled_host_measures_lower_tflops() -> None:
     """Throughput is wall-clock based: a process held off the CPU half the time (like a CPU quota)

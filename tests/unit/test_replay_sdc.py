@@ -37,6 +37,7 @@ def fault_env(spec: str) -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": str(FAULT_DIR), "ROBUSTCTL_SDC_FAULT": spec}
 
 
+@pytest.mark.external  # a torch process
 def test_replay_is_bitwise_reproducible_and_the_injector_changes_it() -> None:
     pytest.importorskip("torch")
     args = ("--tp", "2", "--pp", "2", "--steps", "2", "--hidden", "32", "--timeout", "60")
@@ -50,6 +51,7 @@ def test_replay_is_bitwise_reproducible_and_the_injector_changes_it() -> None:
     assert nan["nonfinite"] is True and "nan" in nan["loss"]
 
 
+@pytest.mark.external  # a torch process
 def test_replay_across_two_hosts_matches_all_ranks_on_one() -> None:
     """Two probe processes (127.0.0.2 serving, 127.0.0.3 dialling), each one rank: same bits as one host."""
     pytest.importorskip("torch")
@@ -124,6 +126,7 @@ def replay(inv: Path, capsys: pytest.CaptureFixture[str], *extra: str) -> tuple[
     return rc, json.loads(out)
 
 
+@pytest.mark.external  # a torch process
 def test_fig6_flow_isolates_the_injected_machine_in_two_rounds(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -65,7 +65,12 @@ def _pyspy() -> str | None:
     return found or (str(beside) if beside.is_file() else None)
 
 
-needs_pyspy = pytest.mark.skipif(_pyspy() is None, reason="py-spy is not installed (pip install py-spy)")
+_pyspy_present = pytest.mark.skipif(_pyspy() is None, reason="py-spy is not installed (pip install py-spy)")
+
+
+def needs_pyspy(test: Any) -> Any:
+    """Runs py-spy against real processes: an ``external`` test, skipped where py-spy is missing."""
+    return pytest.mark.external(_pyspy_present(test))
 
 
 class Procs:

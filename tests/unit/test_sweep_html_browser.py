@@ -55,7 +55,7 @@ COLOURS = {
     "none": "rgba(238, 238, 238, 1)",
 }
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.external]  # headless Chromium
 
 
 def _require_chromium() -> None:
