@@ -53,10 +53,13 @@ def failing_checks(host: dict[str, Any]) -> dict[str, dict[str, Any]]:
 def test_all_healthy_through_every_level(testbed: Testbed, tmp_path: Path) -> None:
     inv = testbed.write_inventory(
         tmp_path / "inv.yaml",
-        thresholds={"allreduce_peer_ratio": 0.5, "burn_peer_ratio": 0.75},
+        # The hosts share this machine's two cores, each measured in turn while other work may run:
+        # the peer rules flag only a host at under a fifth of the fleet median here (the slow-host
+        # test below names one at 0.15 of a core against the rule's default).
+        thresholds={"allreduce_peer_ratio": 0.2, "burn_peer_ratio": 0.2},
         diagnose={
             "burn": {"seconds": 1, "size": 256, "threads": 1, "concurrency": 1},
-            "allreduce": {"sizes": [1048576, 8388608], "iters": 3, "concurrency": 1},
+            "allreduce": {"sizes": [1048576], "iters": 3, "concurrency": 1},
         },
     )
     code, doc, err = robustctl("diagnose", "-i", str(inv), timeout=600)
@@ -144,8 +147,13 @@ def test_slow_host_named_by_the_peer_rule(testbed: Testbed, tmp_path: Path) -> N
         testbed.slow_host(5, cpu_fraction=0.15)
     except FaultUnsupported as exc:
         needed(str(exc))
+    # The cgroup caps host 5 at 0.15 of a core; a healthy host's serial burn gets a whole core on an
+    # idle machine and about two thirds of one beside a busy loop on each of the two cores. The rule
+    # is set at half the fleet median: a 3x margin for the slowed host at that load, and a healthy
+    # host would have to lose half its share during its own 2 s to be named.
     inv = testbed.write_inventory(
         tmp_path / "inv.yaml",
+        thresholds={"burn_peer_ratio": 0.5},
         diagnose={"burn": {"seconds": 2, "size": 256, "threads": 1, "concurrency": 1}},
     )
     code, doc, err = robustctl("diagnose", "-i", str(inv), "--level", "1")
