@@ -310,7 +310,13 @@ class FakeKubeApiServer:
 
         self._httpd = ThreadingHTTPServer((self.host, 0), Handler)
         self._httpd.daemon_threads = True
-        self._thread = threading.Thread(target=self._httpd.serve_forever, name="fake-kube-api", daemon=True)
+        # A short poll: stop() (socketserver's shutdown) waits up to one poll interval, 0.5 s by default.
+        self._thread = threading.Thread(
+            target=self._httpd.serve_forever,
+            kwargs={"poll_interval": 0.05},
+            name="fake-kube-api",
+            daemon=True,
+        )
         self._thread.start()
         return self
 
