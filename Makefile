@@ -25,9 +25,10 @@ test: setup
 	$(PY) -m pytest -q --durations=30
 
 # The two-minute loop: the in-process unit tests, none that starts sshd, Slurm, a torch job, py-spy or
-# a browser (those carry the `integration` or `external` marker).
+# a browser (those carry the `integration` or `external` marker), on two worker processes, with fewer
+# Hypothesis examples than `make test` runs.
 test-fast: setup
-	$(PY) -m pytest -q -m "not integration and not external" --durations=10 tests/unit
+	HYPOTHESIS_PROFILE=fast $(PY) -m pytest -q -n 2 -m "not integration and not external" --durations=10 tests/unit
 
 test-unit: setup
 	$(PY) -m pytest -q tests/unit

@@ -17,12 +17,21 @@ import subprocess
 import pytest
 from hypothesis import HealthCheck, settings
 
-# Property-based tests (Hypothesis): seeded and bounded in `make test` ("ci", the default), many more
-# examples in `make fuzz` (HYPOTHESIS_PROFILE=fuzz). No example database: nothing is written beside
-# the checkout.
+# Property-based tests (Hypothesis): seeded and bounded in `make test` ("ci", the default), fewer
+# examples in `make test-fast` ("fast"), many more in `make fuzz` (HYPOTHESIS_PROFILE=fuzz). No
+# example database: nothing is written beside the checkout.
 settings.register_profile(
     "ci",
     max_examples=60,
+    derandomize=True,
+    database=None,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+    print_blob=True,
+)
+settings.register_profile(  # `make test-fast`: the same properties, fewer examples each
+    "fast",
+    max_examples=15,
     derandomize=True,
     database=None,
     deadline=None,

@@ -203,8 +203,9 @@ def test_many_brackets_are_a_usage_error(env: Path) -> None:
         assert code == 64 and "bracket groups" in err, err
 
 
-def test_surrogates_in_a_reason_are_stored(env: Path) -> None:
+def test_surrogates_in_a_reason_are_stored(env: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # a --reason with bytes that are not UTF-8: UnicodeEncodeError in SQLite, exit 3
+    monkeypatch.setenv("COLUMNS", "250")  # the audit table's reason whole in its cell
     code, err = run_cli(["evict", "node02", "--reason", "disk \udce9chec", "--yes", "-q"])
     assert code == 0, err
     code, err = run_cli(["audit"])

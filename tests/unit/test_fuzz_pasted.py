@@ -160,10 +160,12 @@ def test_tags_in_any_text_never_raise(text: str, tag: str) -> None:
 
 
 def test_memory_is_flat_on_endless_row_pieces() -> None:
-    """200,000 lines of parameter pieces and tags: the pending piece never grows."""
+    """50,000 lines of parameter pieces and tags: the pending piece never grows. The parser's peak is
+    a few KiB whatever the count (3.6 KiB at 20,000 and at 200,000 lines); the 1 MiB bound fails on
+    anything kept at more than about 20 bytes a line."""
 
     def lines() -> object:
-        for i in range(200_000):
+        for i in range(50_000):
             yield f"[1,0]<stdout>:  {1 << (i % 40)}  {i}  float  sum  -1" + "[0]" * 50
 
     tracemalloc.start()
@@ -173,4 +175,4 @@ def test_memory_is_flat_on_endless_row_pieces() -> None:
     finally:
         tracemalloc.stop()
     assert result.rows == ()
-    assert peak < 8 * 1024 * 1024, peak
+    assert peak < 1024 * 1024, peak

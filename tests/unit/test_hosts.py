@@ -90,7 +90,10 @@ def test_cli_table_and_json(
     assert doc["kind"] == "hosts" and doc["schema_version"] == 1 and len(doc["hosts"]) == 7
 
 
-def test_markup_in_reasons_is_text(inv: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_markup_in_reasons_is_text(
+    inv: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COLUMNS", "250")  # the reason whole in its cell, whatever runs the test
     db = tmp_path / "m.db"
     with Store.open(db) as store:
         store.set_state("node04", MachineState.EVICTED, "evict: [/] [bold]x[/bold]")
