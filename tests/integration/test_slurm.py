@@ -197,7 +197,7 @@ def test_frozen_controller_times_out_within_the_deadline(cluster: SlurmBed) -> N
             with pytest.raises(SchedulerError, match=r"timed out after 2 s") as info:
                 call()
             elapsed = time.monotonic() - t0
-            assert 1.9 <= elapsed < 4, elapsed
+            assert 1.9 <= elapsed < 10, elapsed  # the 2 s timeout; a frozen controller never answers
             assert "sinfo" in info.value.command
     assert slurm.state(["sn1"]) == {"sn1": NodeState.ACTIVE}  # thawed: answers again
     assert cluster.node_states()["sn1"] == ("idle", "none")
@@ -219,7 +219,7 @@ def test_controller_not_running_is_a_typed_error(cluster: SlurmBed, tmp_path: Pa
     # sinfo retries the connection for ~9 s, then exits 0 with an "errors" entry and no node: either way
     # the call fails, typed, within its timeout; never "every node unknown".
     assert "timed out after 3 s" in info.value.reason or "reported errors" in info.value.reason
-    assert elapsed < 5, elapsed
+    assert elapsed < 7, elapsed  # the 3 s timeout, before sinfo's own ~9 s of retries
 
 
 def test_no_daemon_outlives_the_testbed(tmp_path: Path) -> None:

@@ -134,7 +134,7 @@ def test_stopped_host_refuses_and_restarts(testbed: Testbed) -> None:
     t0 = time.monotonic()
     with pytest.raises(ConnectionRefusedError):
         socket.create_connection((testbed.address(1), testbed.port), timeout=5).close()
-    assert time.monotonic() - t0 < 1.0
+    assert time.monotonic() - t0 < 4.0  # refused at once: a dropped SYN would wait out the 5 s instead
     with pytest.raises(paramiko.ssh_exception.NoValidConnectionsError):
         _client(testbed, 1)
     assert testbed.exec(0, ["true"]).exit_status == 0  # the others are untouched
@@ -200,7 +200,7 @@ def test_blocked_host_times_out_at_connect(testbed: Testbed) -> None:
     t0 = time.monotonic()
     with pytest.raises((TimeoutError, socket.timeout)):
         socket.create_connection((testbed.address(4), testbed.port), timeout=1.0).close()
-    assert time.monotonic() - t0 < 3.0
+    assert time.monotonic() - t0 < 10.0  # the 1 s timeout, not the kernel's SYN retries (about 2 min)
     assert testbed.exec(5, ["true"]).exit_status == 0  # same port, other address: not blocked
 
     testbed.unblock_host(4)
