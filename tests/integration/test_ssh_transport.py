@@ -73,7 +73,7 @@ def test_command_deadline(testbed: Testbed, tmp_path: Path) -> None:
         t0 = time.monotonic()
         with pytest.raises(CommandTimeout, match="timed out after 1s"):
             t.run(h, ["sleep", "30"], timeout_s=1)
-        assert time.monotonic() - t0 < 5
+        assert time.monotonic() - t0 < 15  # the 1 s timeout, not the command's 30 s
         assert t.run(h, ["true"], timeout_s=20).exit_status == 0  # the connection still works
     finally:
         t.close()

@@ -96,7 +96,7 @@ def test_global_deadline_abandons_hung_hosts() -> None:
     res = fan_out(hosts(3), work, deadline=time.monotonic() + 0.3, on_deadline=lambda: called.append(True))
     elapsed = time.monotonic() - t0
     release.set()
-    assert elapsed < 5
+    assert elapsed < 15  # the 0.3 s deadline, not the hung host's 30 s, on a loaded machine too
     assert [o.outcome for o in res.outcomes] == [Outcome.OK, Outcome.TIMED_OUT, Outcome.OK]
     assert "global deadline" in (res.outcomes[1].error or "")
     assert called == [True]

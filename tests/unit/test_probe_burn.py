@@ -157,11 +157,13 @@ def test_torch_backend_document() -> None:
 @pytest.mark.external  # a torch process
 @pytest.mark.slow
 def test_a_throttled_host_measures_lower_tflops() -> None:
-    """Throughput is wall-clock based: a process held off the CPU half the time (like a CPU quota)
-    measures clearly fewer TFLOP/s than the same burn running freely."""
+    """Throughput is wall-clock based: a process held off the CPU three quarters of the time (like a
+    CPU quota) measures clearly fewer TFLOP/s than the same burn running freely. The test makes the
+    difference itself: about 0.25x, asserted below 0.75x, a 3x margin that a load shared by both runs
+    does not change (only a run slowed by more than 3x on its own would invert it)."""
     args = ("--backend", "numpy", "--seconds", "1.0", "--size", "192", "--threads", "1")
     free = run_probe(*args)["data"]["devices"][0]["tflops"]
-    throttled = run_probe(*args, stop_duty=0.6)["data"]["devices"][0]["tflops"]
+    throttled = run_probe(*args, stop_duty=0.75)["data"]["devices"][0]["tflops"]
     assert throttled < 0.75 * free, (throttled, free)
 
 

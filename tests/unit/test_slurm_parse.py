@@ -303,7 +303,7 @@ def test_real_runner_kills_a_hanging_command_at_its_timeout(tmp_path: Path) -> N
     t0 = time.monotonic()
     with pytest.raises(SchedulerError, match="timed out after 0.5 s"):
         Slurm(bin_dir=tmp_path, timeout_s=0.5).state(["sn1"])
-    assert time.monotonic() - t0 < 3
+    assert time.monotonic() - t0 < 15  # the 0.5 s timeout, not the command's 30 s, on a loaded machine too
 
 
 def test_text_fallback_where_sinfo_has_no_json() -> None:
