@@ -499,6 +499,10 @@ def slurm_bed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmBed]:
 
 @pytest.fixture
 def slurm_cluster(slurm_bed: SlurmBed) -> Iterator[SlurmBed]:
-    """The run's Slurm testbed with no job and every node idle at the start of the test."""
+    """The run's Slurm testbed with no job and every node idle at the start of the test; the test's
+    jobs are cancelled after it (their tasks would otherwise run on under every later test)."""
     slurm_bed.reset()
-    yield slurm_bed
+    try:
+        yield slurm_bed
+    finally:
+        slurm_bed.reset()

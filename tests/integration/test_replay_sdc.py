@@ -1,9 +1,10 @@
 """``robustctl replay-sdc`` and diagnose L4 end to end: the real CLI, one real sshd per simulated host.
 
 Fig. 6 of ByteRobust (arXiv 2509.16293): 24 machines, PP 2, DP 12, k 2 → groups of m = 4, n = 6
-groups per phase; only that test needs 24 hosts (its own bed). The other cases are sized to what they
-prove, on the run's 8-host bed: PP 1, DP 8, k 2 → m = 2, n = 4 (H0 = {0, 1} … H3 = {6, 7};
-V0 = {0, 4} … V3 = {3, 7}). A faulty host's Python has ``tests/jobs/sdcfault`` first on its path (a
+groups per phase, on a bed of its own. The other cases are sized to what they prove: on the run's
+8-host bed PP 1, DP 8, k 2 → m = 2, n = 4 (H0 = {0, 1} … H3 = {6, 7}; V0 = {0, 4} … V3 = {3, 7});
+two faulty machines need the healthy groups to be a majority of each phase, so that case replays
+10 hosts of the 24-host bed: PP 1, DP 10, k 2 → m = 2, n = 5 (V0 = {0, 5} … V4 = {4, 9}). A faulty host's Python has ``tests/jobs/sdcfault`` first on its path (a
 per-host ``python.wrapper`` in the inventory): its torch computes wrong bits, robustctl is unchanged.
 Machine x is host ``node{x+1:02d}`` (rank order = inventory order).
 """
@@ -31,11 +32,12 @@ M = 24
 STEPS = "2"
 FIG6 = {"hosts": M, "layout": {"pp": 2, "dp": 12}}  # the paper's example
 SMALL = {"hosts": 8, "layout": {"pp": 1, "dp": 8}}  # two machines a group, four groups a phase
+FIVE = {"hosts": 10, "layout": {"pp": 1, "dp": 10}}  # five groups a phase: three healthy outvote two
 
 
 @pytest.fixture(scope="module")
 def bed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Testbed]:
-    """A testbed of 24 hosts for the Fig. 6 test (the session one has 8)."""
+    """A testbed of 24 hosts for the Fig. 6 test and the two-faulty case (the session one has 8)."""
     require_testbed()
     tb = Testbed(tmp_path_factory.mktemp("sdcbed"), M)
     try:
@@ -147,15 +149,14 @@ def test_no_fault_is_not_reproduced(testbed8: Testbed, tmp_path: Path) -> None:
     assert {g["state"] for p in doc["phases"] for g in p["groups"]} == {"healthy"}
 
 
-def test_two_faulty_machines_are_both_candidates(testbed8: Testbed, tmp_path: Path) -> None:
-    """Machines 0 and 5: H0, H2 and V0, V1 fail; the four intersections {0, 1, 4, 5} are candidates."""
-    code, doc, err = replay(testbed8, tmp_path, {0: "bitflip:every=5", 5: "bitflip:every=5"})
+def test_two_faulty_machines_are_both_candidates(testbed24: Testbed, tmp_path: Path) -> None:
+    """Machines 0 and 7 of ten: H0, H3 and V0, V2 fail; both intersections are candidates."""
+    code, doc, err = replay(testbed24, tmp_path, {0: "bitflip:every=5", 7: "bitflip:every=5"}, FIVE)
     assert code == 2, err
     assert doc["verdict"] == "candidates"
-    names = testbed8.names
-    assert {names[0], names[5]} <= set(doc["machines"]) and {names[0], names[5]} <= set(doc["over_evict"])
-    assert set(doc["machines"]) == {names[i] for i in (0, 1, 4, 5)}
-    assert faulty_groups(doc) == [["H0", "H2"], ["V0", "V1"]]
+    names = testbed24.names
+    assert set(doc["machines"]) == {names[0], names[7]} and {names[0], names[7]} <= set(doc["over_evict"])
+    assert faulty_groups(doc) == [["H0", "H3"], ["V0", "V2"]]
     assert any("more than one faulty machine" in n for n in doc["notes"])
 
 
