@@ -19,10 +19,16 @@ $(STAMP): pyproject.toml
 run: setup
 	$(VENV)/bin/robustctl diagnose
 
-# Every test, unit first (pyproject's testpaths), then the 30 slowest with their times.
+# JUNIT_DIR=DIR (.ci/run sets it): each pytest run below also writes its JUnit report there.
+JUNIT_DIR ?=
+junit = $(if $(JUNIT_DIR),--junitxml=$(JUNIT_DIR)/$(1).xml)
+
+# Every test: the unit tests first, on two worker processes (a failure there shows in minutes), then
+# the integration beds one test at a time; each run lists its 30 slowest tests with their times.
 test: setup
 	bash scripts/testbed-deps.sh
-	$(PY) -m pytest -q --durations=30
+	$(PY) -m pytest -q -n 2 --durations=30 $(call junit,unit) tests/unit
+	$(PY) -m pytest -q --durations=30 $(call junit,integration) tests/integration
 
 # The two-minute loop: the in-process unit tests, none that starts sshd, Slurm, a torch job, py-spy or
 # a browser (those carry the `integration` or `external` marker), on two worker processes, with fewer
@@ -31,7 +37,7 @@ test-fast: setup
 	HYPOTHESIS_PROFILE=fast $(PY) -m pytest -q -n 2 -m "not integration and not external" --durations=10 tests/unit
 
 test-unit: setup
-	$(PY) -m pytest -q tests/unit
+	$(PY) -m pytest -q -n 2 tests/unit
 
 test-integration: setup
 	bash scripts/testbed-deps.sh
