@@ -20,33 +20,16 @@ from hypothesis import HealthCheck, settings
 # Property-based tests (Hypothesis): seeded and bounded in `make test` ("ci", the default), fewer
 # examples in `make test-fast` ("fast"), many more in `make fuzz` (HYPOTHESIS_PROFILE=fuzz). No
 # example database: nothing is written beside the checkout.
-settings.register_profile(
-    "ci",
-    max_examples=60,
-    derandomize=True,
-    database=None,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow],
-    print_blob=True,
-)
-settings.register_profile(  # `make test-fast`: the same properties, fewer examples each
-    "fast",
-    max_examples=15,
-    derandomize=True,
-    database=None,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow],
-    print_blob=True,
-)
-settings.register_profile(
-    "fuzz",
-    max_examples=2000,
-    derandomize=False,
-    database=None,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow],
-    print_blob=True,
-)
+for name, examples, seeded in (("ci", 60, True), ("fast", 15, True), ("fuzz", 2000, False)):
+    settings.register_profile(
+        name,
+        max_examples=examples,
+        derandomize=seeded,
+        database=None,
+        deadline=None,
+        suppress_health_check=[HealthCheck.too_slow],
+        print_blob=True,
+    )
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
