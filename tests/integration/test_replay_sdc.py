@@ -1,10 +1,11 @@
 """``robustctl replay-sdc`` and diagnose L4 end to end: the real CLI, one real sshd per simulated host.
 
 Fig. 6 of ByteRobust (arXiv 2509.16293): 24 machines, PP 2, DP 12, k 2 → groups of m = 4, n = 6
-groups per phase, on a bed of its own. The other cases are sized to what they prove: on the run's
-8-host bed PP 1, DP 8, k 2 → m = 2, n = 4 (H0 = {0, 1} … H3 = {6, 7}; V0 = {0, 4} … V3 = {3, 7});
-two faulty machines need the healthy groups to be a majority of each phase, so that case replays
-10 hosts of the 24-host bed: PP 1, DP 10, k 2 → m = 2, n = 5 (V0 = {0, 5} … V4 = {4, 9}). A faulty host's Python has ``tests/jobs/sdcfault`` first on its path (a
+groups per phase, on a bed of its own. The other cases are sized to what they prove. One faulty group
+needs two healthy ones to outvote it: six hosts of the run's bed, PP 1, DP 6, k 2 → m = 2, n = 3
+(H0 = {0, 1}, H1 = {2, 3}, H2 = {4, 5}; V0 = {0, 3}, V1 = {1, 4}, V2 = {2, 5}). Two faulty machines
+need three healthy groups: ten hosts of the 24-host bed, PP 1, DP 10, k 2 → m = 2, n = 5
+(V0 = {0, 5} … V4 = {4, 9}). A faulty host's Python has ``tests/jobs/sdcfault`` first on its path (a
 per-host ``python.wrapper`` in the inventory): its torch computes wrong bits, robustctl is unchanged.
 Machine x is host ``node{x+1:02d}`` (rank order = inventory order).
 """
@@ -31,7 +32,7 @@ FAULT_DIR = REPO / "tests" / "jobs" / "sdcfault"
 M = 24
 STEPS = "2"
 FIG6 = {"hosts": M, "layout": {"pp": 2, "dp": 12}}  # the paper's example
-SMALL = {"hosts": 8, "layout": {"pp": 1, "dp": 8}}  # two machines a group, four groups a phase
+SMALL = {"hosts": 6, "layout": {"pp": 1, "dp": 6}}  # three groups a phase: two healthy outvote one
 FIVE = {"hosts": 10, "layout": {"pp": 1, "dp": 10}}  # five groups a phase: three healthy outvote two
 
 
@@ -56,8 +57,8 @@ def testbed24(bed: Testbed) -> Iterator[Testbed]:
 
 
 @pytest.fixture
-def testbed8(testbed: Testbed) -> Testbed:
-    """The run's testbed, with the 8 hosts the small layout needs."""
+def small_bed(testbed: Testbed) -> Testbed:
+    """The run's testbed, with the hosts the small layout needs (and the 4 of the L4 test)."""
     if testbed.n_hosts < SMALL["hosts"]:
         needed(f"needs a testbed of at least {SMALL['hosts']} hosts (ROBUSTCTL_TESTBED_HOSTS)")
     return testbed
@@ -142,8 +143,8 @@ def test_fig6_bitflip_on_machine_13_is_isolated_in_two_rounds(testbed24: Testbed
     assert h3["digest"] not in healthy and v1["digest"] not in healthy
 
 
-def test_no_fault_is_not_reproduced(testbed8: Testbed, tmp_path: Path) -> None:
-    code, doc, err = replay(testbed8, tmp_path, {})
+def test_no_fault_is_not_reproduced(small_bed: Testbed, tmp_path: Path) -> None:
+    code, doc, err = replay(small_bed, tmp_path, {})
     assert code == 1, err
     assert doc["verdict"] == "not_reproduced" and doc["machines"] == []
     assert {g["state"] for p in doc["phases"] for g in p["groups"]} == {"healthy"}
@@ -160,34 +161,34 @@ def test_two_faulty_machines_are_both_candidates(testbed24: Testbed, tmp_path: P
     assert any("more than one faulty machine" in n for n in doc["notes"])
 
 
-def test_intermittent_fault_is_not_isolated_and_says_so(testbed8: Testbed, tmp_path: Path) -> None:
-    """Machine 5 is faulty in its first run only (phase 1): H2 fails, V1 replays healthy."""
+def test_intermittent_fault_is_not_isolated_and_says_so(small_bed: Testbed, tmp_path: Path) -> None:
+    """Machine 5 is faulty in its first run only (phase 1): H2 fails, V2 replays healthy."""
     state = tmp_path / "runs.state"
-    code, doc, err = replay(testbed8, tmp_path, {5: f"bitflip:every=5:runs=10:state={state}"})
+    code, doc, err = replay(small_bed, tmp_path, {5: f"bitflip:every=5:runs=10:state={state}"})
     assert code == 2, err
     assert doc["verdict"] == "candidates" and doc["verdict"] != "isolated"
     assert faulty_groups(doc) == [["H2"], []]
-    assert testbed8.name(5) in doc["machines"]
+    assert small_bed.name(5) in doc["machines"]
     assert any("intermittent" in n for n in doc["notes"]), doc["notes"]
 
 
-def test_stopped_sshd_fails_to_run_and_blames_nobody(testbed8: Testbed, tmp_path: Path) -> None:
-    testbed8.stop_host(5)
-    code, doc, err = replay(testbed8, tmp_path, {})
+def test_stopped_sshd_fails_to_run_and_blames_nobody(small_bed: Testbed, tmp_path: Path) -> None:
+    small_bed.stop_host(5)
+    code, doc, err = replay(small_bed, tmp_path, {})
     assert code == 3, err
     assert doc["verdict"] == "failed_to_run" and doc["machines"] == [] and doc["over_evict"] == []
     failed = [[g["name"] for g in p["groups"] if g["state"] == "failed_to_run"] for p in doc["phases"]]
-    assert failed == [["H2"], ["V1"]]  # machine 5: H2 = {4, 5}, V1 = {1, 5}
+    assert failed == [["H2"], ["V2"]]  # machine 5: H2 = {4, 5}, V2 = {2, 5}
     reasons = [g["reason"] for p in doc["phases"] for g in p["groups"] if g["state"] == "failed_to_run"]
-    assert all(r.startswith(f"{testbed8.name(5)}: unreachable") for r in reasons), reasons
+    assert all(r.startswith(f"{small_bed.name(5)}: unreachable") for r in reasons), reasons
     assert {g["state"] for p in doc["phases"] for g in p["groups"]} == {"healthy", "failed_to_run"}
 
 
-def test_l4_alignment_names_the_bitflip_host_and_only_it(testbed8: Testbed, tmp_path: Path) -> None:
+def test_l4_alignment_names_the_bitflip_host_and_only_it(small_bed: Testbed, tmp_path: Path) -> None:
     """Four hosts through the whole ladder; node03 flips the lowest mantissa bit of every float32
     matmul output: within the burn's tolerance (L1 passes), but not bitwise (L4 names it)."""
     inv = write_inventory(
-        testbed8,
+        small_bed,
         tmp_path / "inv.yaml",
         {2: "bitflip:bit=0"},
         diagnose={
@@ -196,13 +197,13 @@ def test_l4_alignment_names_the_bitflip_host_and_only_it(testbed8: Testbed, tmp_
         },
         thresholds={"allreduce_peer_ratio": 0.3, "burn_peer_ratio": 0.3},
     )
-    hosts = testbed8.hostlist(range(4))
+    hosts = small_bed.hostlist(range(4))
     code, doc, err = robustctl("diagnose", "-i", str(inv), "--hosts", hosts, "--level", "4", timeout=500)
     assert code == 2, err
     assert [lv["ran"] for lv in doc["levels"]] == [True] * 5, doc["levels"]
-    assert doc["levels"][4]["name"] == "alignment" and doc["levels"][4]["suspects"] == [testbed8.name(2)]
-    assert doc["suspects"] == [testbed8.name(2)]
+    assert doc["levels"][4]["name"] == "alignment" and doc["levels"][4]["suspects"] == [small_bed.name(2)]
+    assert doc["suspects"] == [small_bed.name(2)]
     checks = {h["host"]: {c["name"]: c for c in h["checks"]} for h in doc["hosts"]}
-    assert checks[testbed8.name(2)]["sdc.alignment"]["status"] == "critical"
-    assert all(checks[testbed8.name(i)]["sdc.alignment"]["status"] == "ok" for i in (0, 1, 3))
-    assert checks[testbed8.name(2)]["burn.verify"]["status"] == "ok"  # too small for a tolerance check
+    assert checks[small_bed.name(2)]["sdc.alignment"]["status"] == "critical"
+    assert all(checks[small_bed.name(i)]["sdc.alignment"]["status"] == "ok" for i in (0, 1, 3))
+    assert checks[small_bed.name(2)]["burn.verify"]["status"] == "ok"  # too small for a tolerance check
