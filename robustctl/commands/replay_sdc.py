@@ -230,8 +230,11 @@ def replay_sdc_request(
     Raises:
         ConfigError / InventoryError: invalid inventory or environment; unknown job (78).
         UsageError: neither or both of ``job`` and ``hosts``; layout flags with ``job``; a layout
-            that does not fit the machines; an invalid ``k`` or none; a bad ``command`` (64).
+            that does not fit the machines or whose world size is past the largest; an invalid ``k``
+            or none; a bad ``command`` (64).
     """
+    from pydantic import ValidationError
+
     from robustctl.commands import options
     from robustctl.config import ParallelLayout
     from robustctl.sdc.grouping import plan_grouping
@@ -269,7 +272,11 @@ def replay_sdc_request(
                     f"{len(machines)} machines x {g} ranks = {ranks} ranks are not divisible by pp*dp = {pp * dp}"
                 )
             tp = ranks // (pp * dp)
-        layout = ParallelLayout(tp=tp, pp=pp, dp=dp)
+        try:
+            layout = ParallelLayout(tp=tp, pp=pp, dp=dp)
+        except ValidationError as exc:  # each size in range, their product past the largest world
+            why = str(exc.errors()[0].get("msg", "invalid layout")).removeprefix("Value error, ")
+            raise UsageError(f"--tp {tp} --pp {pp} --dp {dp}: {why}") from None
     grouping = plan_grouping(len(machines), layout, g, k)
     argv: tuple[str, ...] | None = None
     if command is not None:

@@ -12,6 +12,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from robustctl.cli.main import main
 from robustctl.probes import probe_script
@@ -173,6 +175,7 @@ def test_command_contract_end_to_end_and_a_command_without_result_fails_to_run(
         (["--job", "nope"], 78, "unknown job"),
         (["--hosts", "node[0-5]", "--pp", "2"], 64, "needs --pp and --dp"),
         (["--job", "tiny", "--command", "'unclosed"], 64, "--command"),
+        (["--hosts", "node[0-5]", "--tp", "4096", "--pp", "4096", "--dp", "4096"], 64, "largest world size"),
     ],
 )
 def test_bad_input_is_one_line_with_the_exit_code(
@@ -181,6 +184,35 @@ def test_bad_input_is_one_line_with_the_exit_code(
     rc = main(["replay-sdc", "-i", str(inventory(tmp_path, {})), *argv])
     err = capsys.readouterr().err
     assert rc == code and words in err and len(err.strip().splitlines()) == 1, err
+
+
+@settings(max_examples=40)
+@given(
+    sizes=st.tuples(*[st.integers(1, 10**7) | st.sampled_from([1, 2, 3, 6]) for _ in range(3)]),
+    k=st.none() | st.integers(1, 10**6),
+)
+def test_any_layout_flags_are_a_plan_or_a_usage_error(
+    tmp_path_factory: pytest.TempPathFactory, sizes: tuple[int, int, int], k: int | None
+) -> None:
+    """--tp/--pp/--dp (and --k) of any size with an inventory: a plan (0) or one line and 64, never the
+    catch-all (a world size past the largest used to end in ``internal error: ValidationError``)."""
+    import contextlib
+    import io
+
+    inv = inventory(tmp_path_factory.mktemp("layout"), {})
+    tp, pp, dp = sizes
+    argv = ["replay-sdc", "-i", str(inv), "--hosts", "node[0-5]", "--tp", str(tp), "--pp", str(pp)]
+    argv += ["--dp", str(dp), "--plan", "--json", "-q", *(["--k", str(k)] if k is not None else [])]
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        rc = main(argv)
+    assert rc in (0, 64), (argv, rc, err.getvalue())
+    if rc == 64:  # robustctl's one line, or the option parser's usage block ending in its error line
+        said = err.getvalue()
+        assert "internal error" not in said and "Traceback" not in said, said
+        assert said.strip().splitlines()[-1].startswith(("robustctl: error: ", "Error: Invalid value")), said
+    else:
+        assert json.loads(out.getvalue())["kind"] == "replay-sdc-plan"
 
 
 def test_plan_connects_to_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
