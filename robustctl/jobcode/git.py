@@ -2,7 +2,8 @@
 
 Every host holds the job's code at ``jobs.NAME.code.path`` (``{host}`` replaced by the host's inventory
 name). robustctl runs ``git`` there over the host's transport, one argv list per command
-(``env GIT_TERMINAL_PROMPT=0 LC_ALL=C git -C PATH ...``, quoted once by the transport), each with a
+(``env GIT_TERMINAL_PROMPT=0 LC_ALL=C git -c … -C PATH ...``, quoted once by the transport; the
+``-c`` settings, :data:`GIT_NO_EXEC`, keep the work tree's own configuration from running commands), each with a
 timeout, fanned out with bounded concurrency (:func:`robustctl.transport.fanout.fan_out`).
 
 * :func:`inspect_hosts` reads each host's work tree: its ``HEAD`` commit, branch, whether tracked files
@@ -38,6 +39,7 @@ if TYPE_CHECKING:
     from robustctl.transport.pool import TransportPool
 
 __all__ = [
+    "GIT_NO_EXEC",
     "GIT_TIMEOUT_S",
     "MAX_REF_CHARS",
     "HostCode",
@@ -54,6 +56,17 @@ __all__ = [
     "work_tree",
 ]
 
+GIT_NO_EXEC = (
+    "-c",
+    "core.fsmonitor=false",  # `git status` would run the command a work tree's config names
+    "-c",
+    "core.hooksPath=/dev/null",  # `git checkout` would run the tree's post-checkout hook
+    "-c",
+    "core.pager=cat",
+)
+"""Configuration on every git command robustctl runs in a job's work tree: what the tree's own
+``.git/config`` could make git execute on the host, switched off (``-c`` outranks the repository's
+configuration)."""
 MAX_REF_CHARS = 256
 """Longest ref accepted (git's own limit on a ref name is the file system's, 255 bytes a component)."""
 GIT_TIMEOUT_S = 60.0
@@ -127,7 +140,7 @@ def _git(
 ) -> tuple[int, str, str]:
     """Run ``git -C path ARGS`` on ``host``; (exit status, stdout, last stderr line)."""
     timeout = max(0.5, min(GIT_TIMEOUT_S, deadline - time.monotonic()))
-    argv = ["env", "GIT_TERMINAL_PROMPT=0", "LC_ALL=C", "git", "-C", path, *args]
+    argv = ["env", "GIT_TERMINAL_PROMPT=0", "LC_ALL=C", "git", *GIT_NO_EXEC, "-C", path, *args]
     res = pool.run(host, argv, timeout_s=timeout)
     return res.exit_status, res.stdout.decode("utf-8", "replace").strip(), res.stderr_tail()
 

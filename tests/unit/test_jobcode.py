@@ -167,6 +167,27 @@ def test_path_that_is_not_a_work_tree_is_a_config_error_naming_the_host(bed: Bed
 # ---- switch, all or none ------------------------------------------------------------------------
 
 
+def test_a_work_tree_config_that_names_commands_runs_nothing(bed: Bed) -> None:
+    """A host's work tree whose .git/config names an fsmonitor command and a hooks directory with a
+    post-checkout hook: reading the tree (git status) and switching it (git checkout) run neither."""
+    ran = bed.tmp / "ran"
+    tree = bed.tree("node2")
+    hooks = bed.tmp / "evil-hooks"
+    hooks.mkdir()
+    (hooks / "post-checkout").write_text(f"#!/bin/sh\necho hook >> {ran}\n")
+    (hooks / "post-checkout").chmod(0o755)
+    git(tree, "config", "core.fsmonitor", f"echo fsmonitor >> {ran}; false")
+    git(tree, "config", "core.hooksPath", str(hooks))
+    job, hosts = job_hosts(bed)
+    assert all(h.ok for h in inspect_hosts(TransportPool(), hosts, job.code))
+    with contextlib.closing(open_context(bed.inv, bed.state)) as ctx:
+        assert switch_code(ctx, "j", None, bed.c1).ok
+    assert head(bed.tmp, "node2") == bed.c1
+    assert not ran.exists(), ran.read_text()
+    git(tree, "status", "--porcelain")  # the same tree read by git itself does run them
+    assert ran.exists()
+
+
 def test_switch_checks_out_on_every_host_and_verifies(bed: Bed) -> None:
     with contextlib.closing(open_context(bed.inv, bed.state)) as ctx:
         res = switch_code(ctx, "j", None, bed.c1)
