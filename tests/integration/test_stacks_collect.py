@@ -54,12 +54,6 @@ def pool() -> Iterator[TransportPool]:
         p.close()
 
 
-@pytest.fixture
-def clean_job(job: MiniJob) -> MiniJob:
-    """The shared job, training; its faults are removed after the test (``training_stacks_job``)."""
-    return job
-
-
 def functions(d: ProcessDump) -> list[str]:
     """Function names of the main thread, innermost first (qualified names cut to the last part)."""
     t = d.main_thread
@@ -80,8 +74,7 @@ def in_comm(fns: Sequence[str]) -> bool:
     return any(f in COMM for f in fns[:3])
 
 
-def test_one_main_dump_per_rank_with_children(clean_job: MiniJob, inv_job: Job, pool: TransportPool) -> None:
-    job = clean_job
+def test_one_main_dump_per_rank_with_children(job: MiniJob, inv_job: Job, pool: TransportPool) -> None:
     seen: list[str] = []
     c = collect_stacks(inv_job, pool, progress=lambda h: seen.append(h.host))
     assert sorted(seen) == [f"node0{i}" for i in range(1, 5)]
@@ -111,10 +104,7 @@ def test_one_main_dump_per_rank_with_children(clean_job: MiniJob, inv_job: Job, 
     print(f"\ncollect_stacks: 16 ranks + 32 children on 4 hosts in {c.elapsed_s:.2f}s")
 
 
-def test_hung_in_compute_rank_shows_compute_frame(
-    clean_job: MiniJob, inv_job: Job, pool: TransportPool
-) -> None:
-    job = clean_job
+def test_hung_in_compute_rank_shows_compute_frame(job: MiniJob, inv_job: Job, pool: TransportPool) -> None:
     hung = job.rank_at(tp=1, dp=2, pp=0)  # rank 5, on node02
     job.set_faults(f"hang:compute:rank={hung}")
     job.wait_stalled(2.0, timeout=30)
@@ -135,9 +125,8 @@ def test_hung_in_compute_rank_shows_compute_frame(
 
 
 def test_dataloader_worker_hang_seen_through_the_child(
-    clean_job: MiniJob, inv_job: Job, pool: TransportPool
+    job: MiniJob, inv_job: Job, pool: TransportPool
 ) -> None:
-    job = clean_job
     rank = 10
     job.set_faults(f"hang:dataloader:rank={rank}")
     job.wait_stalled(2.0, timeout=30)
@@ -151,10 +140,9 @@ def test_dataloader_worker_hang_seen_through_the_child(
     assert others and all("_dataloader_hang" not in functions(d) for d in others)
 
 
-def test_unreadable_process_is_reported(clean_job: MiniJob, inv_job: Job, pool: TransportPool) -> None:
+def test_unreadable_process_is_reported(job: MiniJob, inv_job: Job, pool: TransportPool) -> None:
     """A process that matches the job's pattern with a rank's environment but is not Python: py-spy
     cannot read it, and it comes back as a ProcessDump with ``error`` (evidence), not a failure."""
-    job = clean_job
     env = dict(os.environ, RANK="3", LOCAL_RANK="3")
     argv0 = f"python -m tests.jobs.minimegatron --job-id {job.marker}"
     fake = subprocess.Popen(
@@ -217,9 +205,7 @@ def test_ranks_not_found_on_a_host_are_unknown(
     assert sorted({d.rank for d in c.mains}) == list(range(16))
 
 
-def test_blocking_and_timeouts_are_passed_through(
-    clean_job: MiniJob, inv_job: Job, pool: TransportPool
-) -> None:
+def test_blocking_and_timeouts_are_passed_through(job: MiniJob, inv_job: Job, pool: TransportPool) -> None:
     """--blocking dumps work on the live job too (py-spy pauses each process briefly)."""
     c = collect_stacks(
         inv_job,
