@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -202,3 +203,30 @@ def to_jsonable(obj: Any) -> Any:
     if isinstance(obj, (list, tuple)):
         return [to_jsonable(v) for v in obj]
     return obj
+
+
+NON_FINITE_JSON = {"nan": "NaN", "inf": "Infinity", "-inf": "-Infinity"}
+"""How a float that JSON cannot hold is written, by ``repr(value)``: the strings ``"NaN"``,
+``"Infinity"`` and ``"-Infinity"``, the spelling of JavaScript's ``String(x)``, of Python's and Go's
+float parsers and of the Prometheus text format. Lossless (``float("Infinity")`` reads it back), and
+RFC 8259 has no token for them: Python's own ``NaN`` output is rejected by ``jq`` and strict parsers."""
+
+
+def strict_jsonable(obj: Any) -> Any:
+    """:func:`to_jsonable`, with every non-finite float (NaN, ±Infinity, e.g. from a host's probe)
+    written as the string of :data:`NON_FINITE_JSON`: what every JSON document robustctl writes
+    goes through, so ``json.dumps(..., allow_nan=False)`` never fails on a host's number.
+
+    Finite floats (``1e308``, ``5e-324``) and integers of any size are kept as they are.
+    """
+    return _finite(to_jsonable(obj))
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float):
+        return value if math.isfinite(value) else NON_FINITE_JSON[repr(float(value))]
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_finite(v) for v in value]
+    return value

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from robustctl.errors import ActionRefused
+from robustctl.models import strict_jsonable
 from robustctl.playbooks import MAX_RUN_ID
 from robustctl.store import (
     AuditRecord,
@@ -115,14 +116,21 @@ class JournalRun:
 
 
 def cap_result(doc: Mapping[str, Any]) -> dict[str, Any]:
-    """``doc`` as the journal keeps it: whole when its JSON is at most :data:`MAX_RESULT_BYTES`, else a
-    summary (see :data:`MAX_RESULT_BYTES`)."""
-    text = json.dumps(doc, default=str)
+    """``doc`` as the journal keeps it and ``steps.ID`` shows it: the step's ``--json`` document, whole
+    when its JSON is at most :data:`MAX_RESULT_BYTES`, else a summary (see :data:`MAX_RESULT_BYTES`).
+
+    Strict JSON, as ``--json`` prints it: a non-finite float from a host is the string ``"NaN"``,
+    ``"Infinity"`` or ``"-Infinity"`` (:func:`robustctl.models.strict_jsonable`), here, in the
+    journal's rows and in what a later ``when:`` reads, so a run ends the same whether it goes on
+    in this process or after ``resume`` reads the journal back.
+    """
+    strict: dict[str, Any] = strict_jsonable(doc)
+    text = json.dumps(strict, default=str, allow_nan=False)
     if len(text.encode("utf-8", "surrogatepass")) <= MAX_RESULT_BYTES:
         out: dict[str, Any] = json.loads(text)
         return out
     small: dict[str, Any] = {"truncated": True, "bytes": len(text)}
-    for k, v in doc.items():
+    for k, v in strict.items():
         if isinstance(v, (str, int, float, bool)) or v is None:
             small[k] = v if not isinstance(v, str) else v[:1000]
         elif k in KEEP_WHEN_CUT and isinstance(v, list) and len(v) <= 10_000:
@@ -215,7 +223,7 @@ def step_end(
     error: str = "",
 ) -> None:
     """Record an attempt's outcome (``done``, ``failed``, ``skipped``). Raises StoreError."""
-    body = json.dumps(cap_result(result)) if result is not None else None
+    body = json.dumps(cap_result(result), allow_nan=False) if result is not None else None
     with journal_connection(store)() as c:
         c.execute(
             "UPDATE playbook_steps SET status=?, exit_code=?, result=?, error=?, finished_at=? "

@@ -39,7 +39,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from robustctl.errors import ConfigError, RobustctlError
 from robustctl.exit_codes import ExitCode
-from robustctl.models import SCHEMA_VERSION
+from robustctl.models import SCHEMA_VERSION, strict_jsonable
 from robustctl.playbooks.expr import MAX_EXPR_CHARS, compile_expr, evaluate
 
 __all__ = [
@@ -706,7 +706,9 @@ class NotifyArgs(StepArgs):
     """``notify``: run ``command`` (an argv list, never a shell string) with the run as JSON on stdin.
 
     Its environment adds ``ROBUSTCTL_PLAYBOOK``, ``ROBUSTCTL_PLAYBOOK_RUN``, ``ROBUSTCTL_PLAYBOOK_STEP``
-    and ``ROBUSTCTL_JOB``; stdin holds ``{"playbook", "run_id", "step", "params", "steps"}``.
+    and ``ROBUSTCTL_JOB``; stdin holds ``{"playbook", "run_id", "step", "params", "steps"}`` as strict
+    JSON (a host's NaN or Infinity as the string ``"NaN"``/``"Infinity"``/``"-Infinity"``, as in
+    every ``--json`` document: :func:`robustctl.models.strict_jsonable`).
     """
 
     command: list[str] = Field(min_length=1, max_length=64)
@@ -745,7 +747,7 @@ def _notify_call(a: NotifyArgs, env: StepEnv) -> NotifyResult:
         done = run_argv(
             argv,
             timeout_s=min(a.timeout_s, env.timeout_s),
-            stdin=json.dumps(doc, default=str).encode(),
+            stdin=json.dumps(strict_jsonable(doc), default=str, allow_nan=False).encode(),
             env={**os.environ, **extra},
             max_stdout=MAX_NOTIFY_OUTPUT,
             label=f"notify {argv[0]}",

@@ -11,6 +11,7 @@ import json
 import os
 import re
 import sys
+import unicodedata
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +20,7 @@ from rich.markup import escape as rich_escape
 from rich.text import Text
 
 from robustctl.errors import ConfigError
-from robustctl.models import Status, to_jsonable
+from robustctl.models import Status, strict_jsonable
 
 STATUS_STYLE: dict[Status, str] = {
     Status.OK: "green",
@@ -48,8 +49,47 @@ def stderr_console(*, wide: bool = False) -> Console:
     return console
 
 
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
-"""C0 and C1 control characters except tab and newline (ESC and CSI among them)."""
+_SHOWN_ESCAPED = frozenset({"Cc", "Cf", "Cs", "Cn", "Zl", "Zp"})
+"""Unicode categories :func:`printable` shows as escapes: controls (C0, DEL, C1: ``ESC``, ``CSI``,
+``NUL``, ``CR``), format characters (the bidi embeddings and isolates U+202A-U+202E and
+U+2066-U+2069, the marks U+200E/U+200F, zero-width U+200B-U+200D, the BOM U+FEFF, the tag characters
+U+E0000-U+E007F), lone surrogates (not encodable: a file write would fail), unassigned code points
+(a newer terminal may give them a meaning) and the line and paragraph separators U+2028/U+2029
+(line breaks to some parsers). Each of them can move the cursor, recolour or retitle a terminal,
+reorder or hide text on a page, or start a new line where a format allows none (Trojan Source,
+CVE-2021-42574)."""
+
+_SUSPECT = re.compile(r"[^\x20-\x7e]")
+"""What :func:`printable` looks at twice (its category): anything but printable ASCII."""
+
+
+def _shown(ch: str, keep: str) -> str:
+    if ch in keep or unicodedata.category(ch) not in _SHOWN_ESCAPED:
+        return ch
+    n = ord(ch)
+    return f"\\x{n:02x}" if n < 0x100 else f"\\u{n:04x}" if n < 0x10000 else f"\\U{n:08x}"
+
+
+def printable(text: object, *, newlines: bool = True) -> str:
+    """``str(text)`` with every character of :data:`_SHOWN_ESCAPED` shown as its escape: ``\\xNN``
+    below U+0100 (ESC ``\\x1b``, NUL ``\\x00``, CR ``\\x0d``), else ``\\uNNNN`` (``\\u202e``, ``\\udce9``)
+    or ``\\UNNNNNNNN`` (``\\U000e0041``).
+
+    The one rule for text from hosts, users, files and the store before any output format but JSON
+    (whose strings stay exact: ``json.dumps`` escapes them itself): the terminal (:func:`escape`,
+    :func:`as_text`, :func:`plain`), the HTML report and the Prometheus textfile.
+
+    Args:
+        text: anything; converted with ``str`` first.
+        newlines: keep newline and tab as they are (a terminal, HTML text); False shows them as
+            ``\\x0a`` / ``\\x09`` too, for a format where a line break ends the record.
+
+    Returns:
+        Text with no raw control, bidi, zero-width, separator or surrogate character; everything
+        else (printable ASCII, letters and symbols of any script) unchanged.
+    """
+    keep = "\t\n" if newlines else ""
+    return _SUSPECT.sub(lambda m: _shown(m.group(), keep), str(text))
 
 
 def escape(text: object) -> str:
@@ -58,22 +98,23 @@ def escape(text: object) -> str:
     Every string that came from a user, a file, a host or the store goes through this before rich
     renders it: ``[`` is escaped (:func:`rich.markup.escape`), so ``"[/]"`` or
     ``"[link=file:///etc/passwd]x[/link]"`` prints literally and never raises ``MarkupError``; control
-    characters other than tab and newline (``ESC``, ``CSI``, ``BEL``, ...) are shown as ``\\xNN``, so a
-    host's output cannot move the cursor, recolour or retitle the user's terminal. ``None`` and
-    other objects are converted with ``str`` first.
+    and bidi characters other than tab and newline (``ESC``, ``CSI``, ``BEL``, ``U+202E``, ...) are
+    shown as escapes (:func:`printable`), so a host's output cannot move the cursor, recolour or
+    retitle the user's terminal, nor reorder what it shows. ``None`` and other objects are converted
+    with ``str`` first.
     """
-    return rich_escape(plain(text))
+    return rich_escape(printable(text))
 
 
 def as_text(text: object) -> Text:
-    """``text`` as a :class:`rich.text.Text` cell (no markup parsed; control characters as ``\\xNN``)."""
-    return Text(plain(text))
+    """``text`` as a :class:`rich.text.Text` cell (no markup parsed; :func:`printable`)."""
+    return Text(printable(text))
 
 
 def plain(text: object) -> str:
-    """``str(text)`` with control characters other than tab and newline shown as ``\\xNN``: for text
-    written to a terminal without rich (the CLI's one-line errors)."""
-    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", str(text))
+    """``str(text)`` made :func:`printable` (tab and newline kept): for text written to a terminal
+    without rich (the CLI's one-line errors)."""
+    return printable(text)
 
 
 def styled(status: Status) -> str:
@@ -82,8 +123,13 @@ def styled(status: Status) -> str:
 
 
 def dump_json(obj: Any) -> str:
-    """The JSON text of a result object (dataclasses and enums converted), sorted keys, 2-space indent."""
-    return json.dumps(to_jsonable(obj), indent=2, sort_keys=True, allow_nan=False, default=str)
+    """The JSON text of a result object (dataclasses and enums converted), sorted keys, 2-space indent.
+
+    Strict RFC 8259 JSON: a non-finite float (a host that reported NaN or Infinity) is written as the
+    string ``"NaN"``, ``"Infinity"`` or ``"-Infinity"`` (:func:`robustctl.models.strict_jsonable`);
+    strings are exact (controls and non-ASCII as ``\\uXXXX`` escapes).
+    """
+    return json.dumps(strict_jsonable(obj), indent=2, sort_keys=True, allow_nan=False, default=str)
 
 
 def emit_json(obj: Any, *, to_stdout: bool, output: Path | None) -> None:
@@ -92,6 +138,8 @@ def emit_json(obj: Any, *, to_stdout: bool, output: Path | None) -> None:
     Raises:
         ConfigError: ``output`` or stdout cannot be written (the message names which).
     """
+    if output is None and not to_stdout:
+        return  # nothing asked for: the document is not even built (a command without --json)
     text = dump_json(obj) + "\n"
     if output is not None:
         write_output(output, text)

@@ -4,8 +4,11 @@ Sections: the last sweep's time and duration, a host × check grid coloured by s
 ``<td class="cell s-STATUS" data-host=... data-check=...>``; the verdict column is the host's verdict
 after the sweep policy: critical only when named, warning while a critical check is pending), each
 host's recent state changes (the ``(host)`` rows are that verdict), and the lemons with their
-evidence (a failure is a change of the verdict into critical: the host was named). Text from hosts and the store is escaped with :func:`html.escape`
-(quotes included), so a finding that holds markup prints as text.
+evidence (a failure is a change of the verdict into critical: the host was named). Text from hosts
+and the store is made printable (:func:`robustctl.report.console.printable`: control, bidi and
+zero-width characters shown as ``\x1b``, ``\u202e``) and then escaped with :func:`html.escape`
+(quotes included), so a finding that holds markup prints as text and a raw control or bidi character
+never reaches the page.
 """
 
 from __future__ import annotations
@@ -13,6 +16,8 @@ from __future__ import annotations
 import datetime as dt
 from html import escape
 from typing import TYPE_CHECKING
+
+from robustctl.report.console import printable
 
 if TYPE_CHECKING:
     from robustctl.commands.sweep import SweepResult
@@ -37,6 +42,11 @@ def _when(t: float) -> str:
     return dt.datetime.fromtimestamp(t, tz=dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
+def _h(text: object) -> str:
+    """``text`` for the page, in an element or a quoted attribute: printable, then HTML-escaped."""
+    return escape(printable(text), quote=True)
+
+
 def sweep_html(result: SweepResult) -> str:
     """The page of ``result`` (a complete HTML5 document)."""
     checks = sorted({c for h in result.hosts for c in h.checks})
@@ -46,26 +56,26 @@ def sweep_html(result: SweepResult) -> str:
         "<title>robustctl sweep</title>",
         f"<style>{_CSS}</style></head><body>",
         "<h1>robustctl sweep</h1>",
-        f'<p id="last-sweep">Last sweep: <time>{escape(_when(result.finished_at))}</time>, '
+        f'<p id="last-sweep">Last sweep: <time>{_h(_when(result.finished_at))}</time>, '
         f"{result.duration_s:.1f} s, {len(result.hosts)} host(s); exit code {int(result.exit_code)}.</p>",
     ]
     if result.warnings:
-        out.append("<ul>" + "".join(f"<li>{escape(w)}</li>" for w in result.warnings) + "</ul>")
+        out.append("<ul>" + "".join(f"<li>{_h(w)}</li>" for w in result.warnings) + "</ul>")
     out.append('<h2>Hosts × checks</h2><table id="grid"><thead><tr><th>host</th><th>verdict</th>')
-    out += [f'<th class="check">{escape(c)}</th>' for c in checks]
+    out += [f'<th class="check">{_h(c)}</th>' for c in checks]
     out.append("</tr></thead><tbody>")
     for h in result.hosts:
         cls = ' class="named"' if h.named else ""
-        title = escape(h.error or "", quote=True)
+        title = _h(h.error or "")
         out.append(
-            f'<tr><th{cls} title="{title}">{escape(h.host)}</th>'
-            f'<td class="s-{escape(h.status.value)}">{escape(h.status.value)}</td>'
+            f'<tr><th{cls} title="{title}">{_h(h.host)}</th>'
+            f'<td class="s-{_h(h.status.value)}">{_h(h.status.value)}</td>'
         )
         for c in checks:
             s = h.checks.get(c, "none")
             out.append(
-                f'<td class="cell s-{escape(s, quote=True)}" data-host="{escape(h.host, quote=True)}" '
-                f'data-check="{escape(c, quote=True)}" title="{escape(s, quote=True)}">{_SYMBOL.get(s, "")}</td>'
+                f'<td class="cell s-{_h(s)}" data-host="{_h(h.host)}" '
+                f'data-check="{_h(c)}" title="{_h(s)}">{_SYMBOL.get(s, "")}</td>'
             )
         out.append("</tr>")
     out.append("</tbody></table>")
@@ -74,17 +84,15 @@ def sweep_html(result: SweepResult) -> str:
     for host, changes in result.recent.items():
         for ch in reversed(changes):
             out.append(
-                f"<tr><td>{escape(host)}</td><td>{escape(_when(ch.at))}</td><td>{escape(ch.check)}</td>"
-                f"<td>{escape(ch.from_status or 'new')} → {escape(ch.to_status)}</td><td>{escape(ch.detail)}</td></tr>"
+                f"<tr><td>{_h(host)}</td><td>{_h(_when(ch.at))}</td><td>{_h(ch.check)}</td>"
+                f"<td>{_h(ch.from_status or 'new')} → {_h(ch.to_status)}</td><td>{_h(ch.detail)}</td></tr>"
             )
     out.append("</tbody></table>")
     out.append('<h2>Lemons</h2><table id="lemons"><thead><tr><th>host</th><th>failures</th><th>returns</th>'
                "<th>evidence</th></tr></thead><tbody>")  # fmt: skip
     for lm in result.lemons:
-        ev = "<br>".join(f"{escape(_when(e.at))} {escape(e.what)}: {escape(e.detail)}" for e in lm.evidence)
-        out.append(
-            f"<tr><td>{escape(lm.host)}</td><td>{lm.failures}</td><td>{lm.returns}</td><td>{ev}</td></tr>"
-        )
+        ev = "<br>".join(f"{_h(_when(e.at))} {_h(e.what)}: {_h(e.detail)}" for e in lm.evidence)
+        out.append(f"<tr><td>{_h(lm.host)}</td><td>{lm.failures}</td><td>{lm.returns}</td><td>{ev}</td></tr>")
     if not result.lemons:
         out.append('<tr><td colspan="4">none</td></tr>')
     out.append("</tbody></table></body></html>")

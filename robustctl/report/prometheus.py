@@ -2,7 +2,11 @@
 
 Names follow the Prometheus naming conventions (https://prometheus.io/docs/practices/naming/): the
 ``robustctl_`` prefix, base units (seconds), ``_total`` on counters, one label per dimension. Label
-values are escaped as the text exposition format requires (backslash, double quote, newline).
+values are first made printable (:func:`robustctl.report.console.printable`: control, bidi and
+zero-width characters shown as ``\x1b``, ``\u202e``), then escaped as the text exposition format
+requires (backslash, double quote, newline); HELP text escapes backslash and newline; a sample value
+that is not finite is spelled ``NaN``, ``+Inf`` or ``-Inf``
+(https://prometheus.io/docs/instrumenting/exposition_formats/#text-format-details).
 
 Metrics::
 
@@ -24,20 +28,37 @@ verdict into ``critical`` (or a diagnose run's critical verdict): what ``robustc
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING
 
 from robustctl.models import Status
+from robustctl.report.console import printable
 
 if TYPE_CHECKING:
     from robustctl.commands.sweep import SweepResult
 
-__all__ = ["escape_label", "sweep_textfile"]
+__all__ = ["escape_help", "escape_label", "sweep_textfile"]
 
 
-def escape_label(value: str) -> str:
-    """A label value for the text exposition format: ``\\``, ``"`` and newline escaped."""
-    return str(value).replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+def escape_label(value: object) -> str:
+    """A label value for the text exposition format: :func:`~robustctl.report.console.printable`
+    (no raw control or bidi character; newline and tab kept), then ``\\``, ``"`` and newline escaped."""
+    return printable(value).replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def escape_help(text: object) -> str:
+    """A HELP docstring for the text exposition format: printable, then ``\\`` and newline escaped."""
+    return printable(text).replace("\\", "\\\\").replace("\n", "\\n")
+
+
+def _value(value: float) -> str:
+    """A sample value: shortest round-trip form; ``NaN``, ``+Inf``, ``-Inf`` as the format spells them."""
+    if math.isnan(value):
+        return "NaN"
+    if math.isinf(value):
+        return "+Inf" if value > 0 else "-Inf"
+    return f"{value:.17g}"
 
 
 def _labels(labels: Mapping[str, str]) -> str:
@@ -49,8 +70,8 @@ def _labels(labels: Mapping[str, str]) -> str:
 def _family(
     name: str, kind: str, help_text: str, samples: Iterable[tuple[Mapping[str, str], float]]
 ) -> list[str]:
-    out = [f"# HELP {name} {help_text}", f"# TYPE {name} {kind}"]
-    out += [f"{name}{_labels(lbl)} {value:.17g}" for lbl, value in samples]
+    out = [f"# HELP {name} {escape_help(help_text)}", f"# TYPE {name} {kind}"]
+    out += [f"{name}{_labels(lbl)} {_value(value)}" for lbl, value in samples]
     return out
 
 
