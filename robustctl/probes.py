@@ -16,6 +16,7 @@ from __future__ import annotations
 import functools
 import importlib.util
 import json
+import math
 import os
 import shutil
 import sys
@@ -351,12 +352,19 @@ def _failure(res: CommandResult, host: Host) -> str:
     return why
 
 
+def _errors(errors: Any) -> tuple[str, ...]:
+    """A document's ``errors``: a list of lines (one line when a host sent a single string)."""
+    if isinstance(errors, list):
+        return tuple(str(e) for e in errors)
+    return (errors,) if isinstance(errors, str) and errors else ()
+
+
 def _document(name: str, doc: dict[str, Any], sent: float, received: float, elapsed: float) -> ProbeDocument:
     data = doc.get("data")
     return ProbeDocument(
         probe=name,
         data=data if isinstance(data, dict) else {},
-        errors=tuple(str(e) for e in doc.get("errors") or ()),
+        errors=_errors(doc.get("errors")),
         host_time=float(doc["time"]) if isinstance(doc.get("time"), (int, float)) else None,
         sent_at=sent,
         received_at=received,
@@ -365,8 +373,38 @@ def _document(name: str, doc: dict[str, Any], sent: float, received: float, elap
     )
 
 
+def _not_a_number(token: str) -> None:
+    """``NaN``, ``Infinity`` and ``-Infinity`` from a host read as null (see :func:`host_json`)."""
+    return None
+
+
+def _finite(text: str) -> float | None:
+    """A JSON number as a float; one past the float range (``1e999``) reads as null."""
+    value = float(text)
+    return value if math.isfinite(value) else None
+
+
+def host_json(text: str) -> Any:
+    """Parse JSON a host printed, reading every non-finite number (``NaN``, ``Infinity``, ``-Infinity``,
+    ``1e999``) as null.
+
+    A value a host could not measure is unread, never a number a threshold can be compared with:
+    every comparison with NaN is false, so a NaN temperature or clock would otherwise pass every
+    check as healthy. Checks treat null as not reported (UNKNOWN or NOT_APPLICABLE, never OK), and
+    every document robustctl writes stays strict JSON.
+
+    Raises:
+        ValueError: not JSON, or nested deeper than the parser's recursion limit.
+    """
+    try:
+        return json.loads(text, parse_constant=_not_a_number, parse_float=_finite)
+    except RecursionError:
+        raise ValueError("JSON nested too deep") from None
+
+
 def parse_document(stdout: bytes, name: str) -> dict[str, Any] | None:
-    """The probe document in ``stdout``: the last line that is a JSON object naming probe ``name``."""
+    """The probe document in ``stdout``: the last line that is a JSON object naming probe ``name``,
+    parsed by :func:`host_json` (non-finite numbers read as null)."""
     text = stdout.decode("utf-8", "replace").strip()
     if not text:
         return None
@@ -376,7 +414,7 @@ def parse_document(stdout: bytes, name: str) -> dict[str, Any] | None:
         if not cand.startswith("{"):
             continue
         try:
-            obj = json.loads(cand)
+            obj = host_json(cand)
         except ValueError:
             continue
         if isinstance(obj, dict) and obj.get("probe") == name:

@@ -12,6 +12,7 @@ Every evaluator also gets the control side's :class:`~robustctl.checks.registry.
 from __future__ import annotations
 
 import fnmatch
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -20,7 +21,7 @@ from robustctl.checks.registry import NO_CONTEXT, CheckContext, ResultMaker, che
 from robustctl.checks.thresholds import Thresholds
 from robustctl.models import CheckResult, Status
 
-__all__ = ["never_told", "probe_error"]
+__all__ = ["never_told", "objects", "probe_error"]
 
 LEVEL = 0
 GIB = 1 << 30
@@ -54,7 +55,7 @@ def _matches(name: str, patterns: Sequence[str]) -> bool:
     return any(fnmatch.fnmatchcase(name, p) for p in patterns)
 
 
-def _objects(name: str, items: Sequence[Any], what: str) -> tuple[list[Mapping[str, Any]], list[CheckResult]]:
+def objects(name: str, items: Sequence[Any], what: str) -> tuple[list[Mapping[str, Any]], list[CheckResult]]:
     """The entries of a probe's list that are objects, and one UNKNOWN result when some are not (a
     host that answers something else is never read as healthy)."""
     good = [x for x in items if isinstance(x, Mapping)]
@@ -90,7 +91,7 @@ def evaluate_disk(
     disks = data.get("disks")
     if not isinstance(disks, list):
         return [_r(name, Status.UNKNOWN, f"filesystems not checked: {probe_error(data, ctx, 'disks')}")]
-    disks, out = _objects(name, disks, "filesystem")
+    disks, out = objects(name, disks, "filesystem")
     judged = 0
     for d in disks:
         mount = str(d.get("mount"))
@@ -186,7 +187,8 @@ def evaluate_load(
     in uninterruptible sleep (``procs_blocked``) against ``procs_blocked_warn``."""
     name = "host.load"
     load = data.get("load")
-    if not isinstance(load, Mapping) or not isinstance(load.get("load5_per_cpu"), (int, float)):
+    per = load.get("load5_per_cpu") if isinstance(load, Mapping) else None
+    if not isinstance(load, Mapping) or not isinstance(per, (int, float)) or not math.isfinite(per):
         return [_r(name, Status.UNKNOWN, f"load not checked: {probe_error(data, ctx, 'load')}")]
     per_cpu = float(load["load5_per_cpu"])
     blocked = load.get("procs_blocked")
@@ -223,7 +225,7 @@ def evaluate_clock(
     name = "host.clock"
     clock = data.get("clock")
     host_time = clock.get("time") if isinstance(clock, Mapping) else None
-    if not isinstance(host_time, (int, float)):
+    if not isinstance(host_time, (int, float)) or not math.isfinite(host_time):
         return [_r(name, Status.UNKNOWN, "host clock not reported by the probe")]
     control = ctx.control_time
     if control is None:
@@ -325,7 +327,7 @@ def evaluate_nic(
     nics = data.get("nics")
     if not isinstance(nics, list):
         return [_r(name, Status.UNKNOWN, f"network interfaces not checked: {probe_error(data, ctx, 'nics')}")]
-    nics, out = _objects(name, nics, "network interface")
+    nics, out = objects(name, nics, "network interface")
     judged: list[str] = []
     admin_down: list[str] = []
     for n in nics:
@@ -338,7 +340,7 @@ def evaluate_nic(
         judged.append(ifname)
         state, carrier, speed = n.get("operstate"), n.get("carrier"), n.get("speed_mbps")
         ev = {"operstate": state, "carrier": carrier, "speed_mbps": speed, "mtu": n.get("mtu")}
-        if state in _DOWN_STATES or carrier == 0:
+        if (isinstance(state, str) and state in _DOWN_STATES) or carrier == 0:
             out.append(
                 _r(
                     name,
@@ -391,7 +393,7 @@ def evaluate_ib(data: Mapping[str, Any], th: Thresholds, ctx: CheckContext = NO_
     ports = data.get("infiniband")
     if not isinstance(ports, list):
         return [_r(name, Status.UNKNOWN, f"InfiniBand not checked: {probe_error(data, ctx, 'infiniband')}")]
-    ports, out = _objects(name, ports, "InfiniBand port")
+    ports, out = objects(name, ports, "InfiniBand port")
     judged: list[str] = []
     for p in ports:
         label = f"{p.get('device')}/{p.get('port')}"

@@ -16,10 +16,11 @@ Common rules:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from robustctl.checks.host import never_told
+from robustctl.checks.host import never_told, objects
 from robustctl.checks.registry import NO_CONTEXT, CheckContext, ResultMaker, check
 from robustctl.checks.thresholds import Thresholds, severity_status
 from robustctl.inventory.hostrange import compact_ranges
@@ -73,16 +74,17 @@ def _per_gpu(
     early = _unavailable(name, data, ctx)
     if early is not None:
         return early
-    out: list[CheckResult] = []
     judged: list[Mapping[str, Any]] = []
     unsupported = 0
-    for gpu in data["gpus"]:
+    gpus, out = objects(name, data["gpus"], "GPU")
+    for gpu in gpus:
         if not gpu.get("accessible", True):
             continue
         ev = {"pci_bus_id": gpu.get("pci_bus_id"), "uuid": gpu.get("uuid"), **{f: gpu.get(f) for f in fields}}
         device = f"gpu{gpu.get('index')}"
         if all(gpu.get(f) is None for f in fields):
-            failure = (gpu.get("query_errors") or {}).get(group)
+            errors = gpu.get("query_errors")
+            failure = errors.get(group) if isinstance(errors, Mapping) else errors
             if failure:
                 out.append(
                     _r(name, Status.UNKNOWN, f"{gpu_label(gpu)}: {what} not read: {failure}", ev, device)
@@ -102,8 +104,19 @@ def _per_gpu(
     return [_r(name, Status.OK, ok_summary(judged) + note, {"gpus": len(judged)})]
 
 
-def _num(gpu: Mapping[str, Any], key: str) -> int | None:
+def _items(gpu: Mapping[str, Any], key: str) -> list[Any] | None:
+    """``gpu[key]`` as a list (absent or null: empty); None when it is something else (not understood)."""
     v = gpu.get(key)
+    if v is None:
+        return []
+    return v if isinstance(v, list) else None
+
+
+def _num(gpu: Mapping[str, Any], key: str) -> int | None:
+    """``gpu[key]`` as an int; None when absent, not a number, NaN or infinite (an unread value)."""
+    v = gpu.get(key)
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
     return int(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
 
@@ -147,7 +160,7 @@ def evaluate_count(
     gpus = data.get("gpus")
     if not isinstance(count, int) or not isinstance(gpus, list):
         return [_r(name, Status.UNKNOWN, "GPU count not read from NVML", {"expected": expected})]
-    out: list[CheckResult] = []
+    gpus, out = objects(name, gpus, "GPU")
     ev: dict[str, Any] = {"count": count, "expected": expected, "driver_version": data.get("driver_version")}
     if expected and count < expected:
         out.append(_r(name, Status.CRITICAL, f"{count} of {expected} expected GPUs visible", ev))
@@ -368,7 +381,10 @@ def evaluate_temperature(
 
 # ------------------------------------------------------------------------------------ throttle
 def _judge_throttle(g: Mapping[str, Any], th: Thresholds) -> list[tuple[Status, str]]:
-    names = [str(n) for n in g.get("clocks_event_reason_names") or []]
+    reasons = _items(g, "clocks_event_reason_names")
+    if reasons is None:
+        return [(Status.UNKNOWN, "clock event reasons not understood")]
+    names = [str(n) for n in reasons]
     crit = [n for n in names if n in th.throttle_critical_reasons]
     warn = [n for n in names if n in th.throttle_warning_reasons]
     if crit:
@@ -451,13 +467,15 @@ def evaluate_pcie(
 # -------------------------------------------------------------------------------------- NVLink
 def _judge_nvlink(g: Mapping[str, Any], th: Thresholds) -> list[tuple[Status, str]]:
     out: list[tuple[Status, str]] = []
-    links = [lk for lk in g.get("nvlink") or [] if isinstance(lk, Mapping)]
-    inactive = [int(lk.get("link", -1)) for lk in links if lk.get("active") is False]
+    items = _items(g, "nvlink")
+    if items is None:
+        return [(Status.UNKNOWN, "NVLink list not understood")]
+    links = [lk for lk in items if isinstance(lk, Mapping)]
+    inactive = [_num(lk, "link") for lk in links if lk.get("active") is False]
     sev = severity_status(th.nvlink_inactive)
     if inactive and sev is not None:
-        out.append(
-            (sev, f"{len(inactive)} of {len(links)} NVLinks inactive (links {compact_ranges(inactive)})")
-        )
+        named = compact_ranges(n for n in inactive if n is not None and n >= 0)
+        out.append((sev, f"{len(inactive)} of {len(links)} NVLinks inactive (links {named or 'unnamed'})"))
     if th.nvlink_error_max is not None:
         bad = [
             f"link {lk.get('link')} {k.removesuffix('_errors')}={lk.get(k)}"
