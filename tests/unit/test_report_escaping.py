@@ -8,8 +8,10 @@ an ``ESC`` from a host cannot reach the terminal.
 
 from __future__ import annotations
 
+import re
 from io import StringIO
 from pathlib import Path
+from typing import Any
 
 import pytest
 from rich.console import Console
@@ -17,7 +19,7 @@ from rich.console import Console
 from robustctl.actions.standby import Readiness
 from robustctl.cli.main import main
 from robustctl.models import CheckResult, HostReport, LevelSummary, Outcome, RunReport, Status
-from robustctl.report.console import as_text, escape
+from robustctl.report.console import as_text, escape, printable
 
 HOSTILE = ("[/]", "[bold]x", "[link=file:///etc/passwd]click[/link]", "\x1b[31mred")
 """Each must show literally (the ESC as ``\\x1b``)."""
@@ -215,3 +217,86 @@ def test_analysis_details_and_evidence_from_files(width: int) -> None:
     c = Console(file=buf, width=width, color_system=None, highlight=False)
     render_analysis(AnalysisReport(Status.CRITICAL, (kernel, nccl)), c, verbose=True)
     assert_literal(buf.getvalue().replace("\n", ""))
+
+
+# --- issue 21, item 9: control and bidi characters from hosts in every output format -------------
+
+RAW = ("\x1b", "\x00", "\u202e", "\r")
+"""ESC, NUL, RIGHT-TO-LEFT OVERRIDE and CR: none may reach a terminal, the HTML page or the textfile raw."""
+
+UNPRINTABLE = re.compile(
+    "[\x00-\x08\x0b-\x1f\x7f-\x9f\u200b-\u200f\u2028-\u202e\u2066-\u2069\ufeff\ud800-\udfff]"
+)
+"""C0 (but tab and newline), DEL, C1, zero-width and bidi marks, line/paragraph separators, the bidi
+embeddings, overrides and isolates, the BOM, and lone surrogates."""
+
+
+def hostile_sweep(text: str) -> Any:
+    """A sweep whose every string from a host or the store holds ``text`` (host names and check
+    names too: the textfile's label values)."""
+    from robustctl.commands.sweep import SweepHost, SweepResult
+    from robustctl.sweep import history
+    from robustctl.sweep.lemons import Evidence, Lemon
+    from robustctl.sweep.policy import CheckClass, Decision, Finding
+
+    host, check = f"n1{text}", f"host.xid{text}"
+    h = SweepHost(host, Status.CRITICAL, False, 0, {check: "critical", "host.nic": text}, error=text,
+                  named=True, pending=(text,))  # fmt: skip
+    ch = history.CheckChange(host, check, 1.0, text, "critical", f"XID 79 {text}", text)
+    counters = history.HostCounters(host, 3, 2, 0, 1.0, 2.0, "critical")
+    lemon = Lemon(host, 3, 0, ("failures",), (Evidence("failure", 1.0, text),))
+    decision = Decision(host, (Finding(check, CheckClass.HARDWARE, text, True, text),))
+    return SweepResult(0.0, 1.0, (h,), (text,), (decision,), {"suspect": [host], "drained": [], "skipped": [text],
+                       "error": text}, (lemon,), {host: (ch,)}, {host: counters}, (text,), "s.db",
+                       RunReport(Status.OK, (), (), (), (), 0, 1))  # fmt: skip
+
+
+def sweep_outputs(result: Any) -> tuple[str, str, str]:
+    """(the HTML page, the Prometheus textfile, the terminal) of a sweep result."""
+    from robustctl.report.html import sweep_html
+    from robustctl.report.prometheus import sweep_textfile
+    from robustctl.report.sweep import render_sweep
+
+    c, buf = console()
+    render_sweep(result, c)
+    return sweep_html(result), sweep_textfile(result), buf.getvalue()
+
+
+def test_printable_shows_controls_bidi_and_separators_as_escapes() -> None:
+    text = "a\x1b[31mb\x00c\rd\u202ee\u200bf\ufeffg\x9bh\x7fi\u2028j\udce9k\U000e0041l\tm\nn é 中 ✓"
+    shown = printable(text)
+    assert shown == (
+        "a\\x1b[31mb\\x00c\\x0dd\\u202ee\\u200bf\\ufeffg\\x9bh\\x7fi\\u2028j\\udce9k\\U000e0041l\tm\nn é 中 ✓"
+    )
+    assert printable("tab\tnew\nline", newlines=False) == "tab\\x09new\\x0aline"
+    assert printable(None) == "None" and printable("plain [ascii] \\") == "plain [ascii] \\"
+
+
+def test_control_and_bidi_characters_from_a_host_reach_no_output_raw() -> None:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    page, textfile, terminal = sweep_outputs(hostile_sweep("".join(RAW) + "x\u2066y\u2069"))
+    for name, out in (("html", page), ("textfile", textfile), ("terminal", terminal)):
+        for ch in RAW:
+            assert ch not in out, (name, ch)
+        assert not UNPRINTABLE.search(out), (name, UNPRINTABLE.search(out))
+    assert "\\x1b\\x00\\u202e\\x0dx\\u2066y\\u2069" in page  # shown, not dropped
+    assert "\\x1b\\x00\\u202e\\x0dx" in terminal
+    families = {f.name: f for f in text_string_to_metric_families(textfile)}
+    (sample,) = families["robustctl_host_named"].samples
+    assert sample.labels["host"] == "n1\\x1b\\x00\\u202e\\x0dx\\u2066y\\u2069"  # read back as shown
+
+
+def test_history_terminal_shows_a_stored_detail_escaped() -> None:
+    from robustctl.commands.sweep import HistoryResult
+    from robustctl.report.sweep import render_history
+    from robustctl.sweep import history
+
+    text = "".join(RAW)
+    state = history.CheckState("n1", "host.xid", "critical", 1.0, 2.0, 1, text, ())
+    change = history.CheckChange("n1", "host.xid", 1.0, None, "critical", text, "sweep")
+    counters = history.HostCounters("n1", 1, 1, 0, 1.0, 2.0, "critical")
+    c, buf = console()
+    render_history(HistoryResult("n1", 0.0, counters, (state,), (change,), "s.db"), c)
+    out = buf.getvalue()
+    assert not any(ch in out for ch in RAW) and "\\x1b\\x00\\u202e\\x0d" in out
