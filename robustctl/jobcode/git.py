@@ -2,14 +2,15 @@
 
 Every host holds the job's code at ``jobs.NAME.code.path`` (``{host}`` replaced by the host's inventory
 name). robustctl runs ``git`` there over the host's transport, one argv list per command
-(``env GIT_TERMINAL_PROMPT=0 LC_ALL=C git -c … -C PATH ...``, quoted once by the transport; the
-``-c`` settings, :data:`GIT_NO_EXEC`, keep the work tree's own configuration from running commands), each with a
-timeout, fanned out with bounded concurrency (:func:`robustctl.transport.fanout.fan_out`).
+(``env GIT_TERMINAL_PROMPT=0 LC_ALL=C GIT_ALLOW_PROTOCOL= GIT_NO_LAZY_FETCH=1 git --no-pager -c … -C PATH
+...``, quoted once by the transport), each with a timeout, fanned out with bounded concurrency
+(:func:`robustctl.transport.fanout.fan_out`).
 
 * :func:`inspect_hosts` reads each host's work tree: its ``HEAD`` commit, branch, whether tracked files
   have local changes, and (given a ref) the commit the ref names there
   (``git rev-parse --verify --quiet REF^{commit}``). A host whose path is not a git work tree, whose
-  ref does not exist, or that cannot be reached is reported with one line naming it.
+  ref does not exist, whose work tree robustctl refuses (below), or that cannot be reached is
+  reported with one line naming it.
 * :func:`switch_work_trees` checks one commit out on every host, all or none: every host's previous
   ``HEAD`` (and branch) is recorded first; the checkouts run (``git checkout --detach COMMIT``), each
   followed by reading ``HEAD`` back; if any host failed, every host that was switched is put back (its
@@ -19,6 +20,47 @@ timeout, fanned out with bounded concurrency (:func:`robustctl.transport.fanout.
 
 Refs are checked before any host sees them (:func:`check_ref`): a ref that starts with ``-`` would be
 read by git as an option.
+
+Nothing a work tree holds executes. A work tree's ``.git/config`` (with what it includes:
+``include.path``, ``includeIf``, a ``config.worktree``) and its attributes (``.gitattributes``,
+``.git/info/attributes``) are not robustctl's user's: the tree may have come from anywhere. robustctl runs
+only ``rev-parse``, ``symbolic-ref``, ``status``, ``checkout`` and ``config --list``, and of what git can
+be made to execute, those reach:
+
+* hooks (``post-checkout``, ``reference-transaction``): ``-c core.hooksPath=/dev/null`` on every call
+  (no hook file can exist under it); the fsmonitor command that ``status`` and ``checkout`` start:
+  ``-c core.fsmonitor=false``; pagers (``core.pager``, ``pager.<cmd>``): ``--no-pager``. A ``-c``
+  setting outranks every configuration file, included ones too (:data:`GIT_NO_EXEC`).
+* transports, and with them ``core.sshCommand``, ``core.gitProxy``, ``remote.<name>.uploadpack``,
+  ``ext::`` URLs, remote helpers and credential helpers: only a fetch reaches them, and the one these
+  commands can start is the lazy fetch of a partial clone's missing objects. ``GIT_ALLOW_PROTOCOL=``
+  (empty: no protocol allowed) refuses every transport before it starts, whatever the tree's
+  ``protocol.*.allow`` says (the variable outranks configuration); ``GIT_NO_LAZY_FETCH=1`` stops the
+  lazy fetch itself where git knows it (2.44 and later) (:data:`GIT_ENV`).
+* submodules: ``status`` would run ``git status`` inside each, and ``checkout`` a checkout when
+  ``submodule.recurse`` is set; a submodule reads its own configuration, which is never listed here.
+  ``status --ignore-submodules=dirty`` (a moved submodule still counts as a change; its work tree is
+  not looked into) and ``checkout --no-recurse-submodules`` start no git inside a submodule.
+* filter drivers: an attribute ``filter=NAME`` makes ``status`` (when a file's stat data changed) and
+  ``checkout`` run ``filter.NAME.clean``, ``.smudge`` or ``.process``. Attributes come from the tree
+  and no option turns them off, and blanking the driver would check out different bytes than the
+  tree's owner meant. So right before each ``status`` and ``checkout`` robustctl reads the tree's own
+  configuration (``git config --local --includes --show-origin -z --list``, and ``--worktree`` too
+  when ``extensions.worktreeConfig`` is on: reading configuration runs nothing) and refuses the work
+  tree, naming host, file and key, when it sets any key of :data:`COMMAND_KEYS` to a command: the
+  filter drivers, configured hooks (``hook.NAME.command``, which git 2.54 and later run whatever
+  ``core.hooksPath`` says), and every other key whose value git, or a program git starts for these
+  commands (a filter such as git-lfs runs ``git credential`` and reads ``lfs.customtransfer.*``),
+  runs as a command. Filters the login user set up (``~/.gitconfig``, ``/etc/gitconfig``: git-lfs)
+  still run: that configuration is the user's own. Being read right before each command, the list
+  follows what a checkout changed (an ``include.path`` into the work tree, ``includeIf "onbranch:"``).
+* diff and merge drivers, ``textconv``, ``diff.external``, editors and ``gpg.program`` belong to
+  commands robustctl never runs (diff, merge, commit, rebase, tag); a tree that names one is refused
+  all the same (:data:`COMMAND_KEYS`).
+
+git refuses a repository owned by another user ("dubious ownership") and advises adding it to
+``safe.directory``; robustctl says instead that the path is owned by another user and that it will
+not read it (exit 78), and never advises weakening ``safe.directory``.
 """
 
 from __future__ import annotations
@@ -27,6 +69,7 @@ import re
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from fnmatch import fnmatchcase
 from typing import TYPE_CHECKING
 
 from robustctl.config import CodeSpec
@@ -39,9 +82,12 @@ if TYPE_CHECKING:
     from robustctl.transport.pool import TransportPool
 
 __all__ = [
+    "COMMAND_KEYS",
+    "GIT_ENV",
     "GIT_NO_EXEC",
     "GIT_TIMEOUT_S",
     "MAX_REF_CHARS",
+    "SHOWN_CHARS",
     "HostCode",
     "HostSwitch",
     "SwitchResult",
@@ -50,23 +96,63 @@ __all__ = [
     "common_commit",
     "current_versions",
     "inspect_hosts",
+    "names_command",
+    "parse_config_list",
     "require_clean",
     "switch_code",
     "switch_work_trees",
     "work_tree",
 ]
 
-GIT_NO_EXEC = (
-    "-c",
-    "core.fsmonitor=false",  # `git status` would run the command a work tree's config names
-    "-c",
-    "core.hooksPath=/dev/null",  # `git checkout` would run the tree's post-checkout hook
-    "-c",
-    "core.pager=cat",
+GIT_NO_EXEC = ("--no-pager", "-c", "core.fsmonitor=false", "-c", "core.hooksPath=/dev/null")
+"""git's own options on every command robustctl runs in a job's work tree: no pager (``core.pager``,
+``pager.<cmd>``), no fsmonitor command (``status`` and ``checkout`` would start the one the tree's
+configuration names), hooks looked for under ``/dev/null``, where no file can be (``checkout`` runs
+``post-checkout`` and ``reference-transaction``). A ``-c`` setting outranks every configuration file."""
+GIT_ENV = ("GIT_TERMINAL_PROMPT=0", "LC_ALL=C", "GIT_ALLOW_PROTOCOL=", "GIT_NO_LAZY_FETCH=1")
+"""The environment of every git command robustctl runs (through ``env``): never prompt, messages in
+English (they are matched), no transport at all (``GIT_ALLOW_PROTOCOL`` empty allows no protocol and
+outranks the tree's ``protocol.*.allow``: the lazy fetch of a partial clone's missing objects, the one
+fetch these commands can start, is refused before ``core.sshCommand``, ``remote.*.uploadpack``, an
+``ext::`` URL or a credential helper could run), and no lazy fetch where git knows the variable
+(2.44 and later)."""
+COMMAND_KEYS = (
+    "filter.*.clean",  # status (a file whose stat data changed), checkout: an attribute filter=NAME
+    "filter.*.smudge",
+    "filter.*.process",
+    "hook.*.command",  # configured hooks: git 2.54 and later run them whatever core.hooksPath says
+    "diff.external",
+    "diff.*.command",
+    "diff.*.textconv",
+    "merge.*.driver",
+    "core.editor",
+    "sequence.editor",
+    "core.askpass",
+    "credential.helper",  # git credential, which git-lfs (a filter) runs for its downloads
+    "credential.*.helper",
+    "core.sshcommand",  # git-lfs reads it for an ssh remote
+    "core.gitproxy",
+    "remote.*.uploadpack",
+    "remote.*.receivepack",
+    "uploadpack.packobjectshook",
+    "core.alternaterefscommand",
+    "gpg.program",
+    "gpg.*.program",
+    "gpg.ssh.defaultkeycommand",
+    "lfs.customtransfer.*.path",  # git-lfs (a filter) runs the transfer agent the repository names
+    "lfs.extension.*.clean",
+    "lfs.extension.*.smudge",
 )
-"""Configuration on every git command robustctl runs in a job's work tree: what the tree's own
-``.git/config`` could make git execute on the host, switched off (``-c`` outranks the repository's
-configuration)."""
+"""Configuration keys whose value is a command that git, or a program git starts (a filter such as
+git-lfs), runs; ``*`` stands for any subsection, dots included; matched on the lower-cased key. A work
+tree whose own configuration (``.git/config``, ``config.worktree``, what they include) sets one to a
+non-empty value is refused before ``status`` or ``checkout`` runs there. The fsmonitor, hooks-path and
+pager keys are not here: :data:`GIT_NO_EXEC` switches them off on every call, so a tree that sets them
+(``core.hooksPath`` for a hook manager, ``core.fsmonitor`` in a large repository) is still read. From git's
+config documentation (git-config(1), gitattributes(5) "filter", githooks(5)) and git-lfs-config(5)."""
+SHOWN_CHARS = 120
+"""Longest configuration file name or key quoted in a message (what a host sends is bounded before
+it is shown; a real key or path is shorter)."""
 MAX_REF_CHARS = 256
 """Longest ref accepted (git's own limit on a ref name is the file system's, 255 bytes a component)."""
 GIT_TIMEOUT_S = 60.0
@@ -109,7 +195,8 @@ class HostCode:
         local changes. target: the commit the asked ref names there (None: not asked, or missing).
         error: one line when the host could not be read or the ref is missing (None when fine).
         problem: what kind of error: ``unreachable``, ``timed_out``, ``not-a-work-tree``,
-        ``ref-missing``, ``failed`` (None when fine).
+        ``refused`` (robustctl will not read it: owned by another user, or its own git configuration
+        names a command, :data:`COMMAND_KEYS`), ``ref-missing``, ``failed`` (None when fine).
     """
 
     host: str
@@ -135,14 +222,132 @@ class _GitFailed(HostError):
         self.kind = kind
 
 
+_NOT_OWNER = (b"dubious ownership", b"unsafe repository", b"safe.directory")
+"""What git's stderr says when it refuses a repository another user owns (2.35.2 and later)."""
+_FALSE = frozenset({"false", "no", "off", "0", ""})
+"""The values git reads as boolean false."""
+_STATUS = ("status", "--porcelain", "--untracked-files=no", "--ignore-submodules=dirty")
+"""Local changes to tracked files; a submodule counts when it moved, and no git runs inside it."""
+_CHECKOUT = ("checkout", "-q", "--no-recurse-submodules")
+"""A checkout that starts no git inside a submodule, whatever ``submodule.recurse`` says."""
+
+
+def _shown(text: str) -> str:
+    """``text`` for a one-line message: control characters escaped, at most :data:`SHOWN_CHARS`."""
+    shown = text[:SHOWN_CHARS].encode("unicode_escape").decode("ascii")
+    return shown + ("…" if len(text) > SHOWN_CHARS else "")
+
+
+def _run_git(
+    pool: TransportPool, host: Host, path: str, args: Sequence[str], deadline: float
+) -> tuple[int, str, str]:
+    """Run ``git -C path ARGS`` on ``host`` (:data:`GIT_ENV`, :data:`GIT_NO_EXEC`); (exit status,
+    stdout as sent, last stderr line).
+
+    Raises:
+        _GitFailed: ``refused``, git refused the repository as owned by another user (its own advice,
+            to add the path to ``safe.directory``, is never passed on).
+    """
+    timeout = max(0.5, min(GIT_TIMEOUT_S, deadline - time.monotonic()))
+    argv = ["env", *GIT_ENV, "git", *GIT_NO_EXEC, "-C", path, *args]
+    res = pool.run(host, argv, timeout_s=timeout)
+    if res.exit_status != 0 and any(m in res.stderr for m in _NOT_OWNER):
+        raise _GitFailed(
+            host.name,
+            f"{path} is owned by another user; robustctl will not read it (run as its owner or fix the ownership)",
+            "refused",
+        )
+    return res.exit_status, res.stdout.decode("utf-8", "replace"), res.stderr_tail()
+
+
 def _git(
     pool: TransportPool, host: Host, path: str, args: Sequence[str], deadline: float
 ) -> tuple[int, str, str]:
-    """Run ``git -C path ARGS`` on ``host``; (exit status, stdout, last stderr line)."""
-    timeout = max(0.5, min(GIT_TIMEOUT_S, deadline - time.monotonic()))
-    argv = ["env", "GIT_TERMINAL_PROMPT=0", "LC_ALL=C", "git", *GIT_NO_EXEC, "-C", path, *args]
-    res = pool.run(host, argv, timeout_s=timeout)
-    return res.exit_status, res.stdout.decode("utf-8", "replace").strip(), res.stderr_tail()
+    """:func:`_run_git` with stdout stripped of surrounding white space."""
+    rc, out, err = _run_git(pool, host, path, args, deadline)
+    return rc, out.strip(), err
+
+
+def parse_config_list(text: str) -> list[tuple[str, str, str | None]]:
+    """``git config --show-origin -z --list`` output as ``(origin, key, value)``, in git's order.
+
+    ``value`` is None for a key written without ``=`` (git reads it as boolean true). Each entry is
+    ``ORIGIN NUL KEY [LF VALUE] NUL``; a key holds no LF, a value may.
+    """
+    parts = text.split("\0")
+    out: list[tuple[str, str, str | None]] = []
+    for origin, item in zip(parts[0::2], parts[1::2], strict=False):
+        key, lf, value = item.partition("\n")
+        out.append((origin, key, value if lf else None))
+    return out
+
+
+def names_command(key: str) -> bool:
+    """True when configuration ``key`` (as git lists it) is one of :data:`COMMAND_KEYS`."""
+    low = key.lower()
+    return any(fnmatchcase(low, pattern) for pattern in COMMAND_KEYS)
+
+
+def _own_config(
+    pool: TransportPool, host: Host, path: str, deadline: float
+) -> list[tuple[str, str, str | None]]:
+    """The work tree's own configuration, includes followed: ``.git/config``, and ``config.worktree``
+    when ``extensions.worktreeConfig`` is on (the login user's and the system's are left out).
+
+    Raises:
+        _GitFailed: ``refused``, git could not list it (a malformed file, a git without
+            ``--show-origin``: older than 2.8).
+    """
+
+    def listed(scope: str) -> list[tuple[str, str, str | None]]:
+        argv = ["config", scope, "--includes", "--show-origin", "-z", "--list"]
+        rc, out, err = _run_git(pool, host, path, argv, deadline)
+        if rc != 0:
+            raise _GitFailed(
+                host.name, f"{path}: cannot read its git configuration ({err or f'git exit {rc}'})", "refused"
+            )
+        return parse_config_list(out)
+
+    entries = listed("--local")
+    ext = [v for _, k, v in entries if k.lower() == "extensions.worktreeconfig"]
+    if ext and (ext[-1] is None or ext[-1].strip().lower() not in _FALSE):
+        entries += listed("--worktree")  # without the extension it would read .git/config again
+    return entries
+
+
+def _refuse_commands(pool: TransportPool, host: Host, path: str, deadline: float) -> None:
+    """Raise ``refused`` when the work tree's own configuration sets a :data:`COMMAND_KEYS` key.
+
+    Runs right before every ``status`` and ``checkout``: a checkout can change what the configuration
+    includes (a file in the work tree, ``includeIf "onbranch:"``).
+    """
+    named = [(o, k) for o, k, v in _own_config(pool, host, path, deadline) if v and names_command(k)]
+    if named:
+        origin, key = named[0]
+        where = origin.removeprefix("file:")
+        more = f" (and {len(named) - 1} more such key(s))" if len(named) > 1 else ""
+        raise _GitFailed(
+            host.name,
+            f"{path}: {_shown(where)} sets {_shown(key)}, a command git would run{more}; robustctl will not "
+            "read or switch a work tree whose own git configuration names a command (remove it there, "
+            "or set it in the login user's ~/.gitconfig)",
+            "refused",
+        )
+
+
+def _branch(rc: int, name: str) -> str | None:
+    """The branch ``symbolic-ref --short HEAD`` printed; None when detached, or a name that a later
+    ``checkout NAME`` could not take as a branch (empty, starting with ``-``: an option)."""
+    return name if rc == 0 and _REF.match(name) else None
+
+
+def _checkout_cmd(
+    pool: TransportPool, host: Host, path: str, target: str, deadline: float, *, detach: bool
+) -> tuple[int, str, str]:
+    """``git checkout`` of ``target`` (a commit with ``detach``, else a branch), once the work tree's
+    configuration has been read again and found to name no command (:func:`_refuse_commands`)."""
+    _refuse_commands(pool, host, path, deadline)
+    return _git(pool, host, path, [*_CHECKOUT, *(("--detach",) if detach else ()), target], deadline)
 
 
 def _read_host(pool: TransportPool, host: Host, path: str, ref: str | None, deadline: float) -> HostCode:
@@ -155,7 +360,8 @@ def _read_host(pool: TransportPool, host: Host, path: str, ref: str | None, dead
     if rc != 0 or not _COMMIT.match(head):
         raise _GitFailed(host.name, f"{path}: cannot read HEAD ({err or head[:80]})", "not-a-work-tree")
     rc_b, branch, _ = _git(pool, host, path, ["symbolic-ref", "-q", "--short", "HEAD"], deadline)
-    rc_s, status, err_s = _git(pool, host, path, ["status", "--porcelain", "--untracked-files=no"], deadline)
+    _refuse_commands(pool, host, path, deadline)
+    rc_s, status, err_s = _git(pool, host, path, _STATUS, deadline)
     if rc_s != 0:
         raise _GitFailed(host.name, f"{path}: git status failed ({err_s})", "failed")
     target = None
@@ -166,7 +372,7 @@ def _read_host(pool: TransportPool, host: Host, path: str, ref: str | None, dead
         if rc != 0 or not _COMMIT.match(out):
             raise _GitFailed(host.name, f"ref {ref!r} does not name a commit in {path}", "ref-missing")
         target = out
-    return HostCode(host.name, path, head, branch if rc_b == 0 and branch else None, bool(status), target)
+    return HostCode(host.name, path, head, _branch(rc_b, branch), bool(status), target)
 
 
 def inspect_hosts(
@@ -218,7 +424,8 @@ def common_commit(codes: Sequence[HostCode], ref: str) -> str:
     """The one commit ``ref`` names on every host.
 
     Raises:
-        ConfigError: a host's path is not a git work tree (fix the inventory's ``code.path``).
+        ConfigError: a host's path is not a git work tree (fix the inventory's ``code.path``), or
+            robustctl refuses it (owned by another user; its own git configuration names a command).
         UsageError: the ref is missing on a host, or names different commits on different hosts.
         HostError: a host could not be reached or timed out (exit 3: could not check).
         (Each message is one line naming the first host concerned.)
@@ -226,7 +433,7 @@ def common_commit(codes: Sequence[HostCode], ref: str) -> str:
     bad = [c for c in codes if not c.ok]
     if bad:
         line = _first_problem(codes)
-        if bad[0].problem == "not-a-work-tree":
+        if bad[0].problem in ("not-a-work-tree", "refused"):
             raise ConfigError(line)
         if bad[0].problem == "ref-missing":
             raise UsageError(line + "; fetch or push it to every host first")
@@ -317,7 +524,7 @@ class SwitchResult:
 
 
 def _checkout(pool: TransportPool, host: Host, path: str, commit: str, deadline: float) -> str:
-    rc, _, err = _git(pool, host, path, ["checkout", "-q", "--detach", commit], deadline)
+    rc, _, err = _checkout_cmd(pool, host, path, commit, deadline, detach=True)
     if rc != 0:
         raise _GitFailed(
             host.name, f"git checkout {commit[:12]} failed in {path}: {err or f'exit {rc}'}", "failed"
@@ -335,15 +542,15 @@ def _restore(pool: TransportPool, host: Host, code: HostCode, deadline: float) -
     path = code.path
     rc, now, _ = _git(pool, host, path, ["rev-parse", "--verify", "HEAD^{commit}"], deadline)
     rc_b, branch, _ = _git(pool, host, path, ["symbolic-ref", "-q", "--short", "HEAD"], deadline)
-    if rc == 0 and now == code.head and (branch if rc_b == 0 and branch else None) == code.branch:
+    if rc == 0 and now == code.head and _branch(rc_b, branch) == code.branch:
         return now  # never moved (its own checkout failed before touching HEAD)
     if code.branch is not None:
-        rc, _, _ = _git(pool, host, path, ["checkout", "-q", code.branch], deadline)
+        rc, _, _ = _checkout_cmd(pool, host, path, code.branch, deadline, detach=False)
         if rc == 0:
             rc, head, _ = _git(pool, host, path, ["rev-parse", "--verify", "HEAD^{commit}"], deadline)
             if rc == 0 and head == code.head:
                 return head
-    rc, _, err = _git(pool, host, path, ["checkout", "-q", "--detach", code.head], deadline)
+    rc, _, err = _checkout_cmd(pool, host, path, code.head, deadline, detach=True)
     if rc != 0:
         raise _GitFailed(host.name, f"cannot put {path} back on {code.head[:12]}: {err}", "failed")
     rc, head, err = _git(pool, host, path, ["rev-parse", "--verify", "HEAD^{commit}"], deadline)
