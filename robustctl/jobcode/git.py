@@ -36,7 +36,8 @@ be made to execute, those reach:
   commands can start is the lazy fetch of a partial clone's missing objects. ``GIT_ALLOW_PROTOCOL=``
   (empty: no protocol allowed) refuses every transport before it starts, whatever the tree's
   ``protocol.*.allow`` says (the variable outranks configuration); ``GIT_NO_LAZY_FETCH=1`` stops the
-  lazy fetch itself where git knows it (2.44 and later) (:data:`GIT_ENV`).
+  lazy fetch itself where git knows it (the security releases of May 2024 on: 2.39.4, 2.45.1); either
+  alone closes it (:data:`GIT_ENV`).
 * submodules: ``status`` would run ``git status`` inside each, and ``checkout`` a checkout when
   ``submodule.recurse`` is set; a submodule reads its own configuration, which is never listed here.
   ``status --ignore-submodules=dirty`` (a moved submodule still counts as a change; its work tree is
@@ -115,7 +116,7 @@ English (they are matched), no transport at all (``GIT_ALLOW_PROTOCOL`` empty al
 outranks the tree's ``protocol.*.allow``: the lazy fetch of a partial clone's missing objects, the one
 fetch these commands can start, is refused before ``core.sshCommand``, ``remote.*.uploadpack``, an
 ``ext::`` URL or a credential helper could run), and no lazy fetch where git knows the variable
-(2.44 and later)."""
+(2.39.4, 2.45.1 and later: git's May 2024 security releases)."""
 COMMAND_KEYS = (
     "filter.*.clean",  # status (a file whose stat data changed), checkout: an attribute filter=NAME
     "filter.*.smudge",

@@ -38,7 +38,14 @@ from robustctl.errors import ActionRefused, ConfigError, HostError, UsageError
 from robustctl.exit_codes import ExitCode
 from robustctl.inventory import load_inventory
 from robustctl.jobcode import records
-from robustctl.jobcode.git import check_ref, common_commit, inspect_hosts, switch_code
+from robustctl.jobcode.git import (
+    check_ref,
+    common_commit,
+    inspect_hosts,
+    names_command,
+    parse_config_list,
+    switch_code,
+)
 from robustctl.jobcode.progress import HostProgress, ProgressReading, RankProgress, read_progress
 from robustctl.store import Store
 from robustctl.transport.pool import TransportPool
@@ -186,6 +193,268 @@ def test_a_work_tree_config_that_names_commands_runs_nothing(bed: Bed) -> None:
     assert not ran.exists(), ran.read_text()
     git(tree, "status", "--porcelain")  # the same tree read by git itself does run them
     assert ran.exists()
+
+
+# ---- nothing a work tree holds executes ---------------------------------------------------------
+
+
+def stat_dirty(path: Path) -> None:
+    """Give ``path`` stat data its index does not hold: git status reads it again, through its clean filter."""
+    os.utime(path, (1_000_000_000, 1_000_000_000))
+
+
+def attributes(tree: Path, line: str = "* filter=x diff=x merge=x") -> None:
+    """Attributes of the work tree (``.git/info/attributes``: no commit needed)."""
+    (tree / ".git" / "info").mkdir(exist_ok=True)
+    (tree / ".git" / "info" / "attributes").write_text(line + "\n")
+
+
+def plain_git(tree: Path, *args: str) -> None:
+    """git itself in ``tree``, as a login shell would run it (its exit status is not asked)."""
+    subprocess.run(["git", "-C", str(tree), *args], capture_output=True, check=False)
+
+
+def refusal(bed: Bed, host: str) -> str:
+    """The one line inspecting the job's hosts gives ``host`` (the only host not read), after checking
+    that it is a refusal and a configuration error naming the host."""
+    job, hosts = job_hosts(bed)
+    codes = inspect_hosts(TransportPool(), hosts, job.code, "v1")
+    bad = [c for c in codes if not c.ok]
+    assert [c.host for c in bad] == [host] and bad[0].problem == "refused", codes
+    with pytest.raises(ConfigError, match=f"^{host}: "):
+        common_commit(codes, "v1")
+    assert "safe.directory" not in str(bad[0].error) and "\n" not in str(bad[0].error)
+    return str(bad[0].error)
+
+
+@pytest.mark.parametrize(
+    "key, live",
+    [
+        ("filter.x.clean", "status"),
+        ("filter.x.smudge", "checkout"),
+        ("filter.x.process", "status"),
+        ("diff.external", None),
+        ("diff.x.textconv", None),
+        ("merge.x.driver", None),
+        ("core.sshCommand", None),
+        ("credential.helper", None),
+        ("remote.origin.uploadpack", None),
+        ("hook.x.command", None),
+        ("gpg.program", None),
+    ],
+)
+def test_a_tree_whose_config_names_a_command_is_refused_and_runs_nothing(
+    bed: Bed, key: str, live: str | None
+) -> None:
+    """node2's .git/config sets a key whose value is a command (attributes select driver x for every
+    file, train.py's stat data is stale): inspecting refuses node2 with one line naming the file and the
+    key (exit 78), switching switches nothing, and the command never runs. ``live``: the git command
+    that, run by hand in the same tree, does run it."""
+    ran = bed.tmp / "ran"
+    tree = bed.tree("node2")
+    attributes(tree)
+    git(tree, "config", key, f"echo {key} >> {ran}; false")
+    if key == "hook.x.command":
+        git(tree, "config", "hook.x.event", "post-checkout")
+    stat_dirty(tree / "train.py")
+    error = refusal(bed, "node2")
+    assert f".git/config sets {key.lower()}, a command git would run" in error, error
+    with contextlib.closing(open_context(bed.inv, bed.state)) as ctx:
+        res = switch_code(ctx, "j", None, bed.c1)
+    assert not res.ok and {h.status for h in res.hosts} == {"not-run"}
+    assert all(head(bed.tmp, h) == bed.c3 for h in HOSTS)
+    assert not ran.exists(), ran.read_text()
+    if live == "status":
+        plain_git(tree, "status")
+    elif live == "checkout":
+        plain_git(tree, "checkout", "-q", bed.c1)
+    assert ran.exists() == (live is not None)
+
+
+def test_a_command_named_through_an_include_chain_is_refused(bed: Bed) -> None:
+    """.git/config includes a file that includes another that conditionally includes a third, which sets
+    diff.external: the refusal names the third file and the key."""
+    ran = bed.tmp / "ran"
+    tree = bed.tree("node1")
+    git(tree, "config", "include.path", "one.cfg")
+    (tree / ".git" / "one.cfg").write_text(f"[include]\n\tpath = {bed.tmp / 'two.cfg'}\n")
+    (bed.tmp / "two.cfg").write_text(f'[includeIf "gitdir:{tree}/.git"]\n\tpath = three.cfg\n')
+    (bed.tmp / "three.cfg").write_text(f"[diff]\n\texternal = echo external >> {ran}\n")
+    error = refusal(bed, "node1")
+    assert f"{bed.tmp / 'three.cfg'} sets diff.external" in error, error
+    assert not ran.exists()
+
+
+def test_a_command_in_the_worktree_config_is_refused(bed: Bed) -> None:
+    ran = bed.tmp / "ran"
+    tree = bed.tree("node3")
+    attributes(tree)
+    git(tree, "config", "extensions.worktreeConfig", "true")
+    git(tree, "config", "--worktree", "filter.x.clean", f"echo clean >> {ran}; cat")
+    stat_dirty(tree / "train.py")
+    assert "config.worktree sets filter.x.clean" in refusal(bed, "node3")
+    assert not ran.exists()
+    plain_git(tree, "status")
+    assert ran.exists()
+
+
+def test_a_config_a_checkout_brings_in_is_read_before_the_next_checkout(bed: Bed) -> None:
+    """node1 and node2 include ../hostile.cfg, a file only commit v5 holds (it defines the smudge filter
+    their attributes select). Switching both to v5: node2's checkout fails; putting node1 back would
+    run the filter v5 brought, so robustctl refuses to (restore-failed, NOT put back) and runs nothing."""
+    ran = bed.tmp / "ran"
+    origin = bed.tmp / "origin"
+    (origin / "hostile.cfg").write_text(f'[filter "x"]\n\tsmudge = echo smudge >> {ran}; cat\n')
+    git(origin, "add", "hostile.cfg")
+    v5 = commit(origin, "v5")
+    for h in HOSTS[:2]:
+        git(bed.tree(h), "fetch", "-q", "origin")
+        git(bed.tree(h), "config", "include.path", "../hostile.cfg")
+        attributes(bed.tree(h), "train.py filter=x")
+    (bed.tree("node2") / ".git" / "index.lock").write_text("")
+    with contextlib.closing(open_context(bed.inv, bed.state)) as ctx:
+        res = switch_code(ctx, "j", ["node1", "node2"], v5)
+    rows = {h.host: h for h in res.hosts}
+    assert not res.ok and rows["node2"].status == "failed" and rows["node1"].status == "restore-failed"
+    assert "hostile.cfg sets filter.x.smudge" in rows["node1"].detail and "NOT put back: node1" in res.message
+    assert head(bed.tmp, "node1") == v5
+    assert not ran.exists(), ran.read_text()
+    plain_git(bed.tree("node1"), "checkout", "-q", "main")  # git itself, putting it back, runs it
+    assert ran.exists()
+
+
+def test_a_partial_clone_fetches_nothing_and_its_url_command_never_runs(bed: Bed) -> None:
+    """node2 is a partial clone (blob:none) whose remote is an ext:: URL (a command) that its own
+    configuration allows: checking out a commit whose files it lacks would fetch them through that
+    command. robustctl's checkout fails instead (no transport is allowed) and nothing is switched."""
+    ran = bed.tmp / "ran"
+    origin = bed.tmp / "origin"
+    git(origin, "config", "uploadpack.allowFilter", "true")
+    tree = bed.tree("node2")
+    subprocess.run(["rm", "-rf", str(tree)], check=True)
+    subprocess.run(["git", "clone", "-q", "--filter=blob:none", f"file://{origin}", str(tree)], check=True)
+    git(tree, "checkout", "-q", bed.c3)
+    git(tree, "config", "remote.origin.url", f"ext::sh -c touch% {ran}")
+    git(tree, "config", "protocol.ext.allow", "always")
+    assert inspect_hosts(TransportPool(), job_hosts(bed)[1], job_hosts(bed)[0].code)[1].ok
+    with contextlib.closing(open_context(bed.inv, bed.state)) as ctx:
+        res = switch_code(ctx, "j", ["node2"], bed.c1)
+    assert not res.ok and res.hosts[0].status == "failed" and head(bed.tmp, "node2") == bed.c3
+    assert not ran.exists()
+    plain_git(tree, "checkout", "-q", bed.c1)
+    assert ran.exists()
+
+
+def test_a_submodule_and_its_own_config_are_not_looked_into(bed: Bed) -> None:
+    """node2's tree holds a submodule whose own configuration names a clean filter for its files
+    (stale stat data): reading node2 runs no git inside the submodule, so not that filter either."""
+    ran = bed.tmp / "ran"
+    sub = bed.tmp / "sub"
+    sub.mkdir()
+    git(sub, "init", "-q", "-b", "main")
+    (sub / ".gitattributes").write_text("* filter=z\n")
+    (sub / "f").write_text("f\n")
+    git(sub, "add", ".")
+    git(sub, "commit", "-q", "-m", "sub")
+    tree = bed.tree("node2")
+    git(tree, "-c", "protocol.file.allow=always", "submodule", "add", "-q", str(sub), "sub")
+    git(tree, "commit", "-q", "-m", "sub")
+    git(tree / "sub", "config", "filter.z.clean", f"echo clean >> {ran}; cat")
+    stat_dirty(tree / "sub" / "f")
+    job, hosts = job_hosts(bed)
+    code = inspect_hosts(TransportPool(), hosts, job.code)[1]
+    assert code.ok and not code.dirty, code
+    assert not ran.exists()
+    plain_git(tree, "status")
+    assert ran.exists()
+
+
+def test_the_login_users_own_filter_still_runs(bed: Bed, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A filter the login user's ~/.gitconfig defines (as git-lfs installs one) is the user's own: a
+    tree whose attributes select it is read and switched, through the filter."""
+    ran = bed.tmp / "ran"
+    home = bed.tmp / "home"
+    home.mkdir()
+    script = bed.tmp / "user-filter"
+    script.write_text(f"#!/bin/sh\necho user >> {ran}\nexec cat\n")
+    script.chmod(0o755)
+    (home / ".gitconfig").write_text(f'[filter "x"]\n\tclean = {script}\n\tsmudge = {script}\n')
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(home / ".config"))
+    monkeypatch.delenv("GIT_CONFIG_GLOBAL", raising=False)
+    for h in HOSTS:
+        attributes(bed.tree(h), "train.py filter=x")
+    with contextlib.closing(open_context(bed.inv, bed.state)) as ctx:
+        res = switch_code(ctx, "j", None, bed.c1)
+    assert res.ok, res.message
+    assert all(head(bed.tmp, h) == bed.c1 for h in HOSTS)
+    assert ran.exists()
+
+
+def owner_check_available(tree: Path) -> bool:
+    """Whether this git honours GIT_TEST_ASSUME_DIFFERENT_OWNER (2.35.2 and later)."""
+    env = {**os.environ, "GIT_TEST_ASSUME_DIFFERENT_OWNER": "1"}
+    out = subprocess.run(["git", "-C", str(tree), "status"], capture_output=True, text=True, env=env)
+    return out.returncode != 0 and "safe.directory" in out.stderr
+
+
+def test_a_tree_owned_by_another_user_is_refused_without_safe_directory_advice(
+    bed: Bed, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if not owner_check_available(bed.tree("node1")):
+        pytest.skip("this git does not simulate another owner (GIT_TEST_ASSUME_DIFFERENT_OWNER)")
+    monkeypatch.setenv("GIT_TEST_ASSUME_DIFFERENT_OWNER", "1")
+    job, hosts = job_hosts(bed)
+    codes = inspect_hosts(TransportPool(), hosts, job.code, "v1")
+    assert {c.problem for c in codes} == {"refused"}
+    assert codes[0].error == (
+        f"{bed.tree('node1')} is owned by another user; robustctl will not read it "
+        "(run as its owner or fix the ownership)"
+    )
+    i, s = ("-i", str(bed.inv)), ("--state", str(bed.state))
+    for argv in (
+        ("update", "stage", "--job", "j", "--ref", "v1", "--reason", "r"),
+        ("rollback", "--job", "j", "--to", "v1", "--dry-run"),
+    ):
+        code, _, err = cli(*argv, *i, *s)
+        assert code == ExitCode.CONFIG and err.count("\n") == 1, err
+        assert err.startswith("robustctl: error: node1: ") and "owned by another user" in err, err
+        assert "safe.directory" not in err
+
+
+def test_update_stage_and_rollback_dry_run_refuse_a_tree_whose_config_names_a_command(bed: Bed) -> None:
+    ran = bed.tmp / "ran"
+    tree = bed.tree("node3")
+    attributes(tree)
+    git(tree, "config", "filter.x.clean", f"echo clean >> {ran}; cat")
+    stat_dirty(tree / "train.py")
+    i, s = ("-i", str(bed.inv)), ("--state", str(bed.state))
+    for argv in (
+        ("update", "stage", "--job", "j", "--ref", "v1", "--reason", "r"),
+        ("rollback", "--job", "j", "--to", "v1", "--dry-run"),
+    ):
+        code, _, err = cli(*argv, *i, *s)
+        assert code == ExitCode.CONFIG and err.count("\n") == 1, err
+        assert err.startswith("robustctl: error: node3: ") and "sets filter.x.clean" in err, err
+    assert not ran.exists()
+
+
+def test_config_listing_parse_and_command_keys() -> None:
+    listed = (
+        "file:.git/config\0core.bare\nfalse\0file:/x/a b.cfg\0alias.s\n!sh -c 'a\nb'\0command line:\0flag\0"
+    )
+    assert parse_config_list(listed) == [
+        ("file:.git/config", "core.bare", "false"),
+        ("file:/x/a b.cfg", "alias.s", "!sh -c 'a\nb'"),
+        ("command line:", "flag", None),
+    ]
+    assert parse_config_list("") == []
+    for key in ("filter.LFS.process", "Filter.x.Clean", "credential.https://h.example.com/x.helper",
+                "lfs.customtransfer.a.b.path", "hook.lint.command", "gpg.ssh.defaultKeyCommand", "diff.external"):  # fmt: skip
+        assert names_command(key), key
+    for key in ("core.hooksPath", "core.fsmonitor", "core.pager", "filter.x.required", "remote.origin.url",
+                "include.path", "hook.lint.event", "diff.x.binary", "credential.username"):  # fmt: skip
+        assert not names_command(key), key
 
 
 def test_switch_checks_out_on_every_host_and_verifies(bed: Bed) -> None:
