@@ -50,7 +50,9 @@ Mapping of the :class:`~robustctl.schedulers.base.Scheduler` vocabulary (setting
 
 from __future__ import annotations
 
+import base64
 import contextlib
+import copy
 import json
 import os
 import re
@@ -62,6 +64,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from robustctl.errors import ConfigError
+from robustctl.inputfile import NotReadable, read_regular
 from robustctl.schedulers.base import NodeState, OpResult, SchedulerError
 
 if TYPE_CHECKING:
@@ -86,6 +89,23 @@ _NAME = "kubernetes"
 _LABEL_BAD = re.compile(r"[^A-Za-z0-9._-]+")
 _CONFLICT_RETRIES = 5
 _LIST_ABOVE = 8  # more hosts than this: one LIST of every Node instead of a GET per host
+MAX_KUBECONFIG_BYTES = 4 << 20
+"""Largest kubeconfig read, bytes. An entry with its certificate and key inline (base64) is 3-8 KiB,
+so 4 MiB holds hundreds of clusters, users and contexts; kubectl's merged configs stay far below."""
+MAX_KUBE_CREDENTIAL_BYTES = 1 << 20
+"""Largest file a kubeconfig names (certificate-authority, client-certificate, client-key,
+tokenFile, an OIDC provider's idp-certificate-authority) read, bytes: a client certificate or key is
+a few KiB, a token under 8 KiB, and a bundle of every public root CA about 220 KiB."""
+_KUBE_FILES: dict[str, tuple[tuple[str, str, bool], ...]] = {
+    "cluster": (("certificate-authority", "certificate-authority-data", True),),
+    "user": (
+        ("client-certificate", "client-certificate-data", True),
+        ("client-key", "client-key-data", True),
+        ("tokenFile", "token", False),
+    ),
+    "auth-provider": (("idp-certificate-authority", "idp-certificate-authority-data", True),),
+}
+"""Path-valued kubeconfig keys: (file key, the inline key the client prefers, inline value is base64)."""
 
 
 def label_value(text: str) -> str:
@@ -768,22 +788,122 @@ def _load_client(settings: KubernetesSettings, timeout_s: float) -> ClientApi:
     default = Path("~/.kube/config").expanduser()
     path = Path(settings.kubeconfig or env).expanduser() if (settings.kubeconfig or env) else None
     try:
-        if path is None and not default.exists() and "KUBERNETES_SERVICE_HOST" in os.environ:
+        if path is None and not os.path.lexists(default) and "KUBERNETES_SERVICE_HOST" in os.environ:
             config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
         else:
             cfg_file = path or default
-            if not cfg_file.exists():
-                raise ConfigError(
-                    f"scheduler.kubernetes: kubeconfig {cfg_file} does not exist "
-                    "(set scheduler.kubernetes.kubeconfig or $KUBECONFIG)"
-                )
-            config.load_kube_config(  # type: ignore[no-untyped-call]
-                config_file=str(cfg_file), context=settings.context, client_configuration=configuration
+            origin = (
+                "scheduler.kubernetes.kubeconfig"
+                if settings.kubeconfig
+                else "KUBECONFIG"
+                if env
+                else "default"
+            )
+            doc = read_kubeconfig(cfg_file, origin=origin, context=settings.context)
+            config.load_kube_config_from_dict(  # type: ignore[no-untyped-call]
+                doc, context=settings.context, client_configuration=configuration, persist_config=False
             )
     except ConfigException as exc:
         raise ConfigError(f"scheduler.kubernetes: {exc}") from None
     configuration.retries = False
     return ClientApi(client.CoreV1Api(client.ApiClient(configuration)), timeout_s)
+
+
+def read_kubeconfig(path: Path, *, origin: str, context: str | None) -> dict[str, Any]:
+    """The kubeconfig at ``path``, with every file its context's cluster and user name read and put inline.
+
+    The kubeconfig and each file it names (:data:`_KUBE_FILES`; a relative path is relative to the
+    kubeconfig's directory, as the client resolves it) are read by robustctl as bounded regular files
+    (:func:`robustctl.inputfile.read_regular`, :data:`MAX_KUBECONFIG_BYTES`,
+    :data:`MAX_KUBE_CREDENTIAL_BYTES`), so the client is handed data, never a path it would open
+    itself (a FIFO there would block it, ``/dev/zero`` fill memory). The YAML is parsed with
+    :func:`robustctl.yamlsrc.parse_yaml` (bounded nodes and depth). Only the cluster and user of
+    ``context`` (default: ``current-context``) are touched, as only they are loaded; an inline value
+    already there wins over the file, as in the client.
+
+    Args:
+        path: the kubeconfig. origin: the setting that named it, for messages. context: the context.
+
+    Returns:
+        The document (a copy), for ``kubernetes.config.load_kube_config_from_dict``.
+
+    Raises:
+        ConfigError: the kubeconfig does not exist, is not a regular file, is too large, is not UTF-8
+            YAML, or a file it names cannot be read as a bounded regular file; one line naming it.
+    """
+    from robustctl.yamlsrc import parse_yaml
+
+    try:
+        raw = read_regular(path, MAX_KUBECONFIG_BYTES)
+    except NotReadable as exc:
+        if exc.missing:
+            raise ConfigError(
+                f"scheduler.kubernetes: kubeconfig {path} does not exist "
+                "(set scheduler.kubernetes.kubeconfig or $KUBECONFIG)"
+            ) from None
+        sep = " " if exc.reason.startswith("is ") else ": "
+        raise ConfigError(f"{path}: kubeconfig ({origin}){sep}{exc.reason}") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: kubeconfig ({origin}) is not UTF-8 text ({exc.reason})") from None
+    data, _ = parse_yaml(text, str(path))
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: kubeconfig ({origin}) is not a mapping")
+    doc = copy.deepcopy(data)
+    name = context or doc.get("current-context")
+    ctx = next(
+        (c.get("context") for c in _entries(doc, "contexts") if c.get("name") == name),
+        None,
+    )
+    if not isinstance(ctx, dict):
+        return doc  # the client reports the missing context
+    base = path.parent
+    for section, kind, ref in (
+        ("clusters", "cluster", ctx.get("cluster")),
+        ("users", "user", ctx.get("user")),
+    ):
+        for entry in _entries(doc, section):
+            obj = entry.get(kind)
+            if entry.get("name") != ref or not isinstance(obj, dict):
+                continue
+            where = f"{kind} {ref!r} of kubeconfig {path}"
+            _inline(obj, _KUBE_FILES[kind], base, where)
+            provider = obj.get("auth-provider")
+            if kind == "user" and isinstance(provider, dict) and isinstance(provider.get("config"), dict):
+                _inline(provider["config"], _KUBE_FILES["auth-provider"], base, f"auth-provider of {where}")
+    return doc
+
+
+def _entries(doc: Mapping[str, Any], section: str) -> list[dict[str, Any]]:
+    """The mapping entries of the list ``doc[section]`` (others are left to the client's checks)."""
+    items = doc.get(section)
+    return [e for e in items if isinstance(e, dict)] if isinstance(items, list) else []
+
+
+def _inline(obj: dict[str, Any], keys: Sequence[tuple[str, str, bool]], base: Path, where: str) -> None:
+    """Replace each file key of ``obj`` by its inline key, the file read as a bounded regular file.
+
+    Raises:
+        ConfigError: ``"FILE: client-key of user 'u' of kubeconfig K is a FIFO, not a regular file"``.
+    """
+    for file_key, data_key, b64 in keys:
+        if file_key not in obj:
+            continue
+        value = obj.pop(file_key)
+        if data_key in obj:  # the client takes the inline value whenever the key is there
+            continue
+        if not isinstance(value, str) or not value:
+            raise ConfigError(f"{where}: {file_key} is not a file name")
+        file = Path(os.path.normpath(os.path.join(base, value)))  # as the client resolves it
+        try:
+            content = read_regular(file, MAX_KUBE_CREDENTIAL_BYTES)
+        except NotReadable as exc:
+            sep = " " if exc.reason.startswith("is ") else ": "
+            raise ConfigError(f"{file}: {file_key} of {where}{sep}{exc.reason}") from None
+        obj[data_key] = (
+            base64.b64encode(content).decode("ascii") if b64 else content.decode("utf-8", "replace")
+        )
 
 
 def create(

@@ -57,6 +57,7 @@ import json
 import os
 import re
 import shlex
+import stat
 import subprocess
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -66,6 +67,8 @@ from typing import TYPE_CHECKING, Any
 
 import hostlist
 
+from robustctl.errors import ConfigError
+from robustctl.inputfile import file_kind
 from robustctl.schedulers.base import NodeState, OpResult, SchedulerError
 from robustctl.transport.process import OutputLimitExceeded, run_argv
 
@@ -489,6 +492,26 @@ def _check_names(hosts: Sequence[str]) -> list[str]:
 # --------------------------------------------------------------------------------------------------
 
 
+def check_slurm_conf(path: str, origin: str) -> None:
+    """Refuse a slurm.conf path that exists but is not a regular file (checked with ``stat``, which
+    never opens it). robustctl never reads slurm.conf; every Slurm command it runs does, and a FIFO
+    there would hold each one until its timeout, a directory or device fail it with Slurm's own
+    message. A missing file is left to Slurm (its error names it).
+
+    Args:
+        path: the configured path. origin: the setting that named it, for the message.
+
+    Raises:
+        ConfigError: ``"PATH: slurm.conf (scheduler.slurm.conf) is a FIFO, not a regular file"``.
+    """
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return
+    if not stat.S_ISREG(mode):
+        raise ConfigError(f"{path}: slurm.conf ({origin}) is a {file_kind(mode)}, not a regular file")
+
+
 @dataclass
 class Slurm:
     """The Slurm back end of the :class:`~robustctl.schedulers.base.Scheduler` protocol.
@@ -844,11 +867,19 @@ def create(settings: SchedulerSettings, *, inventory: object = None, store: obje
     Reads ``scheduler.timeout_s`` and, where ``scheduler.slurm`` defines them, ``conf`` (path of
     slurm.conf), ``bin_dir`` and ``requeue_settle_s``. ``inventory`` and ``store`` are not needed: Slurm
     holds the node states itself.
+
+    Raises:
+        ConfigError: the slurm.conf named by ``conf`` (or inherited as ``$SLURM_CONF``) exists but is
+            not a regular file (:func:`check_slurm_conf`).
     """
     sub = settings.slurm
     conf = getattr(sub, "conf", None)
     bin_dir = getattr(sub, "bin_dir", None)
     settle = getattr(sub, "requeue_settle_s", None)
+    if conf is not None:
+        check_slurm_conf(str(conf), "scheduler.slurm.conf")
+    elif os.environ.get("SLURM_CONF"):
+        check_slurm_conf(os.environ["SLURM_CONF"], "SLURM_CONF")
     return Slurm(
         conf=str(conf) if conf is not None else None,
         bin_dir=str(bin_dir) if bin_dir is not None else None,

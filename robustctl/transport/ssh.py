@@ -6,6 +6,16 @@ unknown keys but still refuses changed ones (``accept-new``). Only key and agent
 used; no password is ever asked for, stored or logged. ``~/.ssh/config`` is honoured for HostName,
 User, Port, IdentityFile, UserKnownHostsFile and ProxyJump (one hop), below explicit inventory values.
 
+Files: every path this transport reads (identity files and the certificates beside them, the default
+``~/.ssh/id_*`` keys, known_hosts, the SSH client config) comes from the inventory, the environment
+or the home directory, and is read by robustctl itself through
+:func:`robustctl.inputfile.read_regular` under a bound per kind (:data:`MAX_IDENTITY_BYTES`,
+:data:`MAX_SSH_CERT_BYTES`, :data:`MAX_KNOWN_HOSTS_BYTES`, :data:`MAX_SSH_CONFIG_BYTES`): a FIFO,
+a device or a directory is refused without blocking, and paramiko is handed the text (keys through
+an ``AuthStrategy`` of in-memory keys, ``SSHConfig.from_text``, host keys added one by one), never a
+path it would open itself. A refused file is a :class:`~robustctl.errors.ConfigError` naming the
+file, the host and the setting it came from.
+
 Deadlines: TCP connect, SSH banner and authentication each use ``connect_timeout_s``; a command is
 abandoned (channel closed) when its ``timeout_s`` passes. stdout and stderr are drained while the
 command runs, so output cannot stall the channel window; stdout is bounded (the command is stopped
@@ -15,20 +25,27 @@ past ``max_stdout``) and only the last part of stderr is kept.
 from __future__ import annotations
 
 import contextlib
+import getpass
+import io
 import logging
+import os
 import select
 import socket
+import stat
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import paramiko
+from paramiko.auth_strategy import AuthSource, AuthStrategy, InMemoryPrivateKey, SourceResult
+from paramiko.pkey import PublicBlob
 
 from robustctl import interrupts
 from robustctl.errors import CommandTimeout, ConfigError, HostKeyError, HostUnreachable, OutputTooLarge
+from robustctl.inputfile import NotReadable, file_kind, open_regular, read_bounded, read_regular
 from robustctl.transport.base import MAX_STDERR_BYTES, MAX_STDOUT_BYTES, CommandResult, remote_command
 from robustctl.transport.process import OutputLimitExceeded, TailBuffer
 
@@ -42,7 +59,29 @@ logging.getLogger("paramiko").propagate = False
 
 DEFAULT_KNOWN_HOSTS = Path("~/.ssh/known_hosts")
 DEFAULT_SSH_CONFIG = Path("~/.ssh/config")
+DEFAULT_IDENTITIES = ("~/.ssh/id_rsa", "~/.ssh/id_ecdsa", "~/.ssh/id_ed25519")
+"""Keys tried when neither the inventory nor the SSH config names one (paramiko's and OpenSSH's
+defaults, in paramiko's order); each one that is missing, not a regular file or not a usable key is
+skipped, as OpenSSH skips them."""
 _READ_CHUNK = 1 << 16
+
+MAX_IDENTITY_BYTES = 64 << 10
+"""Largest SSH identity (private key) file read, bytes. An OpenSSH private key is a few KiB: a
+16384-bit RSA key, the largest ``ssh-keygen`` makes, is about 12.5 KiB in OpenSSH's format; 64 KiB
+leaves room for a PEM key with headers and comments."""
+MAX_SSH_CERT_BYTES = 64 << 10
+"""Largest OpenSSH certificate (``KEY-cert.pub``, beside an identity file) read, bytes: one public
+key, its principals and options and the CA's signature, a few KiB even with hundreds of principals."""
+MAX_KNOWN_HOSTS_BYTES = 32 << 20
+"""Largest known_hosts file read, bytes. A line is about 100 (Ed25519) to 650 bytes (RSA 3072 with a
+hashed name), so 32 MiB holds all three key types of some 30,000 hosts: more than the largest
+training clusters (12,500 machines of 8 GPUs for 100,000 GPUs)."""
+MAX_SSH_CONFIG_BYTES = 4 << 20
+"""Largest SSH client config read, bytes: a ``Host`` block per machine is about 100 bytes, so 4 MiB
+holds 40,000 of them."""
+_KEY_CLASSES: tuple[type[paramiko.PKey], ...] = (paramiko.RSAKey, paramiko.ECDSAKey, paramiko.Ed25519Key)
+"""The private key types tried on an identity file, in paramiko's own order (``SSHClient._auth``)."""
+_CERT_SUFFIX = "-cert.pub"
 
 
 @dataclass(frozen=True)
@@ -57,6 +96,140 @@ class Endpoint:
     proxy_jump: str | None
     connect_timeout_s: float
     accept_new: bool
+    identity_origin: str = "ssh.identity_file"
+    """The setting ``identity_files`` came from, for messages: ``ssh.identity_file``,
+    ``ROBUSTCTL_SSH_IDENTITY``, ``IdentityFile in PATH``."""
+    known_hosts_origin: str = "ssh.known_hosts"
+    """The setting ``known_hosts`` came from, for messages (as ``identity_origin``; empty for the
+    built-in ``~/.ssh/known_hosts``)."""
+
+
+def _refused(path: object, what: str, reason: str, origin: str = "") -> str:
+    """One line for a file that cannot be used: ``"PATH: WHAT is a FIFO, not a regular file (from
+    SETTING)"``, or ``"PATH: WHAT unreadable: no such file (from SETTING)"`` for a reason that is not
+    an ``is ...`` (``reason`` of a :class:`NotReadable`, or why it is no key)."""
+    why = f" {reason}" if reason.startswith("is ") else f" unreadable: {reason}"
+    return f"{path}: {what}{why}" + (f" (from {origin})" if origin else "")
+
+
+def _env_origin(var: str, value: str | None, setting: str) -> str:
+    """``var`` when the environment variable ``var`` holds ``value`` (the setting came from it), else
+    ``setting``."""
+    return var if value and os.environ.get(var) == value else setting
+
+
+def _parse_private_key(text: str) -> paramiko.PKey | None:
+    """The private key in ``text`` (OpenSSH or PEM; RSA, ECDSA or Ed25519); None when it is encrypted
+    (robustctl never asks for a passphrase: the agent may hold the key).
+
+    Raises:
+        ValueError: not a private key of a type paramiko reads.
+    """
+    encrypted = False
+    for cls in _KEY_CLASSES:
+        try:
+            return cls.from_private_key(io.StringIO(text))
+        except paramiko.PasswordRequiredException:
+            encrypted = True
+        except Exception:  # noqa: S112 - another type's key or malformed text: SSHException, ValueError,
+            continue  # AssertionError, IndexError, nacl's errors (paramiko's parsers raise them all)
+    if encrypted:
+        return None
+    raise ValueError("is not a private key paramiko can read (RSA, ECDSA or Ed25519, OpenSSH or PEM)")
+
+
+def load_identity(path: str, *, host: str, origin: str) -> paramiko.PKey | None:
+    """The private key of identity file ``path`` (with its ``-cert.pub`` certificate when one is
+    beside it), read by robustctl under :data:`MAX_IDENTITY_BYTES`, never by paramiko.
+
+    ``path`` may also name the certificate (``KEY-cert.pub``), as paramiko and OpenSSH allow: the key
+    is then the path without the suffix.
+
+    Args:
+        path: the file (``~`` expanded already). host: the host it is for, and origin the setting
+            that named it, for messages.
+
+    Returns:
+        The key; None when it is encrypted (skipped: no passphrase is ever asked for).
+
+    Raises:
+        ConfigError: ``"PATH: identity file of host H (SETTING) is a FIFO, not a regular file"``,
+            missing, unreadable, larger than the bound, or not a private key; the same for a
+            certificate beside it that exists but cannot be read or does not fit the key.
+    """
+    key_path, cert_path = (
+        (path[: -len(_CERT_SUFFIX)], path) if path.endswith(_CERT_SUFFIX) else (path, path + _CERT_SUFFIX)
+    )
+    what = f"identity file of host {host}"
+    try:
+        raw = read_regular(key_path, MAX_IDENTITY_BYTES)
+    except NotReadable as exc:
+        raise ConfigError(_refused(key_path, what, exc.reason, origin)) from None
+    try:
+        key = _parse_private_key(raw.decode("utf-8", "replace"))
+    except ValueError as exc:
+        raise ConfigError(_refused(key_path, what, str(exc), origin)) from None
+    try:
+        cert = read_regular(cert_path, MAX_SSH_CERT_BYTES)
+    except NotReadable as exc:
+        if exc.missing:
+            return key
+        raise ConfigError(_refused(cert_path, f"certificate of the {what}", exc.reason, origin)) from None
+    if key is not None:
+        try:
+            blob = PublicBlob.from_string(cert.decode("utf-8", "replace"))
+        except Exception as exc:  # malformed base64 or fields: ValueError, binascii.Error, SSHException...
+            why = f"is not an OpenSSH certificate ({exc})"
+            raise ConfigError(_refused(cert_path, f"certificate of the {what}", why, origin)) from None
+        if not blob.key_type.startswith(key.get_name()):
+            why = f"is for a {blob.key_type} key, not {key.get_name()}"
+            raise ConfigError(_refused(cert_path, f"certificate of the {what}", why, origin))
+        key.public_blob = blob
+    return key
+
+
+def _default_identity(path: str) -> paramiko.PKey | None:
+    """A default key (:data:`DEFAULT_IDENTITIES`, ``~`` expanded) or None when it is missing, not a
+    regular file, past :data:`MAX_IDENTITY_BYTES`, encrypted or no key: OpenSSH skips such defaults."""
+    try:
+        return _parse_private_key(read_regular(path, MAX_IDENTITY_BYTES).decode("utf-8", "replace"))
+    except (NotReadable, ValueError):
+        return None
+
+
+class _KeysThenAgent(AuthStrategy):
+    """Public-key authentication with keys robustctl read itself: the identity keys, then the SSH
+    agent's keys, then the default keys (paramiko's ``SSHClient._auth`` order), never a password."""
+
+    def __init__(
+        self, username: str, keys: Sequence[paramiko.PKey], defaults: Sequence[paramiko.PKey]
+    ) -> None:
+        super().__init__(ssh_config=paramiko.SSHConfig())
+        self._username = username
+        self._keys = keys
+        self._defaults = defaults
+        self._agent: paramiko.Agent | None = None
+
+    def get_sources(self) -> Iterator[AuthSource]:
+        for key in self._keys:
+            yield InMemoryPrivateKey(self._username, key)
+        try:
+            self._agent = paramiko.Agent()
+            agent_keys: tuple[paramiko.PKey, ...] = tuple(self._agent.get_keys())
+        except (paramiko.SSHException, OSError):
+            agent_keys = ()
+        for key in agent_keys:
+            yield InMemoryPrivateKey(self._username, key)
+        for key in self._defaults:
+            yield InMemoryPrivateKey(self._username, key)
+
+    def authenticate(self, transport: paramiko.Transport) -> list[SourceResult]:
+        try:
+            return super().authenticate(transport)
+        finally:
+            if self._agent is not None:
+                self._agent.close()
+                self._agent = None
 
 
 class _KnownHostsIndex:
@@ -67,20 +240,20 @@ class _KnownHostsIndex:
         self.hashed = hashed
 
     @classmethod
-    def read(cls, path: Path) -> _KnownHostsIndex:
-        """Index ``path`` (comments, blank lines and ``@`` marker lines skipped, as paramiko does)."""
+    def parse(cls, text: str) -> _KnownHostsIndex:
+        """Index the text of a known_hosts file (comments, blank lines and ``@`` marker lines skipped,
+        as paramiko does)."""
         plain: dict[str, list[tuple[int, str]]] = {}
         hashed: list[tuple[str, int, str]] = []
-        with path.open(encoding="utf-8", errors="replace") as fh:
-            for n, raw in enumerate(fh):
-                line = raw.strip()
-                if not line or line.startswith(("#", "@")):
-                    continue
-                for host in line.split(None, 1)[0].split(","):
-                    if host.startswith("|1|"):
-                        hashed.append((host, n, line))
-                    else:
-                        plain.setdefault(host, []).append((n, line))
+        for n, raw in enumerate(text.split("\n")):  # lines as a file reads them (not splitlines)
+            line = raw.strip()
+            if not line or line.startswith(("#", "@")):
+                continue
+            for host in line.split(None, 1)[0].split(","):
+                if host.startswith("|1|"):
+                    hashed.append((host, n, line))
+                else:
+                    plain.setdefault(host, []).append((n, line))
         return cls(plain, hashed)
 
     def keys_for(self, name: str) -> list[paramiko.PKey]:
@@ -113,33 +286,101 @@ class _AcceptNewPolicy(paramiko.MissingHostKeyPolicy):
         self._lock = lock
 
     def missing_host_key(self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey) -> None:
+        """Record ``key`` for ``hostname`` (appended to the file, which must be a regular file).
+
+        Raises:
+            ConfigError: the known_hosts path exists but is not a regular file (opened for appending
+                with ``O_NONBLOCK``: a FIFO never blocks the connection), or cannot be written.
+        """
         with self._lock:
             client.get_host_keys().add(hostname, key.get_name(), key)
-            self._path.parent.mkdir(parents=True, exist_ok=True)
-            line = f"{hostname} {key.get_name()} {key.get_base64()}\n"
-            with self._path.open("a", encoding="ascii") as fh:
-                fh.write(line)
+            line = f"{hostname} {key.get_name()} {key.get_base64()}\n".encode("ascii")
+            try:
+                self._path.parent.mkdir(parents=True, exist_ok=True)
+                fd = os.open(
+                    self._path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK | os.O_CLOEXEC, 0o666
+                )
+            except OSError as exc:
+                raise ConfigError(
+                    f"{self._path}: cannot record the host key of {hostname}: {exc.strerror or exc}"
+                ) from None
+            try:
+                mode = os.fstat(fd).st_mode
+                if not stat.S_ISREG(mode):
+                    raise ConfigError(
+                        f"{self._path}: cannot record the host key of {hostname}: known_hosts is a "
+                        f"{file_kind(mode)}, not a regular file"
+                    )
+                os.write(fd, line)
+            except OSError as exc:
+                raise ConfigError(
+                    f"{self._path}: cannot record the host key of {hostname}: {exc.strerror or exc}"
+                ) from None
+            finally:
+                os.close(fd)
 
 
-def preflight(hosts: Sequence[Host]) -> None:
-    """Check what can be checked before connecting: identity files exist and are readable.
+def preflight(hosts: Sequence[Host], *, ssh_config: Path | None = None) -> None:
+    """Check what can be checked before connecting, each file read as a bounded regular file: the
+    identity files the inventory (or ``ROBUSTCTL_SSH_IDENTITY``) names are private keys; the
+    known_hosts files it names, when they exist, are regular files within :data:`MAX_KNOWN_HOSTS_BYTES`;
+    the SSH client config (``ssh_config``, default ``~/.ssh/config``), when a host honours it, reads.
 
     Raises:
-        ConfigError: ``"FILE: identity file ...: why"`` for the first unreadable identity file.
+        ConfigError: ``"FILE: identity file of host H (SETTING) is a FIFO, not a regular file"`` (or
+            missing, too large, not a private key), the same for a known_hosts file or the SSH config;
+            the first such file, one line.
     """
-    seen: set[str] = set()
+    seen: set[tuple[str, str]] = set()
     for h in hosts:
-        if h.transport != "ssh" or not h.ssh.identity_file or h.ssh.identity_file in seen:
+        if h.transport != "ssh":
             continue
-        seen.add(h.ssh.identity_file)
-        path = Path(h.ssh.identity_file).expanduser()
-        try:
-            with path.open("rb") as fh:
-                head = fh.read(64)
-        except OSError as exc:
-            raise ConfigError(f"{path}: identity file of host {h.name} unreadable: {exc.strerror}") from None
-        if b"PRIVATE KEY" not in head:
-            raise ConfigError(f"{path}: identity file of host {h.name} is not a private key")
+        ident = h.ssh.identity_file
+        if ident and ("id", ident) not in seen:
+            seen.add(("id", ident))
+            path = Path(ident).expanduser()
+            what = f"identity file of host {h.name}"
+            origin = _env_origin("ROBUSTCTL_SSH_IDENTITY", ident, "ssh.identity_file")
+            try:
+                head = read_regular(path, MAX_IDENTITY_BYTES)[:4096]
+            except NotReadable as exc:
+                raise ConfigError(_refused(path, what, exc.reason, origin)) from None
+            if b"PRIVATE KEY" not in head:
+                raise ConfigError(_refused(path, what, "is not a private key", origin))
+        kh = h.ssh.known_hosts
+        if kh and ("kh", kh) not in seen:
+            seen.add(("kh", kh))
+            path = Path(kh).expanduser()
+            origin = _env_origin("ROBUSTCTL_SSH_KNOWN_HOSTS", kh, "ssh.known_hosts")
+            try:
+                read_regular(path, MAX_KNOWN_HOSTS_BYTES)
+            except NotReadable as exc:
+                if not exc.missing:  # a missing one is created by --accept-new-host-keys
+                    raise ConfigError(
+                        _refused(path, f"known_hosts of host {h.name}", exc.reason, origin)
+                    ) from None
+    if any(h.transport == "ssh" and h.ssh.use_ssh_config for h in hosts):
+        read_ssh_config((ssh_config or DEFAULT_SSH_CONFIG).expanduser())
+
+
+def read_ssh_config(path: Path) -> paramiko.SSHConfig:
+    """The OpenSSH client config at ``path``, read under :data:`MAX_SSH_CONFIG_BYTES` and parsed from
+    its text; an empty config when nothing is there.
+
+    Raises:
+        ConfigError: the path is a FIFO, a device, a directory, unreadable, too large, or does not
+            parse; one line naming it.
+    """
+    try:
+        text = read_regular(path, MAX_SSH_CONFIG_BYTES).decode("utf-8", "replace")
+    except NotReadable as exc:
+        if exc.missing:
+            return paramiko.SSHConfig()
+        raise ConfigError(_refused(path, "SSH client config", exc.reason)) from None
+    try:
+        return paramiko.SSHConfig.from_text(text)
+    except (paramiko.ssh_exception.ConfigParseError, ValueError) as exc:
+        raise ConfigError(f"{path}: cannot parse: {exc}") from None
 
 
 class SshTransport:
@@ -168,6 +409,9 @@ class SshTransport:
         self._guard = threading.Lock()
         self._known_hosts_lock = threading.Lock()
         self._known: dict[Path, tuple[tuple[int, int, int], _KnownHostsIndex]] = {}
+        self._keys_lock = threading.Lock()
+        self._keys: dict[tuple[str, str], paramiko.PKey | None] = {}
+        self._defaults: tuple[paramiko.PKey, ...] | None = None
         self._closed = False
 
     # -- connection --------------------------------------------------------------------------
@@ -180,8 +424,19 @@ class SshTransport:
         hostname = str(cfg.get("hostname", host.address))
         port = s.port or int(cfg.get("port", 22))
         user = s.user or cfg.get("user")
-        ids = (s.identity_file,) if s.identity_file else tuple(cfg.get("identityfile", ()))
-        kh = s.known_hosts or _first(cfg.get("userknownhostsfile")) or str(DEFAULT_KNOWN_HOSTS)
+        in_config = f"in {self._config_path}"
+        if s.identity_file:
+            ids: tuple[str, ...] = (s.identity_file,)
+            id_origin = _env_origin("ROBUSTCTL_SSH_IDENTITY", s.identity_file, "ssh.identity_file")
+        else:
+            ids, id_origin = tuple(cfg.get("identityfile", ())), f"IdentityFile {in_config}"
+        if s.known_hosts:
+            kh = s.known_hosts
+            kh_origin = _env_origin("ROBUSTCTL_SSH_KNOWN_HOSTS", kh, "ssh.known_hosts")
+        elif _first(cfg.get("userknownhostsfile")):
+            kh, kh_origin = str(_first(cfg.get("userknownhostsfile"))), f"UserKnownHostsFile {in_config}"
+        else:
+            kh, kh_origin = str(DEFAULT_KNOWN_HOSTS), ""
         jump = s.proxy_jump or cfg.get("proxyjump")
         if jump in ("none", ""):
             jump = None
@@ -194,41 +449,86 @@ class SshTransport:
             proxy_jump=jump,
             connect_timeout_s=s.connect_timeout_s,
             accept_new=self._accept_new or s.accept_new_host_keys,
+            identity_origin=id_origin,
+            known_hosts_origin=kh_origin,
         )
 
     def known_host_keys(self, path: Path, name: str) -> list[paramiko.PKey]:
         """The keys ``path`` (a known_hosts file) holds for ``name`` (``host`` or ``[host]:port``).
 
-        The file is read and indexed by host name once per transport, and again only when it changes
-        (size, mtime or inode: e.g. a key recorded by ``--accept-new-host-keys``); only the lines of
-        ``name`` are parsed (hashed ``|1|`` names are matched by their HMAC, as OpenSSH and paramiko
-        do). ``SSHClient.load_host_keys`` instead parses the whole file for every connection, and
-        paramiko 5.1's parser checks each line against all lines before it: O(lines²), 0.9 s of CPU
-        for 2,000 hosts, per connection (``python -m bench ssh-connect`` measures it).
+        The file is opened as a regular file (:func:`robustctl.inputfile.open_regular`: a FIFO or a
+        device is refused, never blocks), read under :data:`MAX_KNOWN_HOSTS_BYTES` and indexed by
+        host name once per transport, and again only when it changes (size, mtime or inode of the
+        open file: e.g. a key recorded by ``--accept-new-host-keys``); only the lines of ``name`` are
+        parsed (hashed ``|1|`` names are matched by their HMAC, as OpenSSH and paramiko do).
+        ``SSHClient.load_host_keys`` instead parses the whole file for every connection, and paramiko
+        5.1's parser checks each line against all lines before it: O(lines²), 0.9 s of CPU for 2,000
+        hosts, per connection (``python -m bench ssh-connect`` measures it).
 
         Raises:
-            OSError: the file cannot be read. paramiko.SSHException: a line of ``name`` is malformed.
+            NotReadable: missing (``missing``), not a regular file, unreadable or past the bound.
+            paramiko.SSHException: a line of ``name`` is malformed.
         """
-        st = path.stat()
-        sig = (st.st_mtime_ns, st.st_size, st.st_ino)
-        with self._known_hosts_lock:
-            hit = self._known.get(path)
-        if hit is None or hit[0] != sig:
-            hit = (sig, _KnownHostsIndex.read(path))
+        fd = open_regular(path)
+        try:
+            try:
+                st = os.fstat(fd)
+            except OSError as exc:
+                raise NotReadable(f"cannot read: {exc.strerror or exc}") from None
+            sig = (st.st_mtime_ns, st.st_size, st.st_ino)
             with self._known_hosts_lock:
-                self._known[path] = hit
+                hit = self._known.get(path)
+            if hit is None or hit[0] != sig:
+                text = read_bounded(fd, MAX_KNOWN_HOSTS_BYTES).decode("utf-8", "replace")
+                hit = (sig, _KnownHostsIndex.parse(text))
+                with self._known_hosts_lock:
+                    self._known[path] = hit
+        finally:
+            os.close(fd)
         return hit[1].keys_for(name)
 
     def _ssh_config(self) -> paramiko.SSHConfig:
         if self._config is None:
-            if self._config_path.is_file():
-                try:
-                    self._config = paramiko.SSHConfig.from_path(str(self._config_path))
-                except (OSError, paramiko.ssh_exception.ConfigParseError) as exc:
-                    raise ConfigError(f"{self._config_path}: cannot parse: {exc}") from None
-            else:
-                self._config = paramiko.SSHConfig()
+            self._config = read_ssh_config(self._config_path)
         return self._config
+
+    def _identity(self, path: str, host: str, origin: str) -> paramiko.PKey | None:
+        """:func:`load_identity`, once per transport for each (path, setting)."""
+        with self._keys_lock:
+            if (path, origin) in self._keys:
+                return self._keys[(path, origin)]
+        key = load_identity(path, host=host, origin=origin)
+        with self._keys_lock:
+            self._keys[(path, origin)] = key
+        return key
+
+    def _default_keys(self) -> tuple[paramiko.PKey, ...]:
+        """The usable keys of :data:`DEFAULT_IDENTITIES`, read once per transport."""
+        with self._keys_lock:
+            if self._defaults is None:
+                found = (_default_identity(str(Path(p).expanduser())) for p in DEFAULT_IDENTITIES)
+                self._defaults = tuple(k for k in found if k is not None)
+            return self._defaults
+
+    def _host_keys(self, name: str, ep: Endpoint) -> tuple[str, list[paramiko.PKey]]:
+        """(the name ``SSHClient.connect`` looks host keys up under, the keys known_hosts holds for it).
+
+        Raises:
+            ConfigError: known_hosts exists but is not a regular file, is unreadable or past
+                :data:`MAX_KNOWN_HOSTS_BYTES`, or a line of this host is malformed. A missing file
+                holds no keys.
+        """
+        # port 22: the bare name, else "[name]:port"
+        lookup = ep.hostname if ep.port == 22 else f"[{ep.hostname}]:{ep.port}"
+        try:
+            return lookup, self.known_host_keys(ep.known_hosts, lookup)
+        except NotReadable as exc:
+            if exc.missing:
+                return lookup, []
+            what = f"known_hosts of host {name}"
+            raise ConfigError(_refused(ep.known_hosts, what, exc.reason, ep.known_hosts_origin)) from None
+        except paramiko.SSHException as exc:
+            raise ConfigError(f"{ep.known_hosts}: cannot read known_hosts: {exc}") from None
 
     def _client(self, host: Host) -> paramiko.SSHClient:
         with self._guard:
@@ -246,19 +546,18 @@ class SshTransport:
             return client
 
     def _connect(self, name: str, ep: Endpoint) -> paramiko.SSHClient:
+        # Every local file first (config errors before any connection), each read by robustctl.
+        lookup, host_keys = self._host_keys(name, ep)
+        keys = [
+            k
+            for k in (self._identity(p, name, ep.identity_origin) for p in ep.identity_files)
+            if k is not None
+        ]
+        defaults = () if ep.identity_files else self._default_keys()
         sock = self._open_socket(name, ep)
         client = paramiko.SSHClient()
-        if ep.known_hosts.is_file():
-            # Only this host's keys, under the name SSHClient.connect looks up (port 22: the bare
-            # name, else "[name]:port").
-            name = ep.hostname if ep.port == 22 else f"[{ep.hostname}]:{ep.port}"
-            try:
-                keys = self.known_host_keys(ep.known_hosts, name)
-            except (OSError, paramiko.SSHException) as exc:
-                sock.close()
-                raise ConfigError(f"{ep.known_hosts}: cannot read known_hosts: {exc}") from None
-            for key in keys:
-                client.get_host_keys().add(name, key.get_name(), key)
+        for key in host_keys:  # only this host's keys, under the name SSHClient.connect looks up
+            client.get_host_keys().add(lookup, key.get_name(), key)
         policy: paramiko.MissingHostKeyPolicy
         if ep.accept_new:
             policy = _AcceptNewPolicy(ep.known_hosts, self._known_hosts_lock)
@@ -266,20 +565,22 @@ class SshTransport:
             policy = paramiko.RejectPolicy()
         client.set_missing_host_key_policy(policy)
         t = ep.connect_timeout_s
+        user = ep.user or getpass.getuser()
         try:
             client.connect(
                 ep.hostname,
                 port=ep.port,
-                username=ep.user,
-                key_filename=list(ep.identity_files) or None,  # type: ignore[arg-type]  # paramiko accepts a list
-                look_for_keys=not ep.identity_files,
-                allow_agent=True,
+                username=user,
                 sock=sock,
                 timeout=t,
                 banner_timeout=t,
                 auth_timeout=t,
                 channel_timeout=t,
+                auth_strategy=_KeysThenAgent(user, keys, defaults),
             )
+        except ConfigError:  # known_hosts could not record an accepted key
+            client.close()
+            raise
         except paramiko.BadHostKeyException:
             client.close()
             raise HostKeyError(
