@@ -3,7 +3,9 @@
 :func:`load_yaml` returns the data (plain dicts/lists/scalars, like ``yaml.safe_load``) and a
 :class:`SourceMap` from key paths to line numbers, so a validation error can say
 ``cluster.yaml:14: hosts[2].ssh.prot: unknown key``. Duplicate keys, which ``safe_load`` would
-silently overwrite, are errors.
+silently overwrite, are errors, and so is a key YAML reads as another type than a string (``null:``,
+``1:``, ``yes:``, ``2024-01-01:``): every key robustctl reads is a name, and it is named at its own
+line as written (``cluster.yaml:3: hosts[0].labels.1: key '1' reads as an integer ...``).
 
 Input is bounded before anything grows with it (a hostile or careless file cannot exhaust memory):
 
@@ -201,6 +203,41 @@ class _BoundedLoader(yaml.SafeLoader):
             self._depth -= 1
 
 
+_KEY_TAGS = frozenset({"tag:yaml.org,2002:str", "tag:yaml.org,2002:merge"})
+"""Tags a mapping key may resolve to: a string, or ``<<`` (a merge). Every key robustctl reads (an
+inventory's or a playbook's) is a name; a plain ``null``, ``1``, ``true`` or ``2024-01-01`` resolves to
+another type (YAML 1.1), which a validator could only report by its converted value (``None``,
+``[1]``) and at the line of its parent. :class:`_Walker` refuses it at its own line instead."""
+
+_TAG_NAMES = {
+    "tag:yaml.org,2002:null": "null",
+    "tag:yaml.org,2002:bool": "a boolean",
+    "tag:yaml.org,2002:int": "an integer",
+    "tag:yaml.org,2002:float": "a number",
+    "tag:yaml.org,2002:timestamp": "a date",
+    "tag:yaml.org,2002:binary": "binary data",
+    "tag:yaml.org,2002:value": "YAML's value key (=)",
+}
+"""How a message names the type a non-string key resolves to (other tags are shown as they are)."""
+
+
+def _short(text: str, limit: int = 80) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _dotted(path: Sequence[str | int]) -> str:
+    """``hosts[0].labels.rack``: a key path as validation errors show it (a key that is empty or not
+    printable is shown quoted, so the message stays one line)."""
+    out = ""
+    for part in path:
+        if isinstance(part, int):
+            out += f"[{part}]"
+            continue
+        text = _short(part) if part and part.isprintable() else repr(_short(part))
+        out += f".{text}" if out else text
+    return out or "<top>"
+
+
 def _line(exc: yaml.MarkedYAMLError) -> str:
     mark = exc.problem_mark or exc.context_mark
     return f":{mark.line + 1}" if mark is not None else ""
@@ -238,6 +275,12 @@ class _Walker:
                         f"{smap.file}:{kline}: complex mapping key (a key must be a plain scalar)"
                     )
                 key = str(key_node.value)
+                if key_node.tag not in _KEY_TAGS:
+                    raise ConfigError(
+                        f"{smap.file}:{kline}: {_dotted((*path, key))}: key {_short(key)!r} reads as "
+                        f"{_TAG_NAMES.get(key_node.tag, key_node.tag)}, not as a name: quote it "
+                        f"({_short(key)!r}) if it is one"
+                    )
                 if key in seen and key != "<<":
                     raise ConfigError(
                         f"{smap.file}:{kline}: duplicate key {key!r} (first at line {seen[key]})"

@@ -150,3 +150,82 @@ def test_validate_exits_0_or_78(workdir: Path, text: str) -> None:
         code = main(["inventory", "validate", str(path)])
     assert code in (0, 78), f"exit {code}: {err.getvalue()[-2000:]}"
     assert "Traceback" not in err.getvalue()
+
+
+# Issue 21, item 10: a key of another type than a string is named at its own line, as written.
+NULLS = st.sampled_from(("null", "Null", "NULL", "~"))
+BOOLS = st.sampled_from(("true", "false", "True", "FALSE", "yes", "No", "on", "OFF", "y", "n"))
+INTS = st.integers(-(10**30), 10**30).map(str) | st.sampled_from(("0x1F", "0b101", "1_000", "+5", "017"))
+FLOATS = st.floats(allow_nan=False, allow_infinity=False).map(repr).filter(
+    lambda t: "." in t
+) | st.sampled_from((".inf", "-.inf", ".NaN", "1.5e+3", "6.8523015e+5", "1_000.5"))
+DATES = st.dates().map(lambda d: d.isoformat()).filter(lambda t: t[0] != "0") | st.sampled_from(
+    ("2001-12-14t21:59:43.10-05:00", "2001-12-14 21:59:43.10 -5", "2002-12-14")
+)
+
+
+def _reads_as_no_string(text: str) -> bool:
+    node = yaml.compose(f"{text}: 1", Loader=yaml.SafeLoader)
+    return bool(node.value[0][0].tag != "tag:yaml.org,2002:str")
+
+
+NON_STRING_KEYS = (NULLS | BOOLS | INTS | FLOATS | DATES).filter(_reads_as_no_string)
+"""Plain scalars YAML 1.1 (PyYAML's SafeLoader) reads as null, a boolean, an integer, a float or a date
+(checked: the filter drops one the resolver would read as a string)."""
+
+KEY_DOC = [
+    (0, "hosts:"),
+    (2, "- name: n1"),
+    (4, "labels:"),
+    (6, "rack: r1"),
+    (0, "jobs:"),
+    (2, "j:"),
+    (4, "hosts: n1"),
+    (4, "process:"),
+    (6, "match: train"),
+]
+"""A valid inventory, (indent, line) by line; a key may go after any line at an indent of a mapping
+open there (a key at indent 2 after ``hosts:`` would be a sequence's sibling, so slots are listed)."""
+KEY_SLOTS = ((0, 0), (2, 4), (4, 6), (9, 0), (6, 4), (7, 4), (9, 6), (9, 4))
+"""(insert before line index, indent) pairs where a mapping of KEY_DOC continues; KEY_PATHS: its path."""
+KEY_PATHS = {
+    (0, 0): "",
+    (2, 4): "hosts[0].",
+    (4, 6): "hosts[0].labels.",
+    (9, 0): "",
+    (6, 4): "jobs.j.",
+    (7, 4): "jobs.j.",
+    (9, 6): "jobs.j.process.",
+    (9, 4): "jobs.j.",
+}
+
+
+@st.composite
+def documents_with_a_non_string_key(draw: st.DrawFn) -> tuple[str, int, str, str]:
+    """``(text, line of the key, key as written, its dotted path)``: KEY_DOC with blank and comment
+    lines anywhere and one key that reads as no string, at a random line."""
+    slot = draw(st.sampled_from(KEY_SLOTS))
+    key = draw(NON_STRING_KEYS)
+    lines: list[str] = []
+    key_line = 0
+    for i, (indent, text) in enumerate([*KEY_DOC, (0, "")]):
+        for _ in range(draw(st.integers(0, 2))):
+            lines.append(draw(st.sampled_from(("", "   ", "# a comment", "  # indented: comment"))))
+        if i == slot[0]:
+            lines.append(" " * slot[1] + f"{key}: {draw(st.sampled_from(('1', 'x', '[a]', '{}', 'null')))}")
+            key_line = len(lines)
+        if text:
+            lines.append(" " * indent + text)
+    return "\n".join(lines) + "\n", key_line, key, f"{KEY_PATHS[slot]}{key}"
+
+
+@given(documents_with_a_non_string_key())
+def test_a_non_string_key_is_named_at_its_line(workdir: Path, case: tuple[str, int, str, str]) -> None:
+    text, line, key, dotted = case
+    path = _write(workdir, text)
+    try:
+        load_inventory(path, environ={})
+    except ConfigError as exc:
+        assert str(exc).startswith(f"{path}:{line}: {dotted}: key {key!r} reads as "), (str(exc), text)
+    else:
+        pytest.fail(f"key {key!r} at line {line} was accepted:\n{text}")

@@ -21,6 +21,7 @@ from robustctl.playbooks.expr import (
     evaluate,
 )
 from robustctl.playbooks.schema import PlaybookError, parse_playbook
+from tests.unit.test_fuzz_inventory import NON_STRING_KEYS
 
 pytestmark = pytest.mark.fuzz
 
@@ -151,3 +152,45 @@ def test_a_step_graph_of_many_steps_is_bounded() -> None:
     with pytest.raises(PlaybookError) as exc:
         parse_playbook("name: many\nsteps:\n" + "".join(step(i) for i in range(65)), "m.yaml")
     assert "steps: List should have at most 64 items" in str(exc.value)
+
+
+# Issue 21, item 10: a key of another type than a string is named at its own line, as written.
+PLAYBOOK_DOC = [
+    (0, "name: p"),
+    (0, "params:"),
+    (2, "job: {required: true}"),
+    (0, "steps:"),
+    (2, "- id: a"),
+    (4, "kind: notify"),
+    (4, "args:"),
+    (6, "command: ['true']"),
+]
+"""A valid playbook, (indent, line) by line."""
+PLAYBOOK_SLOTS = {(0, 0): "", (2, 2): "params.", (3, 0): "", (5, 4): "steps[0].", (8, 6): "steps[0].args."}
+"""(insert before line index, indent) where a mapping of PLAYBOOK_DOC continues, and its dotted path."""
+
+
+@st.composite
+def playbooks_with_a_non_string_key(draw: st.DrawFn) -> tuple[str, int, str]:
+    """``(text, line of the key, the error's expected start after FILE:LINE)``."""
+    slot = draw(st.sampled_from(sorted(PLAYBOOK_SLOTS)))
+    key = draw(NON_STRING_KEYS)
+    lines: list[str] = []
+    key_line = 0
+    for i, (indent, text) in enumerate([*PLAYBOOK_DOC, (0, "")]):
+        for _ in range(draw(st.integers(0, 2))):
+            lines.append(draw(st.sampled_from(("", "  ", "# a comment"))))
+        if i == slot[0]:
+            lines.append(" " * slot[1] + f"{key}: {draw(st.sampled_from(('1', 'x', '[a]', 'null')))}")
+            key_line = len(lines)
+        if text:
+            lines.append(" " * indent + text)
+    return "\n".join(lines) + "\n", key_line, f"{PLAYBOOK_SLOTS[slot]}{key}: key {key!r} reads as "
+
+
+@given(playbooks_with_a_non_string_key())
+def test_a_non_string_key_in_a_playbook_is_named_at_its_line(case: tuple[str, int, str]) -> None:
+    text, line, expected = case
+    with pytest.raises(PlaybookError) as info:
+        parse_playbook(text, "fuzz.yaml")
+    assert info.value.errors[0].startswith(f"fuzz.yaml:{line}: {expected}"), (info.value.errors, text)
