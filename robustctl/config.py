@@ -42,6 +42,8 @@ from __future__ import annotations
 import enum
 import os
 import re
+import string
+import unicodedata
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -296,27 +298,122 @@ class ParallelLayout(StrictModel):
         return self.tp * self.cp * self.ep * self.dp * self.pp
 
 
+MAX_PATTERN_CHARS = 1024
+"""Longest regular expression accepted in the inventory (``process.match``, ``process.rank_cmdline``,
+``progress.pattern``): a process or log-line pattern is a few dozen characters; the bound keeps a pasted
+file out of the compiled-pattern cache and bounds the walk of :func:`check_regex`."""
+MAX_NESTABLE_REPEAT = 16
+r"""A counted repeat ``{m,n}`` of more than this many times is treated like ``+`` by :func:`check_regex`:
+a group holding a repeat may repeat a few times (an IPv4 address ``(\d+\.){3}``, a MAC address 5, an
+IPv6 address 7), but ``(\w+,){1,1000}`` backtracks like ``(\w+,)+``."""
+
+
+def _regex_parser() -> Any:
+    """The standard library's regex parser: ``re._parser`` (Python 3.11+), ``sre_parse`` before."""
+    import importlib
+
+    try:
+        return importlib.import_module("re._parser")
+    except ImportError:  # Python 3.10: the module of that name is deprecated from 3.11 on
+        return importlib.import_module("sre_parse")
+
+
+def check_regex(value: str) -> re.Pattern[str]:
+    r"""Compile a regular expression from the inventory, refusing one that can backtrack for ever.
+
+    Refused: a pattern Python cannot compile, and one with nested repetition: a repeat (``*``,
+    ``+``, ``{m,}``, or ``{m,n}`` with n over :data:`MAX_NESTABLE_REPEAT`; greedy, lazy or possessive)
+    somewhere inside another such repeat, e.g. ``(a+)+``, ``(a*)*``, ``(?:x\s*)+``. On a subject that
+    almost matches, such a pattern tries exponentially many ways to split it (the classic ReDoS), and a
+    probe searching every command line of a host would spin until its command timeout. The check walks
+    the parsed pattern (``re._parser`` / ``sre_parse``), so it sees through groups, alternations and
+    lookarounds. Ambiguous alternation under one repeat (``(a|aa)+``) is not detected here: the probes
+    bound the time a search may take (``diagnostics/stacks.py``, ``MATCH_BUDGET_S``).
+
+    Args:
+        value: the pattern (its length is bounded by the field, :data:`MAX_PATTERN_CHARS`).
+
+    Returns:
+        The compiled pattern.
+
+    Raises:
+        ValueError: one line: the pattern does not compile, or has nested repetition.
+    """
+    try:
+        pattern = re.compile(value)
+    except (re.error, RecursionError, OverflowError) as exc:
+        raise ValueError(f"invalid regular expression: {exc}") from None
+    parser = _regex_parser()
+    repeats = {parser.MAX_REPEAT, parser.MIN_REPEAT}
+    if hasattr(parser, "POSSESSIVE_REPEAT"):  # Python 3.11+
+        repeats.add(parser.POSSESSIVE_REPEAT)
+    unbounded = parser.MAXREPEAT
+
+    def many(hi: int) -> bool:
+        return bool(hi == unbounded or hi > MAX_NESTABLE_REPEAT)
+
+    def nested(items: Any, inside: bool) -> bool:
+        """Whether ``items`` (a parsed sub-pattern) holds a repeat of many inside a repeat of many."""
+        for op, av in items:
+            if op in repeats:
+                _, hi, body = av
+                if many(hi) and inside:
+                    return True
+                if nested(body, inside or many(hi)):
+                    return True
+            elif op == parser.SUBPATTERN:
+                if nested(av[-1], inside):
+                    return True
+            elif op == parser.BRANCH:
+                if any(nested(b, inside) for b in av[1]):
+                    return True
+            elif op in (parser.ASSERT, parser.ASSERT_NOT):
+                if nested(av[1], inside):
+                    return True
+            elif op == getattr(parser, "ATOMIC_GROUP", None):
+                if nested(av, inside):
+                    return True
+            elif op == parser.GROUPREF_EXISTS:
+                if nested(av[1], inside) or (av[2] is not None and nested(av[2], inside)):
+                    return True
+        return False
+
+    try:
+        bad = nested(parser.parse(value), False)
+    except (re.error, RecursionError, OverflowError) as exc:
+        raise ValueError(f"invalid regular expression: {exc}") from None
+    if bad:
+        raise ValueError(
+            "nested repetition (a repeat inside a repeated group, like (a+)+ or (a*)*): it can take "
+            "exponential time on a line that almost matches; repeat the inner part only (a+)"
+        )
+    return pattern
+
+
 class RankProcessSpec(StrictModel):
     """How to find a job's rank processes on a host and read each one's rank."""
 
-    match: str = Field(min_length=1, description="Regular expression searched in the process command line.")
+    match: str = Field(
+        min_length=1,
+        max_length=MAX_PATTERN_CHARS,
+        description="Regular expression searched in the process command line (no nested repeats).",
+    )
     rank_env: str = Field("RANK", description="Environment variable holding the global rank.")
     local_rank_env: str = Field("LOCAL_RANK", description="Environment variable holding the local rank.")
     rank_cmdline: str | None = Field(
         None,
+        max_length=MAX_PATTERN_CHARS,
         description=r"Regex with one group reading the rank from the command line, e.g. '--rank[= ](\d+)'.",
     )
 
     @field_validator("match", "rank_cmdline")
     @classmethod
     def _compiles(cls, value: str | None, info: Any) -> str | None:
-        """Refuse, at load, a regular expression Python cannot compile (it would find no ranks later)."""
+        """Refuse, at load, a regular expression Python cannot compile (it would find no ranks later) or
+        one with nested repetition (:func:`check_regex`: it could hold a host's probe at full CPU)."""
         if value is None:
             return None
-        try:
-            pattern = re.compile(value)
-        except re.error as exc:
-            raise ValueError(f"invalid regular expression: {exc}") from None
+        pattern = check_regex(value)
         if info.field_name == "rank_cmdline" and pattern.groups < 1:
             raise ValueError("the regular expression needs a group, (...), that captures the rank")
         return value
@@ -424,6 +521,66 @@ MAX_LAUNCH_ENV = 256
 
 LaunchText = Annotated[str, Field(max_length=MAX_LAUNCH_TEXT)]
 
+MAX_TEMPLATE_WIDTH = MAX_LAUNCH_TEXT
+"""Largest width or precision of a placeholder's format spec (``{rank:05d}``, ``{job:>20}``,
+``{ckpt_iter:.8}``). A template is at most :data:`MAX_LAUNCH_TEXT` characters, and a filled-in template
+at least as long as its widths together is refused (:func:`check_template`): a wider field can never be
+valid. The bound is checked on the spec's text, before anything is formatted, so a width of 10^9 is
+refused without allocating a gigabyte."""
+
+_FORMAT_SPEC = re.compile(
+    r"(?:(?P<fill>.)?(?P<align>[<>=^]))?(?P<sign>[-+ ])?z?\#?0?(?P<width>\d+)?[,_]?"
+    r"(?:\.(?P<precision>\d*)[,_]?)?(?P<type>[A-Za-z%])?",
+    re.DOTALL,
+)
+r"""Python's format mini-language, ``[[fill]align][sign][z][#][0][width][grouping][.precision[grouping]][type]``
+(``string`` module docs, "Format Specification Mini-Language"; ``z`` is 3.11's, the grouping after the
+precision 3.14's): a superset of what any supported Python accepts. ``\d`` matches every Unicode
+decimal digit, as ``format`` does (``format(7, "\u0665")``, ARABIC-INDIC DIGIT FIVE, pads to 5)."""
+
+
+def _spec_number(digits: str) -> int:
+    """The value of a run of (Unicode) decimal digits, capped at ``MAX_TEMPLATE_WIDTH + 1``.
+
+    Never converts more than a few digits: a run of thousands of digits costs no big integer.
+    """
+    value = 0
+    for ch in digits:
+        value = value * 10 + unicodedata.decimal(ch)
+        if value > MAX_TEMPLATE_WIDTH:
+            return MAX_TEMPLATE_WIDTH + 1
+    return value
+
+
+def check_format_spec(spec: str) -> None:
+    """Refuse a format spec whose width or precision is over :data:`MAX_TEMPLATE_WIDTH`, without formatting.
+
+    The spec is parsed (:data:`_FORMAT_SPEC`), never applied: ``format(7, ">1000000000")`` would
+    allocate a gigabyte before anything could look at its result. What the grammar accepts may still
+    not suit the value's type (``{job:d}``); :func:`check_template` formats a sample once the numbers
+    are known to be small.
+
+    Args:
+        spec: the text after the ``:`` of a placeholder (``"05d"``; ``""`` for none).
+
+    Raises:
+        ValueError: one line: the spec is not a format spec, or names a width or precision over the
+            bound.
+    """
+    m = _FORMAT_SPEC.fullmatch(spec)
+    if m is None:
+        raise ValueError(
+            f"{spec[:40]!r} is not a format spec ([[fill]align][sign][#][0][width][,][.precision][type])"
+        )
+    for what in ("width", "precision"):
+        digits = m.group(what)
+        if digits and _spec_number(digits) > MAX_TEMPLATE_WIDTH:
+            shown = digits if len(digits) <= 12 else f"of {len(digits)} digits"
+            raise ValueError(
+                f"{what} {shown} is more than {MAX_TEMPLATE_WIDTH} (a launch text is at most "
+                f"{MAX_LAUNCH_TEXT} characters)"
+            )
+
 
 def check_template(text: str, *, per: str) -> None:
     """Refuse a ``launch:`` template that cannot be filled at launch.
@@ -431,18 +588,21 @@ def check_template(text: str, *, per: str) -> None:
     Accepted: ``{name}`` and ``{name:spec}`` with ``name`` in :data:`LAUNCH_PLACEHOLDERS` (``{{``/``}}``
     for a literal brace); refused: an unknown name, a positional ``{}``, attribute or index access
     (``{rank.real}``, ``{job[0]}``), a conversion (``{job!r}``), a format spec the value's type does not
-    take, and ``{rank}``/``{local_rank}`` in a ``per: host`` launch.
+    take or whose width or precision is over :data:`MAX_TEMPLATE_WIDTH` (:func:`check_format_spec`),
+    ``{rank}``/``{local_rank}`` in a ``per: host`` launch, and a template whose padded fields and text
+    together are longer than :data:`MAX_LAUNCH_TEXT` characters. Nothing larger than that is ever
+    allocated: the numbers of a spec are read from its text before a sample value is formatted.
 
     Raises:
         ValueError: one line naming the placeholder and why.
     """
-    import string
-
     try:
         parsed = list(string.Formatter().parse(text))
     except ValueError as exc:
         raise ValueError(f"bad template {text[:80]!r}: {exc}") from None
-    for _, name, spec, conversion in parsed:
+    length = 0
+    for literal, name, spec, conversion in parsed:
+        length += len(literal)
         if name is None:
             continue
         if name not in LAUNCH_PLACEHOLDERS:
@@ -457,11 +617,20 @@ def check_template(text: str, *, per: str) -> None:
         if spec and ("{" in spec or "}" in spec):
             raise ValueError(f"placeholder {{{name}:{spec[:40]}}}: nested placeholders are not supported")
         spec = spec or ""
+        try:
+            check_format_spec(spec)
+        except ValueError as exc:
+            raise ValueError(f"placeholder {{{name}:{spec[:40]}}}: {exc}") from None
         sample: object = 7 if LAUNCH_PLACEHOLDERS[name] is int else "none"
         try:
-            format(sample, spec)
+            length += len(format(sample, spec))  # at most MAX_TEMPLATE_WIDTH + a few characters
         except (ValueError, TypeError) as exc:
             raise ValueError(f"placeholder {{{name}:{spec[:40]}}}: {exc}") from None
+        if length > MAX_LAUNCH_TEXT:
+            raise ValueError(
+                f"placeholder {{{name}:{spec[:40]}}}: filled in, the template is longer than "
+                f"{MAX_LAUNCH_TEXT} characters (its widths and text together)"
+            )
 
 
 class LaunchSpec(StrictModel):
@@ -534,9 +703,6 @@ class LaunchSpec(StrictModel):
         return self
 
 
-MAX_PATTERN_CHARS = 1024
-"""Longest regular expression accepted in the inventory (``progress.pattern``): a line pattern is a few
-dozen characters; the bound keeps a pasted file out of the compiled-pattern cache."""
 MAX_PROGRESS_FILES = 4096
 """Most heartbeat files read per host in one progress reading (one per rank: a host runs at most
 :data:`MAX_HOST_RANKS` ranks, so 4096 leaves room for per-thread or per-worker files)."""
@@ -633,13 +799,12 @@ class ProgressSpec(StrictModel):
     @field_validator("pattern")
     @classmethod
     def _step_group(cls, value: str | None) -> str | None:
-        """Compile the pattern at load: it must compile and have a named group ``step``."""
+        """Compile the pattern at load: it must compile, have no nested repetition
+        (:func:`check_regex`: it is searched in every line of the log's tail) and have a named group
+        ``step``."""
         if value is None:
             return None
-        try:
-            compiled = re.compile(value)
-        except (re.error, RecursionError, OverflowError) as exc:
-            raise ValueError(f"invalid regular expression: {exc}") from None
+        compiled = check_regex(value)
         if "step" not in compiled.groupindex:
             raise ValueError("the regular expression needs a named group (?P<step>...) capturing the step")
         return value

@@ -22,12 +22,13 @@ and the transports quote the probe's own argv once (``shlex.join``).
 from __future__ import annotations
 
 import re
+import string
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from robustctl.config import LaunchSpec, RankProcessSpec
+from robustctl.config import LaunchSpec, RankProcessSpec, check_format_spec
 from robustctl.errors import ConfigError
 from robustctl.inventory.hostrange import compact_ranges
 from robustctl.models import Outcome
@@ -61,6 +62,12 @@ LAUNCH_TIMEOUT_S = 60.0
 """Deadline of the launch probe on one host (it starts processes and returns; it never waits)."""
 POLL_S = 1.0
 """Seconds between two scans of :func:`wait_running`."""
+MAX_FILLED_TEXT = 128 * 1024
+"""Longest filled-in launch template (an argument, an environment value, ``cwd`` or the log path),
+characters: Linux's ``MAX_ARG_STRLEN`` (32 pages, 131072 bytes) is the longest single argument or
+environment string ``execve`` takes, so a longer one could never start. The load-time check bounds a
+template's widths (:func:`robustctl.config.check_template`), but not the values filled in: ``{job}``
+written 800 times over a job name of a megabyte would otherwise grow to a gigabyte here."""
 
 
 @dataclass(frozen=True)
@@ -97,9 +104,44 @@ def _safe_name(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]", "_", text)[:100] or "job"
 
 
+class _TooLong(Exception):
+    """A filled-in template passed :data:`MAX_FILLED_TEXT` characters."""
+
+
+class _BoundedFormatter(string.Formatter):
+    """``str.format`` that stops once the fields filled in pass ``limit`` characters.
+
+    Each field's spec is checked (:func:`robustctl.config.check_format_spec`) before it is applied, so
+    no single field grows past :data:`robustctl.config.MAX_TEMPLATE_WIDTH` plus its value either.
+    """
+
+    def __init__(self, limit: int) -> None:
+        super().__init__()
+        self.left = limit
+
+    def format_field(self, value: Any, format_spec: str) -> str:
+        check_format_spec(format_spec)
+        text = str(super().format_field(value, format_spec))
+        self.left -= len(text)
+        if self.left < 0:
+            raise _TooLong
+        return text
+
+
 def _fill(template: str, values: Mapping[str, object], what: str) -> str:
+    """``template`` filled in from ``values`` (``str.format`` syntax), at most :data:`MAX_FILLED_TEXT` long.
+
+    Raises:
+        ConfigError: a placeholder cannot be filled, or the result would be too long; one line naming
+            ``launch.WHAT``.
+    """
     try:
-        return template.format(**values)
+        return _BoundedFormatter(MAX_FILLED_TEXT - len(template)).vformat(template, (), values)
+    except _TooLong:
+        raise ConfigError(
+            f"launch.{what}: filled in, {template[:80]!r} is longer than {MAX_FILLED_TEXT} characters "
+            "(Linux's longest argument or environment string)"
+        ) from None
     except (KeyError, IndexError, ValueError, AttributeError) as exc:  # load-time checks make this rare
         raise ConfigError(f"launch.{what}: cannot fill {template[:80]!r}: {exc}") from None
 

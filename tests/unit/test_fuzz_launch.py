@@ -3,7 +3,8 @@
 Whatever a template holds (braces, placeholders known or not, format specs, conversions, attribute
 and index access, control characters, huge numbers), loading the inventory either succeeds or raises
 a ConfigError naming FILE:LINE, and ``robustctl restart --dry-run`` exits 0, 64 or 78, never 3 and
-never with a traceback. A template accepted at load always fills (``render_launch``) for every rank
+never with a traceback. A placeholder's format spec (any fill, width and precision up to hundreds of
+digits) is refused or accepted within a few MiB of memory, never a MemoryError or OverflowError. A template accepted at load always fills (``render_launch``) for every rank
 and machine, with and without a checkpoint: the check at load is the whole check.
 Seeded and bounded by the ``ci`` profile (tests/conftest.py).
 """
@@ -22,7 +23,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from robustctl.cli.main import main
-from robustctl.config import LAUNCH_PLACEHOLDERS
+from robustctl.config import LAUNCH_PLACEHOLDERS, MAX_LAUNCH_TEXT
 from robustctl.errors import ConfigError
 from robustctl.inventory import load_inventory
 from robustctl.jobs.launch import render_launch
@@ -113,3 +114,71 @@ def test_restart_dry_run_exits_from_the_table(workdir: Path, launch: dict[str, A
     assert code in (0, 64, 78), err.getvalue()
     assert not any(t in err.getvalue() for t in INNER_CATCH_ALLS), err.getvalue()
     assert "Traceback" not in err.getvalue()
+
+
+# Issue 21, item 2: a format spec is read, never applied, before its numbers are known to be small.
+NUMBERS = (
+    st.integers(0, 5000).map(str)
+    | st.sampled_from(("4096", "4097", "1000000000", "5" + "0" * 9, "9" * 19, "9" * 400, "0" * 50 + "7"))
+    | st.builds(lambda d, n: d * n, st.sampled_from(("\u0669", "\u0665", "\uff19", "1")), st.integers(1, 12))
+)
+FILLS = st.sampled_from(
+    ("", " ", "0", "*", "x", "\n", "\t", "é", "\u0669", "<", ">", "=", "^", "%", "{", "}", "!", ":")
+)
+FORMAT_SPECS = st.builds(
+    lambda fill, align, sign, z, alt, zero, width, group, precision, kind: (
+        (fill + align if align else "") + sign + z + alt + zero + width + group + precision + kind
+    ),
+    FILLS,
+    st.sampled_from(("", "<", ">", "=", "^")),
+    st.sampled_from(("", "+", "-", " ")),
+    st.sampled_from(("", "z")),
+    st.sampled_from(("", "#")),
+    st.sampled_from(("", "0")),
+    st.sampled_from(("",)) | NUMBERS,
+    st.sampled_from(("", ",", "_")),
+    st.sampled_from(("", ".")) | NUMBERS.map(lambda n: "." + n),
+    st.sampled_from(("", "d", "s", "x", "f", "e", "%", "n", "c", "b", "o", "g", "q")),
+) | st.text(max_size=8)
+SPEC_TEMPLATES = st.lists(
+    st.builds(
+        lambda name, spec, tail: "{" + name + ":" + spec + tail + "}",
+        st.sampled_from(tuple(LAUNCH_PLACEHOLDERS)),
+        FORMAT_SPECS,
+        st.sampled_from(("", "", "", "{rank}", "{", "}")),  # a nested placeholder, a stray brace
+    )
+    | st.text(max_size=4),
+    min_size=1,
+    max_size=4,
+).map("".join)
+"""Templates of one to four placeholders with generated specs: any fill (a brace, a digit, a newline),
+widths and precisions from 0 to hundreds of digits (ASCII, ARABIC-INDIC and full-width), any type."""
+
+PEAK_BYTES = 4 << 20
+"""Most bytes loading one inventory may hold at once (tracemalloc): a few hundred KiB in practice;
+a width formatted before it is checked would take a gigabyte."""
+
+
+@given(st.lists(SPEC_TEMPLATES, min_size=1, max_size=3), st.sampled_from(("rank", "host")))
+def test_any_format_spec_loads_or_fails_with_file_line_in_bounded_memory(
+    workdir: Path, command: list[str], per: str
+) -> None:
+    import tracemalloc
+
+    path = write(workdir, {"command": command, "per": per})
+    tracemalloc.start()
+    try:
+        try:
+            inv = load_inventory(path, environ={})
+        except ConfigError as exc:
+            assert re.match(rf"^{re.escape(str(path))}:\d+: ", str(exc)), str(exc)
+            assert "\n" not in str(exc)
+            inv = None
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < PEAK_BYTES, f"loading held {peak} bytes at once"
+    if inv is not None:
+        job = inv.job("j")
+        for p in render_launch(job, job.hosts, 12):  # accepted: fills, each argument bounded
+            assert all(len(a) <= MAX_LAUNCH_TEXT + 100 for a in p.argv), [len(a) for a in p.argv]

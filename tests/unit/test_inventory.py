@@ -354,3 +354,166 @@ def test_scheduler_slurm_settings(tmp_path: Path) -> None:
     bad = base + "scheduler: {kind: slurm, slurm: {partition: gpu}}\n"
     with pytest.raises(ConfigError, match=r"scheduler.slurm.partition: unknown key"):
         load_inventory(write(tmp_path, bad), environ={})
+
+
+# Issue 21, item 10: a key that YAML reads as another type than a string is named at its own line,
+# as written, instead of at line 1 as ``None`` or ``[1]``.
+@pytest.mark.parametrize(
+    ("text", "pattern"),
+    [
+        ("hosts:\n  - name: n1\nnull: 3\n", r"^\S*cluster.yaml:3: null: key 'null' reads as null"),
+        ("hosts:\n  - name: n1\n~: 3\n", r"cluster.yaml:3: ~: key '~' reads as null"),
+        ("hosts:\n  - name: n1\n1: 3\n", r"cluster.yaml:3: 1: key '1' reads as an integer"),
+        ("hosts:\n  - name: n1\n0x1F: 3\n", r"cluster.yaml:3: 0x1F: key '0x1F' reads as an integer"),
+        ("hosts:\n  - name: n1\n\n\n2.5: 3\n", r"cluster.yaml:5: 2.5: key '2.5' reads as a number"),
+        (
+            "hosts:\n  - name: n1\n    labels:\n      rack: r1\n      2024-01-01: x\n",
+            r"cluster.yaml:5: hosts\[0\].labels.2024-01-01: key '2024-01-01' reads as a date",
+        ),
+        (
+            "hosts:\n  - name: n1\njobs:\n  j:\n    hosts: n1\n    process:\n      match: x\n      yes: 1\n",
+            r"cluster.yaml:8: jobs.j.process.yes: key 'yes' reads as a boolean",
+        ),
+        ("hosts:\n  - {name: n1,\n     true: 1}\n", r"cluster.yaml:3: hosts\[0\].true: .*a boolean"),
+        ("hosts:\n  - name: n1\n? \n: 3\n", r"cluster.yaml:3: '': key '' reads as null"),
+    ],
+)
+def test_a_key_that_is_no_string_is_named_at_its_line(tmp_path: Path, text: str, pattern: str) -> None:
+    with pytest.raises(ConfigError, match=pattern) as info:
+        load_inventory(write(tmp_path, text), environ={})
+    assert "\n" not in str(info.value) and "quote it" in str(info.value)
+
+
+def test_a_quoted_key_is_a_name(tmp_path: Path) -> None:
+    text = "hosts:\n  - name: n1\n    labels: {'1': a, 'null': b, '2024-01-01': c, !!str yes: d}\n"
+    (host,) = load_inventory(write(tmp_path, text), environ={}).hosts
+    assert host.labels == {"1": "a", "null": "b", "2024-01-01": "c", "yes": "d"}
+
+
+# Issue 21, item 2: a placeholder's width or precision is read from its spec, never formatted first.
+LAUNCH = """\
+hosts:
+  - name: n[1-2]
+    address: 127.0.0.[2-3]
+jobs:
+  j:
+    hosts: n[1-2]
+    layout: {dp: 2}
+    process: {match: train}
+    launch:
+      command: [train, "ITEM"]
+"""
+
+
+@pytest.mark.parametrize(
+    ("item", "pattern"),
+    [
+        (
+            "{job:>1000000000}",
+            r"\{job:>1000000000\}: width 1000000000 is more than 4096",
+        ),
+        ("{job:>5000000000}", r"width 5000000000 is more than 4096"),
+        ("{rank:0" + "9" * 30 + "d}", r"width of 30 digits is more than 4096"),
+        ("{rank:.100000f}", r"precision 100000 is more than 4096"),
+        ("{job:x^" + "\u0669" * 7 + "}", r"width \u0669{7} is more than 4096"),  # ARABIC-INDIC NINE
+        ("{job:>4000}{job:>200}", r"\{job:>200\}: filled in, the template is longer than 4096"),
+        ("{job:>5x5}", r"'>5x5' is not a format spec"),
+        ("{rank:q}", r"Unknown format code 'q'"),
+    ],
+)
+def test_huge_format_widths_are_refused_without_formatting(tmp_path: Path, item: str, pattern: str) -> None:
+    import tracemalloc
+
+    path = write(tmp_path, LAUNCH.replace("ITEM", item))
+    tracemalloc.start()
+    try:
+        with pytest.raises(
+            ConfigError, match=rf"^{path}:9: jobs.j.launch: command\[1\]: placeholder .*{pattern}"
+        ):
+            load_inventory(path, environ={})
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 8 << 20, f"loading allocated {peak} bytes at its peak"
+
+
+@pytest.mark.parametrize(
+    ("item", "filled"),
+    [
+        ("--rank={rank:05d}", "--rank=00001"),
+        ("{job:*^9}", "****j****"),
+        ("{rank:\u0665}", "    1"),  # a width in ARABIC-INDIC digits, as format reads it
+        ("{rank:.2f}", "1.00"),
+        ("{job:>4096}", " " * 4095 + "j"),
+    ],
+)
+def test_bounded_format_specs_fill_as_str_format(tmp_path: Path, item: str, filled: str) -> None:
+    from robustctl.jobs.launch import render_launch
+
+    job = load_inventory(write(tmp_path, LAUNCH.replace("ITEM", item)), environ={}).job("j")
+    assert render_launch(job, job.hosts, None)[1].argv[1] == filled
+
+
+def test_a_filled_template_past_linux_argument_limit_is_a_config_error(tmp_path: Path) -> None:
+    """``{job}`` 800 times over a job name of 1000 characters: 800 KB, past ``MAX_FILLED_TEXT``."""
+    from robustctl.jobs.launch import MAX_FILLED_TEXT, render_launch
+
+    name = "j" * 1000
+    text = LAUNCH.replace("ITEM", "{job}" * 800).replace("  j:\n", f"  {name}:\n")
+    text = text.replace("    launch:\n", "    launch:\n      log_dir: /tmp/logs\n")
+    job = load_inventory(write(tmp_path, text), environ={}).job(name)
+    with pytest.raises(
+        ConfigError, match=rf"^launch.command\[1\]: filled in, .* longer than {MAX_FILLED_TEXT}"
+    ):
+        render_launch(job, job.hosts, None)
+
+
+# Issue 21, item 11: a pattern that can backtrack for ever is refused at load.
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("match", "(a+)+"),
+        ("match", "(a*)*"),
+        ("match", r"train(?:\s*x)+$"),
+        ("match", r"(?:(\w+,)*;)+"),
+        ("match", r"(a|b+)*"),
+        ("match", r"(\w+,){1,1000}"),
+        ("match", r"(?=(a+)+)"),
+        ("rank_cmdline", r"--rank=((\d+)*)"),
+    ],
+)
+def test_nested_repetition_is_refused_at_load(tmp_path: Path, field: str, value: str) -> None:
+    line = (
+        f"    process: {{match: 'train', {field}: '{value}'}}"
+        if field != "match"
+        else f"    process: {{match: '{value}'}}"
+    )
+    text = JOBS.replace("    process: {match: 'train\\.py'}", line)
+    with pytest.raises(ConfigError, match=rf"cluster.yaml:9: jobs.llama.process.{field}: nested repetition"):
+        load_inventory(write(tmp_path, text), environ={})
+
+
+def test_a_progress_pattern_with_nested_repetition_is_refused(tmp_path: Path) -> None:
+    text = JOBS + "    progress: {log: /var/log/train.log, pattern: '(?:it\\s*)+(?P<step>\\d+)'}\n"
+    with pytest.raises(ConfigError, match=r"cluster.yaml:10: jobs.llama.progress.pattern: nested repetition"):
+        load_inventory(write(tmp_path, text), environ={})
+
+
+@pytest.mark.parametrize(
+    "value",
+    [r"(\d+\.){3}\d+", r"pretrain_gpt\.py.*--tp=\d+", r"(a|aa)+", r"(?:[0-9a-f]{1,4}:){7}", r"x{2}(y+)"],
+)
+def test_patterns_without_nested_repetition_load(tmp_path: Path, value: str) -> None:
+    text = JOBS.replace("{match: 'train\\.py'}", f"{{match: '{value}'}}")
+    job = load_inventory(write(tmp_path, text), environ={}).job("llama")
+    assert job.process is not None and job.process.match == value
+
+
+def test_a_pattern_past_its_length_bound_is_refused(tmp_path: Path) -> None:
+    from robustctl.config import MAX_PATTERN_CHARS
+
+    text = JOBS.replace("{match: 'train\\.py'}", "{match: '" + "x" * (MAX_PATTERN_CHARS + 1) + "'}")
+    with pytest.raises(
+        ConfigError, match=rf"cluster.yaml:9: jobs.llama.process.match: .*at most {MAX_PATTERN_CHARS}"
+    ):
+        load_inventory(write(tmp_path, text), environ={})
