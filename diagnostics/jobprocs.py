@@ -17,6 +17,11 @@ what is left (and to any matching process that appeared meanwhile), waits up to 
 seconds, then scans again. A process counts as gone when its ``/proc`` entry is gone, belongs to a
 new process (another start time: the PID was reused) or is a zombie (dead, waiting for its parent).
 
+Each scan's pattern searches are bounded as in ``stacks`` (``MATCH_CMDLINE_CHARS``, ``MATCH_BUDGET_S``):
+a first scan past the budget is the probe's ``error`` (nothing is signalled); a later scan of
+``--stop`` past it still lets the SIGKILL reach what the first scan found, and its line is
+``stop.error`` and ``error``.
+
 ``data``::
 
     {processes: [{pid, ppid, rank, local_rank, role: "main"|"child", parent_pid, cmdline, state,
@@ -24,7 +29,8 @@ new process (another start time: the PID was reused) or is a zombie (dead, waiti
      launchers: [{pid, cmdline}],
      match: str, scanned: int,
      stop: null | {signalled: [pid], termed_gone: [pid], killed: [pid], remaining: [pid],
-                   remaining_cmdlines: [str], elapsed_s: float},
+                   remaining_cmdlines: [str], elapsed_s: float,
+                   error: str|null},   # a later scan that failed (its pattern's budget)
      error: str|null}
 """
 
@@ -92,7 +98,11 @@ def find(
     args: argparse.Namespace,
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], int, dict[int, int | None]]:
     """Scan (stacks' ``scan``); return ``(processes, launchers, scanned, {pid: start time})`` of every
-    process of the job's trees (launchers and their descendants included)."""
+    process of the job's trees (launchers and their descendants included).
+
+    Raises:
+        MatchTimeout (stacks'): the scan's pattern searches ran past their budget.
+    """
     match_re = re.compile(args.match)
     rank_re = re.compile(args.rank_cmdline) if args.rank_cmdline else None
     processes, launchers, scanned, _ = _SCAN.scan(args, match_re, rank_re)
@@ -134,7 +144,11 @@ def stop(args: argparse.Namespace, victims: dict[int, int | None]) -> dict[str, 
     signal_all(victims, signal.SIGTERM)
     left = set(wait_gone(victims, args.grace))
     termed_gone = sorted(pid for pid in victims if pid not in left)
-    late = find(args)[3]  # a worker forked or a launcher restarted a rank meanwhile
+    error = None
+    try:
+        late = find(args)[3]  # a worker forked or a launcher restarted a rank meanwhile
+    except _SCAN.MatchTimeout as exc:  # the first scan's processes still get their SIGKILL
+        late, error = {}, f"scan after SIGTERM: {exc}"
     for pid, started in late.items():
         if pid not in victims:
             victims[pid] = started
@@ -142,7 +156,10 @@ def stop(args: argparse.Namespace, victims: dict[int, int | None]) -> dict[str, 
     survivors = {pid: victims[pid] for pid in victims if alive(pid, victims[pid])}
     signal_all(survivors, signal.SIGKILL)
     wait_gone(survivors, args.kill_wait)
-    final = find(args)[3]
+    try:
+        final = find(args)[3]
+    except _SCAN.MatchTimeout as exc:
+        final, error = {}, error or f"scan after SIGKILL: {exc}"
     remaining = sorted({p for p, s in survivors.items() if alive(p, s)} | set(final))
     cmdlines = []
     for pid in remaining[:20]:
@@ -155,6 +172,7 @@ def stop(args: argparse.Namespace, victims: dict[int, int | None]) -> dict[str, 
         "remaining": remaining,
         "remaining_cmdlines": cmdlines,
         "elapsed_s": round(time.monotonic() - t0, 3),
+        "error": error,
     }
 
 
@@ -191,12 +209,21 @@ def collect(args: argparse.Namespace, doc: Document) -> None:
         doc.set("error", f"bad regular expression: {exc}")
         doc.error(f"bad regular expression: {exc}")
         return
-    processes, launchers, scanned, victims = find(args)
+    try:
+        processes, launchers, scanned, victims = find(args)
+    except _SCAN.MatchTimeout as exc:  # nothing is signalled on a scan that did not finish
+        doc.set("error", str(exc))
+        doc.error(str(exc))
+        return
     doc.set("processes", processes)
     doc.set("launchers", launchers)
     doc.set("scanned", scanned)
     if args.stop:
-        doc.set("stop", stop(args, victims))
+        result = stop(args, victims)
+        doc.set("stop", result)
+        if result["error"]:
+            doc.set("error", result["error"])
+            doc.error(result["error"])
 
 
 def main(argv: Sequence[str] | None = None, stacks_source: str | None = None) -> int:

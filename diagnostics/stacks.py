@@ -19,7 +19,10 @@ What it does:
    with command line ``[comm] <defunct>``). A matching process without a rank whose
    matching descendants have ranks is a **launcher** (torchrun's agent): listed apart, not dumped.
    The probe itself, its ancestors, its py-spy children and other ``stacks`` probes with the same
-   ``--match`` are never matched.
+   ``--match`` are never matched. The patterns see the first ``MATCH_CMDLINE_CHARS`` characters
+   of a command line, and all their searches in one scan get ``MATCH_BUDGET_S`` seconds together:
+   a pattern that backtracks past that is reported (``error``: ``--match: ... budget ...``, no
+   processes), not left to spin until the command's timeout.
 3. ``--ranks 4-7,9``: keeps only the main processes of these global ranks (and their children);
    mains whose rank is unknown are always kept (they are evidence). Requested ranks with no main
    process are listed in ``unmatched_ranks``.
@@ -66,6 +69,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -77,6 +81,109 @@ from _prelude import Document, probe_main
 PROBE = "stacks"
 CMDLINE_MAX = 1000
 ERROR_MAX = 300
+MATCH_CMDLINE_CHARS = 32768
+"""Most characters of a command line (from its start) that ``--match`` and ``--rank-cmdline`` are
+searched in. A Megatron-LM launch with a hundred flags is a few KiB; Linux lets one process's
+arguments reach megabytes, and a pattern's work grows with its subject (quadratically or worse for
+one that backtracks), so the rest of a longer line is not searched."""
+MATCH_BUDGET_S = 5.0
+"""Wall seconds all the pattern searches of one scan may take together. An ordinary pattern over a few
+thousand processes takes milliseconds (1000x room on a loaded host); a pattern that backtracks
+catastrophically (``(a|aa)+$`` on a long line of a's) is stopped when the budget is spent and the scan
+fails with ``MatchTimeout``, well inside the probes' own timeouts (``stacks`` 30 s; ``jobprocs``
+scans three times within ``--grace`` + ``--kill-wait`` + 20 s)."""
+
+
+class MatchTimeout(Exception):
+    """The pattern searches of one scan ran past their budget; ``str()`` is one line saying which."""
+
+
+class _Expired(Exception):
+    """Raised by the interval timer's handler inside a search (caught by :class:`MatchBudget`)."""
+
+
+class MatchBudget:
+    """Searches patterns in command lines, every search of one scan within ``seconds`` of wall time.
+
+    Each search is armed with an interval timer (``signal.setitimer(ITIMER_REAL)``, the time left):
+    CPython's regex engine checks for signals while it backtracks (checked on 3.8 to 3.13), so the
+    handler's exception stops a runaway search in the middle. The previous SIGALRM handler and timer
+    are put back after each search. Where no handler can be installed (a thread other than the main
+    one, e.g. the probe loaded into a test's worker thread), the time is checked between searches
+    only. The subject is cut to ``MATCH_CMDLINE_CHARS`` characters first.
+    """
+
+    def __init__(self, seconds: float) -> None:
+        self.budget = seconds
+        self.left = seconds
+        self._active = False  # inside a search: only then does the handler raise
+        self._handler: Any = None  # the SIGALRM handler to put back (None: none was replaced)
+        self._timer: tuple[float, float] | None = None  # the timer to put back (delay, interval)
+
+    def _expire(self, signum: int, frame: Any) -> None:
+        if self._active:
+            raise _Expired()
+
+    def search(self, pattern: re.Pattern[str], text: str, option: str, pid: int) -> re.Match[str] | None:
+        """``pattern.search`` of the first ``MATCH_CMDLINE_CHARS`` characters of ``text``.
+
+        Args:
+            pattern: the compiled pattern. text: the command line. option: ``--match`` or
+                ``--rank-cmdline`` (for the message). pid: whose command line (for the message).
+
+        Raises:
+            MatchTimeout: this scan's searches ran past the budget.
+        """
+        if self.left <= 0:
+            raise MatchTimeout(self._message(option, pid))
+        subject = text[:MATCH_CMDLINE_CHARS]
+        start = time.monotonic()
+        try:
+            try:
+                self._active = True
+                self._arm()
+                return pattern.search(subject)
+            finally:
+                self._active = False
+        except _Expired:
+            self.left = 0.0
+            raise MatchTimeout(self._message(option, pid)) from None
+        finally:
+            spent = time.monotonic() - start
+            self._disarm(spent)
+            self.left = max(0.0, self.left - spent)
+
+    def _arm(self) -> None:
+        """Install the handler and start the timer (the time left), where that can be done (the main
+        thread, a platform with interval timers); what they replace is kept for :meth:`_disarm`."""
+        self._handler = self._timer = None
+        try:
+            handler = signal.signal(signal.SIGALRM, self._expire)
+        except (ValueError, AttributeError, OSError):
+            return
+        self._handler = signal.SIG_DFL if handler is None else handler  # None: set outside Python
+        try:
+            self._timer = signal.setitimer(signal.ITIMER_REAL, max(0.001, self.left))
+        except OSError:  # signal.ItimerError: checked between searches only
+            signal.signal(signal.SIGALRM, self._handler)
+            self._handler = None
+
+    def _disarm(self, spent: float) -> None:
+        """Stop the timer; put back the previous handler and what is left of a previous timer (a test
+        runner's)."""
+        if self._handler is None:
+            return
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, self._handler)
+        if self._timer is not None and self._timer[0] > 0:
+            signal.setitimer(signal.ITIMER_REAL, max(0.001, self._timer[0] - spent), self._timer[1])
+        self._handler = self._timer = None
+
+    def _message(self, option: str, pid: int) -> str:
+        return (
+            f"{option}: the pattern's searches ran past their {self.budget:g} s budget (at the command "
+            f"line of pid {pid}): it backtracks too much (nested or overlapping repeats?); simplify it"
+        )
 
 
 # --------------------------------------------------------------------------- /proc
@@ -163,7 +270,13 @@ def parse_ranks(text: str) -> list[int]:
 def scan(
     args: argparse.Namespace, match_re: re.Pattern[str], rank_re: re.Pattern[str] | None
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], int, list[int]]:
-    """Find the rank processes. Returns ``(processes, launchers, scanned)`` (dicts without dumps)."""
+    """Find the rank processes. Returns ``(processes, launchers, scanned, unmatched ranks)`` (dicts without
+    dumps).
+
+    Raises:
+        MatchTimeout: the searches of ``match_re`` and ``rank_re`` ran past ``MATCH_BUDGET_S``.
+    """
+    budget = MatchBudget(MATCH_BUDGET_S)
     proc = "/proc"
     me = os.getpid()
     table: dict[int, tuple[str, int]] = {}  # pid -> (state, ppid)
@@ -196,7 +309,7 @@ def scan(
         if argv is None:
             continue
         line = " ".join(argv)
-        if not match_re.search(line):
+        if not budget.search(match_re, line, "--match", pid):
             continue
         if os.path.basename(argv[0]) == "py-spy":
             continue
@@ -208,7 +321,7 @@ def scan(
         if rank is not None:
             source = "env"
         elif rank_re is not None:
-            m = rank_re.search(line)
+            m = budget.search(rank_re, line, "--rank-cmdline", pid)
             if m:
                 rank = to_int(m.group(1) if m.groups() else m.group(0))
                 source = "cmdline" if rank is not None else None
@@ -622,7 +735,12 @@ def collect(args: argparse.Namespace, doc: Document) -> None:
         return
 
     pyspy = find_pyspy(args.py_spy)
-    processes, launchers, scanned, unmatched = scan(args, match_re, rank_re)
+    try:
+        processes, launchers, scanned, unmatched = scan(args, match_re, rank_re)
+    except MatchTimeout as exc:
+        doc.set("error", str(exc))
+        doc.error(str(exc))
+        return
     doc.set("processes", processes)
     doc.set("launchers", launchers)
     doc.set("scanned", scanned)

@@ -11,11 +11,13 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
@@ -765,3 +767,172 @@ def test_local_transport_finds_the_py_spy_beside_robustctl(
     collect_stacks(_job([host], 1, procs.marker), TransportPool(override=fake))
     assert not any(a.startswith("--py-spy") for a in fake.calls[0][2])
     assert f"--py-spy={beside}" in fake.calls[1][2]
+
+
+# --------------------------------------------------------------------------------------------------
+# Issue 21, item 11: a pattern that backtracks is stopped by the scan's budget instead of holding the
+# probe at full CPU until the command's timeout. (a|aa)+$ has no nested repeat, so it loads; on a line
+# of 60 a's and a "!" it would try some 10^12 ways to split them.
+# --------------------------------------------------------------------------------------------------
+BACKTRACKS = "(a|aa)+$"
+HOSTILE_TAIL = "a" * 60 + "!"
+
+
+def test_the_match_budget_interrupts_a_backtracking_search() -> None:
+    """The interval timer's exception stops ``re.search`` in the middle; the runner's own SIGALRM
+    handler and timer (pytest-timeout's, here one of the test's) are put back."""
+    probe = load_probe("stacks")
+    fired: list[int] = []
+
+    def runners_handler(signum: int, frame: Any) -> None:
+        fired.append(signum)
+
+    old_handler = signal.signal(signal.SIGALRM, runners_handler)
+    old_timer = signal.setitimer(signal.ITIMER_REAL, 100.0)
+    try:
+        budget = probe.MatchBudget(0.2)
+        found = budget.search(re.compile(r"rank=(\d+)"), "train.py rank=7", "--match", 1)
+        assert found is not None and found.group(1) == "7"
+        with pytest.raises(
+            probe.MatchTimeout, match=r"^--match: .* 0\.2 s budget \(at the command line of pid 42\)"
+        ):
+            budget.search(re.compile(BACKTRACKS), HOSTILE_TAIL, "--match", 42)
+        assert budget.left == 0.0
+        with pytest.raises(probe.MatchTimeout, match="^--rank-cmdline: "):  # spent: refused at once
+            budget.search(re.compile("x"), "x", "--rank-cmdline", 43)
+        assert signal.getsignal(signal.SIGALRM) is runners_handler
+        assert 0 < signal.getitimer(signal.ITIMER_REAL)[0] <= 100.0, "the runner's timer is running again"
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, *old_timer)
+        signal.signal(signal.SIGALRM, old_handler)
+    assert fired == []
+
+
+def test_the_match_budget_searches_off_the_main_thread_and_only_the_line_start() -> None:
+    """No handler can be installed off the main thread: the search still runs (checked between
+    searches). A command line is searched in its first MATCH_CMDLINE_CHARS characters only."""
+    probe = load_probe("stacks")
+    found: list[Any] = []
+    t = threading.Thread(
+        target=lambda: found.append(probe.MatchBudget(5.0).search(re.compile("b"), "abc", "-", 1))
+    )
+    t.start()
+    t.join(30)
+    assert found and found[0] is not None and found[0].group(0) == "b"
+    needle = re.compile("NEEDLE")
+    line = "x" * probe.MATCH_CMDLINE_CHARS + "NEEDLE"
+    assert probe.MatchBudget(5.0).search(needle, line, "--match", 1) is None
+    assert probe.MatchBudget(5.0).search(needle, line[len("NEEDLE") :], "--match", 1) is not None
+
+
+def _interpreters() -> list[str]:
+    """This Python and the oldest and newest others installed (a host may run any of 3.8 to 3.13)."""
+    found = [sys.executable]
+    for version in ("3.8", "3.13"):
+        exe = next(iter(sorted(Path("/root/.pyenv/versions").glob(f"{version}*/bin/python{version}"))), None)
+        found += [str(exe)] if exe else []
+    return found
+
+
+def _hostile(procs: Procs) -> int:
+    """A process whose command line makes BACKTRACKS (after the marker) backtrack exponentially."""
+    p = subprocess.Popen(
+        ["bash", "-c", f'exec -a "{procs.marker} {HOSTILE_TAIL}" sleep 600'], start_new_session=True
+    )
+    procs.started.append(p)
+    _wait_for(lambda: procs.marker in Path(f"/proc/{p.pid}/cmdline").read_bytes().decode(errors="replace"))
+    return p.pid
+
+
+def _fast_budget(source: bytes | str) -> Any:
+    """The probe's source with MATCH_BUDGET_S cut to 0.5 s (the test waits half a second, not five)."""
+    old, new = "MATCH_BUDGET_S = 5.0", "MATCH_BUDGET_S = 0.5"
+    if isinstance(source, bytes):
+        assert source.count(old.encode()) == 1
+        return source.replace(old.encode(), new.encode())
+    assert source.count(old) == 1
+    return source.replace(old, new)
+
+
+@pytest.mark.parametrize("python", _interpreters(), ids=lambda p: Path(p).name)
+def test_a_backtracking_match_is_reported_not_spun(procs: Procs, python: str) -> None:
+    pid = _hostile(procs)
+    proc = subprocess.run(
+        [python, "-", f"--match={procs.marker} {BACKTRACKS}", "--timeout", "60"],
+        input=_fast_budget(probe_script("stacks")),
+        capture_output=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr.decode()
+    doc = json.loads(proc.stdout)
+    assert doc["timed_out"] is False and doc["data"]["processes"] == []
+    error = doc["data"]["error"]
+    assert (
+        error.startswith("--match: the pattern's searches ran past their 0.5 s budget")
+        and error in doc["errors"]
+    )
+    assert f"pid {pid}" in error
+
+
+def test_jobprocs_signals_nothing_when_its_scan_runs_out_of_budget(procs: Procs) -> None:
+    from robustctl.probes import probe_source, streamed_script
+
+    pid = _hostile(procs)
+    stacks = _fast_budget(probe_source("stacks").decode("utf-8"))
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-",
+            f"--match={procs.marker} {BACKTRACKS}",
+            "--stop",
+            "--grace",
+            "1",
+            "--kill-wait",
+            "1",
+        ],
+        input=streamed_script("jobprocs", stacks),
+        capture_output=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr.decode()
+    data = json.loads(proc.stdout)["data"]
+    assert data["stop"] is None and data["processes"] == []
+    assert data["error"].startswith("--match: the pattern's searches ran past their 0.5 s budget")
+    assert Path(f"/proc/{pid}").exists() and procs.started[-1].poll() is None, "nothing was signalled"
+
+
+def test_jobprocs_stop_still_kills_when_a_later_scan_runs_out_of_budget(procs: Procs) -> None:
+    """A process that appears after the first scan may make the pattern backtrack: the processes found
+    first still get their SIGKILL, and the failed scan is the probe's error."""
+    import argparse
+
+    jobprocs, stacks = load_probe("jobprocs"), load_probe("stacks")
+    scans: list[int] = []
+    real_scan = stacks.scan
+
+    def scan(*args: Any) -> Any:  # the first scan finds the victim; later ones run out of budget
+        scans.append(1)
+        if len(scans) > 1:
+            raise stacks.MatchTimeout("--match: the pattern's searches ran past their 5 s budget (at pid 1)")
+        return real_scan(*args)
+
+    stacks.scan = scan
+    jobprocs._SCAN = stacks
+    victim = subprocess.Popen(  # ignores SIGTERM: only the SIGKILL ends it
+        ["bash", "-c", f'trap "" TERM; exec -a "{procs.marker} victim" sleep 600'], start_new_session=True
+    )
+    procs.started.append(victim)
+    _wait_for(
+        lambda: procs.marker in Path(f"/proc/{victim.pid}/cmdline").read_bytes().decode(errors="replace")
+    )
+    args = argparse.Namespace(
+        match=procs.marker, rank_env="RANK", local_rank_env="LOCAL_RANK", rank_cmdline=None, ranks=None,
+        stop=True, grace=0.3, kill_wait=10.0,
+    )  # fmt: skip
+    doc = sys.modules["_prelude"].Document("jobprocs")
+    jobprocs.collect(args, doc)
+    stop = doc.data["stop"]
+    assert victim.pid in stop["killed"] and victim.pid not in stop["remaining"]
+    assert stop["error"].startswith("scan after SIGTERM: --match: the pattern's searches ran past")
+    assert doc.data["error"] == stop["error"] and doc.errors == [stop["error"]]
+    assert victim.wait(timeout=30) == -signal.SIGKILL
