@@ -19,6 +19,14 @@ a bounded header read): a zero-length file, a directory, a FIFO or a device unde
 or a file that cannot be opened or read is not. Temporary files (``rank_00003.pt.tmp123``) and
 other names are counted in ``other``, never listed as shards.
 
+Containment: nothing outside ``--dir`` is read. Below it, every level (an iteration directory, an
+``mp_rank`` directory, the shard, the tracker) is opened relative to its parent's descriptor with
+``O_NOFOLLOW`` (``os.open(name, ..., dir_fd=parent)``), after an ``lstat`` that names what it
+found: a symbolic link at any level, whether it points inside the directory or out, is refused with
+that reason (an iteration's ``error``, a shard's ``error``), never followed, and a link swapped in
+between the ``lstat`` and the open fails the open. ``--dir`` itself may be a link (the operator
+named it).
+
 Bounds: the ``--max-iterations`` newest iteration directories are listed (the count of all is
 kept); at most ``--max-entries`` directory entries are read in all (a listing cut short says
 ``truncated``); the tracker is read up to 64 bytes; the watchdog ends the probe at ``--timeout``
@@ -50,6 +58,12 @@ from typing import Any, Mapping, Sequence
 from _prelude import Document, describe, probe_main
 
 PROBE = "ckpt"
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_DIRECTORY = getattr(os, "O_DIRECTORY", 0)
+_FILE_FLAGS = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0) | _NOFOLLOW
+_DIR_FLAGS = os.O_RDONLY | _DIRECTORY | _NOFOLLOW
+SYMLINK = "a symbolic link, not followed (only what is inside the checkpoint directory is read)"
+"""Why a symbolic link below the checkpoint directory is refused, whatever it points at."""
 HEADER_BYTES = 64
 """Bytes read from the start of each shard to call it readable."""
 TRACKER_BYTES = 64
@@ -96,84 +110,133 @@ def check_args(args: argparse.Namespace, p: argparse.ArgumentParser) -> None:
         p.error("--timeout must be positive")
 
 
-def read_head(path: str, limit: int) -> bytes:
-    """Up to ``limit`` bytes from the start of the regular file ``path``.
+class Refused(ValueError):
+    """Something below the checkpoint directory that is not read: a symbolic link, or not the kind
+    of file expected there (a FIFO where a shard should be, a file where a directory should be)."""
 
-    Raises OSError (ValueError for something that is not a regular file): opened ``O_NONBLOCK`` so a
-    FIFO put in a shard's place never blocks, and checked with ``fstat`` after opening.
+
+def open_below(parent: int, name: str, directory: bool) -> int:
+    """Open ``name`` (one path component) of the directory open as ``parent``, never following a link.
+
+    An ``lstat`` first says what is there (a link or a special file is refused without being
+    opened: opening a device can act on it); the open then uses ``O_NOFOLLOW`` (``O_DIRECTORY`` for
+    a directory, ``O_NONBLOCK`` for a file), so a link swapped in after the ``lstat`` fails it, and
+    the descriptor's ``fstat`` is checked again.
+
+    Raises:
+        OSError: missing, no permission, a swapped-in link (``ELOOP``). Refused: see :class:`Refused`
+            (its message does not name ``name``: ``"not a regular file"``, :data:`SYMLINK`).
     """
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0))
+    st = os.stat(name, dir_fd=parent, follow_symlinks=False)
+    want, kind = (stat.S_ISDIR, "a directory") if directory else (stat.S_ISREG, "a regular file")
+    if stat.S_ISLNK(st.st_mode):
+        raise Refused(SYMLINK)
+    if not want(st.st_mode):
+        raise Refused(f"not {kind}")
+    fd = os.open(name, _DIR_FLAGS if directory else _FILE_FLAGS, dir_fd=parent)
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise ValueError("not a regular file")
-        return os.read(fd, limit)
+        if not want(os.fstat(fd).st_mode):
+            raise Refused(f"not {kind}")
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def read_head(parent: int, name: str, limit: int) -> tuple[int, bytes]:
+    """(size, up to ``limit`` bytes from the start) of the regular file ``name`` in ``parent``.
+
+    Raises OSError, Refused (:func:`open_below`: a FIFO put in a shard's place is never opened, a
+    link is never followed).
+    """
+    fd = open_below(parent, name, directory=False)
+    try:
+        return os.fstat(fd).st_size, os.read(fd, limit)
     finally:
         os.close(fd)
 
 
-def shard_entry(path: str, name: str, keys: Mapping[str, int | None]) -> dict[str, Any]:
-    """One shard: size, readable, and why not."""
-    entry: dict[str, Any] = {"name": name, "rank": None, "tp": None, "pp": None}
+def shard_entry(parent: int, parts: Sequence[str], keys: Mapping[str, int | None]) -> dict[str, Any]:
+    """One shard at ``parts`` (``rank_00005.pt``, or ``mp_rank_00_001``, ``model_optim_rng.pt``)
+    below the iteration directory open as ``parent``: size, readable, and why not."""
+    entry: dict[str, Any] = {"name": "/".join(parts), "rank": None, "tp": None, "pp": None}
     entry.update(keys)
     entry["size"] = None
     entry["readable"] = False
     entry["error"] = None
+    opened: list[int] = []
     try:
-        st = os.stat(path)
-        if not stat.S_ISREG(st.st_mode):
-            entry["error"] = "not a regular file"
-            return entry
-        entry["size"] = st.st_size
-        if st.st_size == 0:
+        for part in parts[:-1]:
+            try:
+                opened.append(open_below(opened[-1] if opened else parent, part, directory=True))
+            except Refused as exc:
+                raise Refused(f"{part}: {exc}") from None
+        size, head = read_head(opened[-1] if opened else parent, parts[-1], HEADER_BYTES)
+        entry["size"] = size
+        if size == 0:
             entry["error"] = "empty (0 bytes)"
             return entry
-        head = read_head(path, HEADER_BYTES)
         if not head:
             entry["error"] = "read no bytes"
             return entry
-    except (OSError, ValueError) as exc:
+    except Refused as exc:
+        entry["error"] = str(exc)
+        return entry
+    except OSError as exc:
         entry["error"] = describe(exc)
         return entry
+    finally:
+        for fd in opened:
+            os.close(fd)
     entry["readable"] = True
     return entry
 
 
-def scan_iteration(base: str, name: str, number: int, shards: str, budget: Budget) -> dict[str, Any]:
-    """The shards of one iteration directory."""
+def scan_iteration(root: int, name: str, number: int, shards: str, budget: Budget) -> dict[str, Any]:
+    """The shards of iteration directory ``name`` of the checkpoint directory open as ``root``."""
     out: dict[str, Any] = {"iteration": number, "name": name, "truncated": False, "other": 0, "shards": []}
-    path = os.path.join(base, name)
     try:
-        entries = sorted(os.listdir(path))
-    except OSError as exc:
-        out["error"] = describe(exc)
+        fd = open_below(root, name, directory=True)
+    except Refused as exc:
+        out["error"] = f"{name}: {exc}"
         return out
-    for entry in entries:
-        if not budget.take():
-            out["truncated"] = True
-            break
-        if shards == "rank":
-            m = RANK_RE.match(entry)
+    except OSError as exc:
+        out["error"] = f"{name}: {exc.strerror or exc}"
+        return out
+    try:
+        try:
+            entries = sorted(os.listdir(fd))
+        except OSError as exc:
+            out["error"] = f"{name}: {exc.strerror or exc}"
+            return out
+        for entry in entries:
+            if not budget.take():
+                out["truncated"] = True
+                break
+            if shards == "rank":
+                m = RANK_RE.match(entry)
+                if m is None:
+                    out["other"] += 1
+                    continue
+                out["shards"].append(shard_entry(fd, (entry,), {"rank": int(m.group(1))}))
+                continue
+            m = MP_DIR_RE.match(entry)
             if m is None:
                 out["other"] += 1
                 continue
-            out["shards"].append(shard_entry(os.path.join(path, entry), entry, {"rank": int(m.group(1))}))
-            continue
-        m = MP_DIR_RE.match(entry)
-        if m is None:
-            out["other"] += 1
-            continue
-        keys = {"tp": int(m.group(1)), "pp": int(m.group(2)) if m.group(2) is not None else 0}
-        rel = f"{entry}/{MP_FILE}"
-        out["shards"].append(shard_entry(os.path.join(path, entry, MP_FILE), rel, keys))
+            keys = {"tp": int(m.group(1)), "pp": int(m.group(2)) if m.group(2) is not None else 0}
+            out["shards"].append(shard_entry(fd, (entry, MP_FILE), keys))
+    finally:
+        os.close(fd)
     return out
 
 
-def read_tracker(base: str, name: str) -> dict[str, Any]:
-    """The tracker file: present, its first bytes, the iteration it names."""
+def read_tracker(root: int, name: str) -> dict[str, Any]:
+    """The tracker file ``name`` of the checkpoint directory open as ``root``: present, its first
+    bytes, the iteration it names."""
     out: dict[str, Any] = {"present": False, "raw": None, "iteration": None, "error": None}
-    path = os.path.join(base, name)
     try:
-        raw = read_head(path, TRACKER_BYTES)
+        _, raw = read_head(root, name, TRACKER_BYTES)
     except FileNotFoundError:
         return out
     except (OSError, ValueError) as exc:
@@ -204,24 +267,38 @@ def collect(args: argparse.Namespace, doc: Document) -> None:
         doc.set("exists", False)
         doc.set("error", f"{base}: not a directory")
         return
+    try:
+        root = os.open(base, os.O_RDONLY | _DIRECTORY)  # --dir itself may be a link: the operator named it
+    except OSError as exc:
+        doc.set("exists", False)
+        doc.set("error", describe(exc))
+        return
+    try:
+        scan_root(args, doc, root)
+    finally:
+        os.close(root)
+
+
+def scan_root(args: argparse.Namespace, doc: Document, root: int) -> None:
+    """The tracker and the iterations of the checkpoint directory open as ``root``."""
+    base = args.dir
     doc.set("exists", True)
     doc.set("error", None)
-    doc.set("tracker", read_tracker(base, args.tracker))
+    doc.set("tracker", read_tracker(root, args.tracker))
     budget = Budget(args.max_entries)
     found: list[tuple[int, str]] = []
     other = 0
     truncated = False
     try:
-        with os.scandir(base) as it:
-            for e in it:
-                if not budget.take():
-                    truncated = True
-                    break
-                m = ITER_RE.match(e.name)
-                if m is None:
-                    other += 1
-                    continue
-                found.append((int(m.group(1)), e.name))
+        for name in os.listdir(root):
+            if not budget.take():
+                truncated = True
+                break
+            m = ITER_RE.match(name)
+            if m is None:
+                other += 1
+                continue
+            found.append((int(m.group(1)), name))
     except OSError as exc:
         doc.set("error", describe(exc))
         doc.error(f"listing {base}: {describe(exc)}")
@@ -233,7 +310,7 @@ def collect(args: argparse.Namespace, doc: Document) -> None:
     listed: list[dict[str, Any]] = []
     doc.set("iterations", listed)  # filled in place: a timeout prints what was listed by then
     for number, name in found[: args.max_iterations]:
-        listed.append(scan_iteration(base, name, number, args.shards, budget))
+        listed.append(scan_iteration(root, name, number, args.shards, budget))
         if listed[-1].get("truncated"):
             doc.set("truncated", True)
             break

@@ -15,12 +15,21 @@ copies each such shard from a host that holds it to the host that loads it:
   sees a partial shard; a copy that fails removes its temporary file. The tracker file is written on
   a host that received shards and has none.
 
+Containment: each probe run is given the host's checkpoint directory (``--dir``) with the path, and
+touches nothing outside it: every level below it (the iteration directory, an ``mp_rank``
+directory, the shard) is opened from its parent's descriptor without following a symbolic link, so
+an iteration directory that is a link to elsewhere, on the source or the destination, is refused
+(a :class:`StagingError` with the probe's reason), never read from or written into. A shard name
+(from a host's ``ckpt`` probe) that is not a plain relative path (:data:`SHARD_NAME`) is refused
+before any probe runs.
+
 A shared directory needs no staging (every host reads the same files).
 """
 
 from __future__ import annotations
 
 import contextlib
+import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -37,7 +46,15 @@ if TYPE_CHECKING:
     from robustctl.inventory.topology import Topology
     from robustctl.transport.pool import TransportPool
 
-__all__ = ["CHUNK_BYTES", "NOTHING_TO_STAGE", "ShardMove", "StagingError", "plan_staging", "stage_shards"]
+__all__ = [
+    "CHUNK_BYTES",
+    "NOTHING_TO_STAGE",
+    "SHARD_NAME",
+    "ShardMove",
+    "StagingError",
+    "plan_staging",
+    "stage_shards",
+]
 
 CHUNK_BYTES = 8 << 20
 """Bytes moved per read and per write (the ``shard`` probe's ``MAX_CHUNK``): 11 MiB of base64 per
@@ -46,6 +63,11 @@ COPY_TIMEOUT_S = 120.0
 """Budget of one chunk's read or write on one host, seconds."""
 NOTHING_TO_STAGE = "every host holds the shards it loads"
 """What staging says when there is nothing to copy."""
+SHARD_NAME = re.compile(r"^(?:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}/)?[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
+"""A shard's path in its iteration directory: one or two plain components (``rank_00005.pt``,
+``mp_rank_00_001/model_optim_rng.pt``), never ``..``, an absolute path or a hidden name. Names come
+from what a host's ``ckpt`` probe reported; the probe only reports such names, the control side
+checks anyway."""
 
 
 class StagingError(RobustctlError):
@@ -194,9 +216,17 @@ def stage_shards(
             raise StagingError(f"{host.name}: {data['error']}")
         return data
 
-    def path(host: str, m: ShardMove) -> str:
-        return f"{spec.dir_on(host).rstrip('/')}/iter_{m.iteration:07d}/{m.name}"
+    def root(host: str) -> str:
+        return spec.dir_on(host).rstrip("/") or "/"
 
+    def path(host: str, m: ShardMove) -> str:
+        return f"{root(host).rstrip('/')}/iter_{m.iteration:07d}/{m.name}"
+
+    for m in moves:
+        if not SHARD_NAME.match(m.name):
+            raise StagingError(
+                f"{m.source}: shard name {m.name[:80]!r} is not a plain path in an iteration directory"
+            )
     for m in moves:
         src, dst = hosts(m.source), hosts(m.dest)
         source, dest = path(m.source, m), path(m.dest, m)
@@ -206,8 +236,10 @@ def stage_shards(
         try:
             while True:
                 got = probe(
-                    src, ["--op", "read", f"--path={source}", f"--offset={offset}", f"--length={chunk_bytes}"]
-                )
+                    src,
+                    ["--op", "read", f"--dir={root(m.source)}", f"--path={source}", f"--offset={offset}",
+                     f"--length={chunk_bytes}"],
+                )  # fmt: skip
                 data = str(got.get("data") or "")
                 length = int(got.get("length") or 0)  # type: ignore[call-overload]
                 size = int(got.get("size") or 0)  # type: ignore[call-overload]
@@ -217,7 +249,11 @@ def stage_shards(
                         f"{m.source}: {source} changed while it was copied ({first} then {size} bytes)"
                     )
                 if length or offset == 0:
-                    probe(dst, ["--op", "write", f"--path={tmp}", f"--offset={offset}"], data)
+                    probe(
+                        dst,
+                        ["--op", "write", f"--dir={root(m.dest)}", f"--path={tmp}", f"--offset={offset}"],
+                        data,
+                    )
                 offset += length
                 if got.get("eof") is True or length == 0:
                     break
@@ -225,16 +261,16 @@ def stage_shards(
                 raise StagingError(
                     f"{m.source}: {source} changed while it was copied ({offset} of {size} bytes)"
                 )
-            tracker = f"{spec.dir_on(m.dest).rstrip('/')}/{spec.tracker}"
+            tracker = f"{root(m.dest).rstrip('/')}/{spec.tracker}"
             done = probe(
                 dst,
-                ["--op", "commit", f"--path={tmp}", f"--dest={dest}", f"--size={offset}",
-                 f"--tracker={tracker}", f"--iteration={m.iteration}"],
+                ["--op", "commit", f"--dir={root(m.dest)}", f"--path={tmp}", f"--dest={dest}",
+                 f"--size={offset}", f"--tracker={tracker}", f"--iteration={m.iteration}"],
             )  # fmt: skip
         except BaseException:
             # the failure that got us here is what the caller needs to see: the cleanup's own is not
             with contextlib.suppress(Exception):
-                run_probe(pool.for_host(dst), dst, "shard", ["--op", "abort", f"--path={tmp}"],
+                run_probe(pool.for_host(dst), dst, "shard", ["--op", "abort", f"--dir={root(m.dest)}", f"--path={tmp}"],
                           deadline=time.monotonic() + COPY_TIMEOUT_S)  # fmt: skip
             raise
         total += offset

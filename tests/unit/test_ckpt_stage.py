@@ -161,3 +161,109 @@ def test_a_source_that_shrinks_during_the_copy_is_refused(
         pool.close()
     assert not (tmp_path / "ck" / "b" / "iter_0000030" / "rank_00000.pt").exists()
     assert list((tmp_path / "ck" / "b" / "iter_0000030").iterdir()) == []
+
+
+# ---- containment: nothing outside the checkpoint directory (issue 21, item 8) ---------------------
+
+
+def _stage(tmp: Path, move: ShardMove) -> None:
+    inv = inventory(tmp)
+    pool = TransportPool()
+    try:
+        stage_shards([move], inv.job("j").ckpt, inv.by_name, pool)
+    finally:
+        pool.close()
+
+
+def _tree(d: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(d)): p.read_bytes() for p in sorted(d.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.parametrize("target", ["outside", "inside"])
+def test_a_source_iteration_directory_that_is_a_symlink_is_refused(tmp_path: Path, target: str) -> None:
+    """A symlinked shard file was refused and a symlinked iteration directory followed: now every
+    level is opened without following a link, wherever it points (into the root or out of it)."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "rank_00000.pt").write_bytes(b"secret")
+    real = tmp_path / "ck" / "a" / "iter_0000020"
+    real.mkdir(parents=True)
+    (real / "rank_00000.pt").write_bytes(b"older")
+    (tmp_path / "ck" / "a" / "iter_0000030").symlink_to(
+        outside if target == "outside" else Path("iter_0000020")
+    )
+    with pytest.raises(StagingError, match=r"^a: .*/ck/a/iter_0000030: a symbolic link, not followed"):
+        _stage(tmp_path, ShardMove(30, 0, "rank_00000.pt", 6, "a", "b"))
+    assert not (tmp_path / "ck" / "b").exists()  # nothing was written for the destination
+
+
+def test_a_source_mp_rank_directory_that_is_a_symlink_is_refused(tmp_path: Path) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "model_optim_rng.pt").write_bytes(b"secret")
+    it = tmp_path / "ck" / "a" / "iter_0000030"
+    it.mkdir(parents=True)
+    (it / "mp_rank_00").symlink_to(outside)
+    with pytest.raises(StagingError, match=r"^a: .*/iter_0000030/mp_rank_00: a symbolic link, not followed"):
+        _stage(tmp_path, ShardMove(30, 0, "mp_rank_00/model_optim_rng.pt", 6, "a", "b"))
+
+
+def test_a_destination_iteration_directory_that_is_a_symlink_is_not_written_into(tmp_path: Path) -> None:
+    src = tmp_path / "ck" / "a" / "iter_0000030" / "rank_00000.pt"
+    src.parent.mkdir(parents=True)
+    src.write_bytes(b"shard")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "keep").write_bytes(b"kept")
+    (tmp_path / "ck" / "b").mkdir()
+    (tmp_path / "ck" / "b" / "iter_0000030").symlink_to(outside)
+    with pytest.raises(StagingError, match=r"^b: .*/ck/b/iter_0000030: a symbolic link, not followed"):
+        _stage(tmp_path, ShardMove(30, 0, "rank_00000.pt", 5, "a", "b"))
+    assert _tree(outside) == {"keep": b"kept"}  # no temporary file, no shard, nothing removed
+    assert not (tmp_path / "ck" / "b" / "latest_checkpointed_iteration.txt").exists()
+
+
+@pytest.mark.parametrize(
+    "name", ["../../outside/rank_00000.pt", "/etc/hostname", "a/../b.pt", "a/b/c.pt", ".hidden"]
+)
+def test_a_shard_name_that_is_no_plain_path_is_refused_before_any_copy(tmp_path: Path, name: str) -> None:
+    with pytest.raises(StagingError, match="is not a plain path in an iteration directory"):
+        _stage(tmp_path, ShardMove(30, 0, name, 5, "a", "b"))
+    assert not (tmp_path / "ck").exists()
+
+
+def test_the_scan_refuses_symlinks_at_every_level(tmp_path: Path) -> None:
+    """The ckpt probe reports what staging would refuse: a linked iteration, mp_rank directory or
+    shard is not readable, with the reason; the tracker is not read through a link."""
+    import contextlib
+    import io
+    import json
+
+    from robustctl.probes import load_probe
+
+    outside = tmp_path / "outside"
+    (outside / "mp_rank_01").mkdir(parents=True)
+    (outside / "mp_rank_01" / "model_optim_rng.pt").write_bytes(b"secret")
+    (outside / "tracker").write_bytes(b"77")
+    root = tmp_path / "ck"
+    (root / "iter_0000030" / "mp_rank_00").mkdir(parents=True)
+    (root / "iter_0000030" / "mp_rank_00" / "model_optim_rng.pt").write_bytes(b"shard")
+    (root / "iter_0000030" / "mp_rank_01").symlink_to(outside / "mp_rank_01")
+    (root / "iter_0000030" / "mp_rank_02").mkdir()
+    (root / "iter_0000030" / "mp_rank_02" / "model_optim_rng.pt").symlink_to(
+        "../mp_rank_00/model_optim_rng.pt"
+    )
+    (root / "iter_0000040").symlink_to("iter_0000030")
+    (root / "latest_checkpointed_iteration.txt").symlink_to(outside / "tracker")
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        load_probe("ckpt").main(["--dir", str(root), "--shards", "mp_rank"])
+    data = json.loads(out.getvalue())["data"]
+    assert data["tracker"]["raw"] is None and "symbolic link" in data["tracker"]["error"]
+    it40, it30 = data["iterations"]
+    assert it40["shards"] == [] and it40["error"].startswith("iter_0000040: a symbolic link, not followed")
+    got = {sh["name"]: (sh["readable"], sh["error"]) for sh in it30["shards"]}
+    assert got["mp_rank_00/model_optim_rng.pt"] == (True, None)
+    assert got["mp_rank_01/model_optim_rng.pt"][1].startswith("mp_rank_01: a symbolic link, not followed")
+    assert got["mp_rank_02/model_optim_rng.pt"][1].startswith("a symbolic link, not followed")
+    assert not got["mp_rank_01/model_optim_rng.pt"][0] and not got["mp_rank_02/model_optim_rng.pt"][0]
