@@ -788,17 +788,11 @@ def _load_client(settings: KubernetesSettings, timeout_s: float) -> ClientApi:
     default = Path("~/.kube/config").expanduser()
     path = Path(settings.kubeconfig or env).expanduser() if (settings.kubeconfig or env) else None
     try:
-        if path is None and not os.path.lexists(default) and "KUBERNETES_SERVICE_HOST" in os.environ:
+        if path is None and not default.exists() and "KUBERNETES_SERVICE_HOST" in os.environ:
             config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
         else:
             cfg_file = path or default
-            origin = (
-                "scheduler.kubernetes.kubeconfig"
-                if settings.kubeconfig
-                else "KUBECONFIG"
-                if env
-                else "default"
-            )
+            origin = "scheduler.kubernetes.kubeconfig" if settings.kubeconfig else "KUBECONFIG" if env else ""
             doc = read_kubeconfig(cfg_file, origin=origin, context=settings.context)
             config.load_kube_config_from_dict(  # type: ignore[no-untyped-call]
                 doc, context=settings.context, client_configuration=configuration, persist_config=False
@@ -822,7 +816,8 @@ def read_kubeconfig(path: Path, *, origin: str, context: str | None) -> dict[str
     already there wins over the file, as in the client.
 
     Args:
-        path: the kubeconfig. origin: the setting that named it, for messages. context: the context.
+        path: the kubeconfig. origin: the setting that named it, for messages ("" for the default
+            ~/.kube/config). context: the context.
 
     Returns:
         The document (a copy), for ``kubernetes.config.load_kube_config_from_dict``.
@@ -841,15 +836,14 @@ def read_kubeconfig(path: Path, *, origin: str, context: str | None) -> dict[str
                 f"scheduler.kubernetes: kubeconfig {path} does not exist "
                 "(set scheduler.kubernetes.kubeconfig or $KUBECONFIG)"
             ) from None
-        sep = " " if exc.reason.startswith("is ") else ": "
-        raise ConfigError(f"{path}: kubeconfig ({origin}){sep}{exc.reason}") from None
+        raise ConfigError(_refused(path, "kubeconfig", exc.reason, origin)) from None
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise ConfigError(f"{path}: kubeconfig ({origin}) is not UTF-8 text ({exc.reason})") from None
+        raise ConfigError(_refused(path, "kubeconfig", f"is not UTF-8 text ({exc.reason})", origin)) from None
     data, _ = parse_yaml(text, str(path))
     if not isinstance(data, dict):
-        raise ConfigError(f"{path}: kubeconfig ({origin}) is not a mapping")
+        raise ConfigError(_refused(path, "kubeconfig", "is not a mapping", origin))
     doc = copy.deepcopy(data)
     name = context or doc.get("current-context")
     ctx = next(
@@ -873,6 +867,13 @@ def read_kubeconfig(path: Path, *, origin: str, context: str | None) -> dict[str
             if kind == "user" and isinstance(provider, dict) and isinstance(provider.get("config"), dict):
                 _inline(provider["config"], _KUBE_FILES["auth-provider"], base, f"auth-provider of {where}")
     return doc
+
+
+def _refused(path: object, what: str, reason: str, origin: str = "") -> str:
+    """``"PATH: WHAT is a FIFO, not a regular file (from SETTING)"``, or ``"PATH: WHAT unreadable:
+    REASON (from SETTING)"`` for a reason that is not an ``is ...`` (as the SSH transport says it)."""
+    why = f" {reason}" if reason.startswith("is ") else f" unreadable: {reason}"
+    return f"{path}: {what}{why}" + (f" (from {origin})" if origin else "")
 
 
 def _entries(doc: Mapping[str, Any], section: str) -> list[dict[str, Any]]:
@@ -899,8 +900,7 @@ def _inline(obj: dict[str, Any], keys: Sequence[tuple[str, str, bool]], base: Pa
         try:
             content = read_regular(file, MAX_KUBE_CREDENTIAL_BYTES)
         except NotReadable as exc:
-            sep = " " if exc.reason.startswith("is ") else ": "
-            raise ConfigError(f"{file}: {file_key} of {where}{sep}{exc.reason}") from None
+            raise ConfigError(_refused(file, f"{file_key} of {where}", exc.reason)) from None
         obj[data_key] = (
             base64.b64encode(content).decode("ascii") if b64 else content.decode("utf-8", "replace")
         )

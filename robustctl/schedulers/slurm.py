@@ -502,14 +502,14 @@ def check_slurm_conf(path: str, origin: str) -> None:
         path: the configured path. origin: the setting that named it, for the message.
 
     Raises:
-        ConfigError: ``"PATH: slurm.conf (scheduler.slurm.conf) is a FIFO, not a regular file"``.
+        ConfigError: ``"PATH: slurm.conf is a FIFO, not a regular file (from scheduler.slurm.conf)"``.
     """
     try:
         mode = os.stat(path).st_mode
     except OSError:
         return
     if not stat.S_ISREG(mode):
-        raise ConfigError(f"{path}: slurm.conf ({origin}) is a {file_kind(mode)}, not a regular file")
+        raise ConfigError(f"{path}: slurm.conf is a {file_kind(mode)}, not a regular file (from {origin})")
 
 
 @dataclass

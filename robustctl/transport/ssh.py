@@ -153,7 +153,7 @@ def load_identity(path: str, *, host: str, origin: str) -> paramiko.PKey | None:
         The key; None when it is encrypted (skipped: no passphrase is ever asked for).
 
     Raises:
-        ConfigError: ``"PATH: identity file of host H (SETTING) is a FIFO, not a regular file"``,
+        ConfigError: ``"PATH: identity file of host H is a FIFO, not a regular file (from SETTING)"``,
             missing, unreadable, larger than the bound, or not a private key; the same for a
             certificate beside it that exists but cannot be read or does not fit the key.
     """
@@ -327,9 +327,9 @@ def preflight(hosts: Sequence[Host], *, ssh_config: Path | None = None) -> None:
     the SSH client config (``ssh_config``, default ``~/.ssh/config``), when a host honours it, reads.
 
     Raises:
-        ConfigError: ``"FILE: identity file of host H (SETTING) is a FIFO, not a regular file"`` (or
-            missing, too large, not a private key), the same for a known_hosts file or the SSH config;
-            the first such file, one line.
+        ConfigError: ``"FILE: identity file of host H is a FIFO, not a regular file (from SETTING)"``
+            (or missing, too large, not a private key), the same for a known_hosts file or the SSH
+            config; the first such file, one line.
     """
     seen: set[tuple[str, str]] = set()
     for h in hosts:
@@ -352,8 +352,13 @@ def preflight(hosts: Sequence[Host], *, ssh_config: Path | None = None) -> None:
             seen.add(("kh", kh))
             path = Path(kh).expanduser()
             origin = _env_origin("ROBUSTCTL_SSH_KNOWN_HOSTS", kh, "ssh.known_hosts")
-            try:
-                read_regular(path, MAX_KNOWN_HOSTS_BYTES)
+            try:  # the kind and size only: the transport reads it when it connects
+                fd = open_regular(path)
+                try:
+                    if os.fstat(fd).st_size > MAX_KNOWN_HOSTS_BYTES:
+                        raise NotReadable(f"is larger than {MAX_KNOWN_HOSTS_BYTES} bytes")
+                finally:
+                    os.close(fd)
             except NotReadable as exc:
                 if not exc.missing:  # a missing one is created by --accept-new-host-keys
                     raise ConfigError(
@@ -634,16 +639,18 @@ class SshTransport:
         user, _, hostport = spec.rpartition("@")
         jhost, _, jport = hostport.partition(":")
         cfg = dict(self._ssh_config().lookup(jhost))
+        jump_ids = tuple(str(Path(i).expanduser()) for i in cfg.get("identityfile", ()))
         jep = Endpoint(
             hostname=str(cfg.get("hostname", jhost)),
             port=int(jport or cfg.get("port", "22")),
             user=user or cfg.get("user") or ep.user,
-            identity_files=tuple(str(Path(i).expanduser()) for i in cfg.get("identityfile", ()))
-            or ep.identity_files,
+            identity_files=jump_ids or ep.identity_files,
             known_hosts=ep.known_hosts,
             proxy_jump=None,
             connect_timeout_s=ep.connect_timeout_s,
             accept_new=ep.accept_new,
+            identity_origin=f"IdentityFile in {self._config_path}" if jump_ids else ep.identity_origin,
+            known_hosts_origin=ep.known_hosts_origin,
         )
         jump = self._connect(f"{name} (via jump {jhost})", jep)
         with self._guard:
