@@ -81,3 +81,48 @@ def test_report_reader_raises_only_config_errors(workdir: Path, data: bytes) -> 
         return
     assert targets.kind in ("diagnose", "stacks")
     assert all(isinstance(h, str) for h in targets.suspects + targets.over_eviction)
+
+
+# --- issue 21, item 9: any text from a host, in every output format but JSON --------------------------
+
+ANY_TEXT = st.text(st.characters(codec=None) | st.characters(categories=["Cs"]) | st.sampled_from(
+    "\x1b\x00\r\n\t\x7f\x85\x9b\u200b\u200e\u2028\u2029\u202a\u202e\u2066\u2069\ufeff\U000e0041"
+), max_size=40)  # fmt: skip
+"""Text of every Unicode category (controls, format and bidi characters, lone surrogates, unassigned
+code points), the dangerous ones drawn often."""
+
+ESCAPED = {"Cc", "Cf", "Cs", "Cn", "Zl", "Zp"}
+
+
+@given(ANY_TEXT)
+def test_printable_leaves_no_control_bidi_or_surrogate_and_is_a_fixed_point(text: str) -> None:
+    import unicodedata
+
+    from robustctl.report.console import printable
+
+    for newlines in (True, False):
+        shown = printable(text, newlines=newlines)
+        kept = "\t\n" if newlines else ""
+        assert all(ch in kept or unicodedata.category(ch) not in ESCAPED for ch in shown), ascii(shown)
+        assert printable(shown, newlines=newlines) == shown
+        shown.encode("utf-8")  # no lone surrogate left: a file write cannot fail on it
+    plain_text = "".join(ch for ch in text if unicodedata.category(ch) not in ESCAPED or ch in "\t\n")
+    assert printable(plain_text) == plain_text  # nothing printable is touched
+
+
+@given(ANY_TEXT)
+def test_any_host_text_reaches_html_textfile_and_terminal_printable(text: str) -> None:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from robustctl.report.console import printable
+    from tests.unit.test_report_escaping import UNPRINTABLE, hostile_sweep, sweep_outputs
+
+    page, textfile, terminal = sweep_outputs(hostile_sweep(text))
+    assert not UNPRINTABLE.search(page), ascii(UNPRINTABLE.search(page))
+    assert not UNPRINTABLE.search(textfile), ascii(UNPRINTABLE.search(textfile))
+    assert "\x1b" not in terminal and not UNPRINTABLE.search(terminal), ascii(terminal)
+    families = {f.name: f for f in text_string_to_metric_families(textfile)}
+    (named,) = families["robustctl_host_named"].samples
+    assert named.labels["host"] == printable(f"n1{text}")  # the textfile reads back as shown
+    checks = {s.labels["check"] for s in families["robustctl_check_status"].samples}
+    assert checks == {printable(f"host.xid{text}"), "host.nic"}
