@@ -50,6 +50,21 @@ Errors: any SQLite failure (read-only file or file system, disk or database full
 :class:`StoreError` (a :class:`~robustctl.errors.ConfigError`, exit 78) naming the file; since the
 audit record is the first write of an action, a store that cannot be written stops the action before
 any scheduler step runs. A file whose permission bits forbid writing is opened read-only even by root.
+
+Reading: whatever the file holds is checked as it is read (:class:`StoreRow`), since anyone who can
+write the file can put anything in any column (SQLite keeps text in a ``REAL`` column as text). A time
+must be a finite number in [:data:`TIME_MIN`, :data:`TIME_MAX`) (1970 to the year 9999, what a report
+can print), a count an integer, a state one of its enum's values, a JSON column its JSON. A row that
+fails is a :class:`StoreError` (exit 78) naming the file, the table, the row id and the column, never a
+traceback: every reader of this module and of :mod:`robustctl.sweep.history` fails on it rather than
+skip it, because each feeds a decision (the rails count evictions, a sweep dates its rows after the
+newest one, lemons count failures) or a record a person trusts (``audit``, ``hosts``, ``history``).
+Rows a query filters out by time (``since``) are not read, and so not checked.
+
+Before an action applies anything, :meth:`Store.audit_begin` checks that its record can be written and
+read back (:meth:`Store.check_audit`: ``PRAGMA quick_check`` of the tables an action writes and the
+whole audit log read as ``robustctl audit`` reads it); a store that fails is a StoreError and nothing
+is applied.
 """
 
 from __future__ import annotations
@@ -60,6 +75,7 @@ import errno
 import fcntl
 import getpass
 import json
+import math
 import os
 import socket
 import sqlite3
@@ -74,7 +90,11 @@ from typing import Any
 from robustctl.errors import ActionRefused, ConfigError
 
 __all__ = [
+    "ACTION_TABLES",
+    "PID_MAX",
     "SCHEMA_VERSION",
+    "TIME_MAX",
+    "TIME_MIN",
     "AuditRecord",
     "AuditStatus",
     "AuditStep",
@@ -85,7 +105,9 @@ __all__ = [
     "Store",
     "StoreError",
     "StoreLocked",
+    "StoreRow",
     "default_path",
+    "time_problem",
     "whoami",
 ]
 
@@ -97,6 +119,46 @@ MAX_TEXT = 65_536
 long it was). Far above any reason or finding line a person reads (``--reason`` is refused past
 :data:`robustctl.commands.actions.MAX_REASON_BYTES`), it keeps a runaway message from growing the
 file by megabytes per row."""
+
+
+TIME_MIN = 0.0
+"""Earliest time (UNIX s) a row may hold: the epoch. robustctl dates its rows with ``time.time()``, so an
+earlier time was not written by it; a negative one also has no UTC date on every platform."""
+
+TIME_MAX = 253_402_300_800.0
+"""First time (UNIX s) a row may not hold: 10000-01-01T00:00:00Z. :mod:`datetime` ends with the year
+9999, so every report can print a time below it; far beyond any clock a host has, it still refuses
+``1e300`` and the infinities a hand-edited row may carry. Durations (a sweep's clock skew) are held to
+the same bound."""
+
+COUNT_MAX = 2**63 - 1
+"""Largest count (observations, failures, step index, row id) a row may hold: SQLite's ``INTEGER``."""
+
+PID_MAX = 2**31 - 1
+"""Largest process id an audit record may hold: ``pid_t`` is a signed 32-bit integer, and
+:func:`os.kill` (``audit`` looks whether the process is gone) refuses a larger one."""
+
+SHOWN_VALUE = 40
+"""Characters of a bad field's ``repr`` an error line quotes (one line, whatever the field holds)."""
+
+SHOWN_DAMAGE = 200
+"""Characters of SQLite's ``quick_check`` report an error line quotes (it lists every bad cell)."""
+
+ACTION_TABLES = (
+    "audit",
+    "audit_steps",
+    "machines",
+    "machine_history",
+    "sched_nodes",
+    "job_hosts",
+    "code_changes",
+    "job_versions",
+    "sqlite_sequence",
+)
+"""The tables an action writes (its audit record and steps, machine states, the ``inventory``
+scheduler's nodes, job host lists, code changes and versions, the AUTOINCREMENT counters): the ones
+:meth:`Store.check_audit` has SQLite check (``PRAGMA quick_check(TABLE)``, the table and its indexes)
+before anything is applied. Small tables (rows per action, not per sweep): the check stays cheap."""
 
 
 class MachineState(str, enum.Enum):
@@ -141,6 +203,121 @@ class StoreError(ConfigError):
 
 class StoreLocked(ActionRefused):
     """Another robustctl holds the store's action lock past the wait time."""
+
+
+def time_problem(value: object) -> str | None:
+    """Why ``value`` (a field read from the store) is not a time a row may hold; None when it is one.
+
+    A time is an ``int`` or ``float`` (never a bool, text, blob or NULL), finite, in
+    [:data:`TIME_MIN`, :data:`TIME_MAX`) UNIX seconds.
+    """
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return "not a number" if value is not None else "missing (NULL)"
+    if isinstance(value, float) and not math.isfinite(value):
+        return "not a finite number"
+    if not TIME_MIN <= value < TIME_MAX:  # compared before float(): an int past 1e308 has no float
+        return "out of range (1970-01-01 to 9999-12-31 UTC)"
+    return None
+
+
+class StoreRow:
+    """One row read from the store; each field is checked as it is taken.
+
+    A field that does not hold what its column should raises :class:`StoreError` naming the file, the
+    table, the row id and the column, with the value quoted (at most :data:`SHOWN_VALUE` characters of
+    its ``repr``): one line, exit 78.
+
+    Args:
+        path: the store file (named in errors). table: the table read. rowid: the row's ``rowid``.
+        values: the fields by column name.
+    """
+
+    __slots__ = ("path", "rowid", "table", "values")
+
+    def __init__(self, path: Path, table: str, rowid: object, values: Mapping[str, Any]) -> None:
+        self.path = path
+        self.table = table
+        self.rowid = rowid
+        self.values = values
+
+    def error(self, column: str, why: str) -> StoreError:
+        """The StoreError for ``column`` of this row holding what it should not (``why``)."""
+        shown = repr(self.values.get(column))
+        if len(shown) > SHOWN_VALUE:
+            shown = shown[: SHOWN_VALUE - 1] + "…"
+        return StoreError(
+            f"{self.path}: table {self.table}, row {self.rowid}, column {column}: {why} ({shown}); the row "
+            "was changed outside robustctl or the file is damaged: repair it, or pass --state to use another file"
+        )
+
+    def time(self, column: str) -> float:
+        """The field as a time (UNIX s, :func:`time_problem`). Raises StoreError."""
+        value = self.values[column]
+        why = time_problem(value)
+        if why is not None:
+            raise self.error(column, f"bad time: {why}")
+        return float(value)
+
+    def opt_time(self, column: str) -> float | None:
+        """:meth:`time`, or None for NULL (a column that may be empty: an end not reached yet)."""
+        return None if self.values[column] is None else self.time(column)
+
+    def count(self, column: str, *, most: int = COUNT_MAX) -> int:
+        """The field as an integer in [0, ``most``]. Raises StoreError."""
+        value = self.values[column]
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise self.error(column, "not an integer")
+        if not 0 <= value <= most:
+            raise self.error(column, f"out of range (0 to {most})")
+        return value
+
+    def opt_count(self, column: str) -> int | None:
+        """:meth:`count`, or None for NULL."""
+        return None if self.values[column] is None else self.count(column)
+
+    def text(self, column: str) -> str:
+        """The field as text (a number SQLite kept as one is written out). Raises StoreError: a blob or NULL."""
+        value = self.values[column]
+        if isinstance(value, str):
+            return value
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return str(value)
+        raise self.error(column, "not text")
+
+    def opt_text(self, column: str) -> str | None:
+        """:meth:`text`, or None for NULL."""
+        return None if self.values[column] is None else self.text(column)
+
+    def choice(self, column: str, kind: type[enum.Enum]) -> Any:
+        """The field as a member of the str enum ``kind`` (a state, a readiness). Raises StoreError."""
+        value = self.values[column]
+        try:
+            return kind(value)
+        except ValueError:
+            raise self.error(column, "not one of " + ", ".join(str(m.value) for m in kind)) from None
+
+    def json(self, column: str) -> Any:
+        """The field's JSON document (None for NULL). Raises StoreError: not JSON text."""
+        value = self.values[column]
+        if value is None:
+            return None
+        if not isinstance(value, str):
+            raise self.error(column, "not JSON text")
+        try:
+            return json.loads(value)
+        except (ValueError, RecursionError):
+            raise self.error(column, "not JSON") from None
+
+    def times(self, column: str) -> tuple[float, ...]:
+        """The field as a JSON list of times (each checked like :meth:`time`). Raises StoreError."""
+        doc = self.json(column)
+        if not isinstance(doc, list):
+            raise self.error(column, "not a JSON list of times")
+        for t in doc:
+            why = time_problem(t)
+            if why is not None:
+                raise self.error(column, f"bad time in the list: {why}")
+        return tuple(float(t) for t in doc)
 
 
 @dataclass(frozen=True)
@@ -414,7 +591,7 @@ class Store:
         store = cls(p, conn, clock=clock, who=who)
         try:
             store._setup(read_only)
-        except sqlite3.Error as exc:
+        except (sqlite3.Error, UnicodeDecodeError) as exc:  # a damaged file: its bytes in SQLite's message
             conn.close()
             raise StoreError(_describe(p, exc)) from None
         return store
@@ -471,12 +648,12 @@ class Store:
         """One ``BEGIN IMMEDIATE`` transaction; SQLite errors become StoreError naming the file."""
         try:
             self._conn.execute("BEGIN IMMEDIATE")
-        except sqlite3.Error as exc:
+        except (sqlite3.Error, UnicodeDecodeError) as exc:
             raise StoreError(_describe(self.path, exc)) from None
         try:
             yield self._conn
             self._conn.execute("COMMIT")
-        except sqlite3.Error as exc:
+        except (sqlite3.Error, UnicodeDecodeError) as exc:
             with contextlib.suppress(sqlite3.Error):
                 self._conn.execute("ROLLBACK")
             raise StoreError(_describe(self.path, exc)) from None
@@ -492,8 +669,28 @@ class Store:
                     sql, tuple(_clean(a) if isinstance(a, str) else a for a in args)
                 ).fetchall()
             )
-        except sqlite3.Error as exc:
+        except (sqlite3.Error, UnicodeDecodeError) as exc:  # a damaged page: undecodable text
             raise StoreError(_describe(self.path, exc)) from None
+
+    def rows(
+        self, table: str, columns: Sequence[str], tail: str = "", args: Sequence[Any] = ()
+    ) -> list[StoreRow]:
+        """``SELECT rowid, COLUMNS FROM TABLE TAIL`` as :class:`StoreRow` s, whose fields are checked as
+        they are taken (``tail``: the ``WHERE``/``ORDER BY``/``LIMIT`` part, with ``?`` for ``args``;
+        ``table`` and ``columns`` are robustctl's own names, never input).
+
+        Raises:
+            StoreError: the store cannot be read.
+        """
+        if not all(name.isidentifier() for name in (table, *columns)):
+            raise ValueError(f"not a table and column names: {table!r}, {columns!r}")
+        sql = f"SELECT rowid, {', '.join(columns)} FROM {table}"  # noqa: S608 - identifiers checked above
+        if tail:
+            sql += " " + tail
+        return [
+            StoreRow(self.path, table, r[0], dict(zip(columns, r[1:], strict=True)))
+            for r in self._query(sql, args)
+        ]
 
     def transaction(self) -> contextlib.AbstractContextManager[sqlite3.Connection]:
         """One write transaction (``BEGIN IMMEDIATE``) for modules that keep their own tables in the store
@@ -570,15 +767,12 @@ class Store:
 
     def machine(self, host: str) -> MachineRecord | None:
         """The host's row, or None when robustctl never changed it (it is in its inventory state)."""
-        rows = self._query(
-            "SELECT host, state, readiness, reason, updated_at FROM machines WHERE host=?", [host]
-        )
+        rows = self.rows("machines", _MACHINE_COLUMNS, "WHERE host=?", [host])
         return _machine(rows[0]) if rows else None
 
     def machines(self, states: Iterable[MachineState] | None = None) -> list[MachineRecord]:
         """Every recorded host (optionally only those in ``states``), by name."""
-        rows = self._query("SELECT host, state, readiness, reason, updated_at FROM machines ORDER BY host")
-        out = [_machine(r) for r in rows]
+        out = [_machine(r) for r in self.rows("machines", _MACHINE_COLUMNS, "ORDER BY host")]
         if states is not None:
             wanted = set(states)
             out = [m for m in out if m.state in wanted]
@@ -669,8 +863,11 @@ class Store:
         )
 
     def history(self, host: str | None = None, *, since: float | None = None) -> list[HistoryRow]:
-        """State changes, oldest first, optionally of one host and/or since a UNIX time."""
-        sql = "SELECT host, at, from_state, to_state, readiness, reason, who, audit_id FROM machine_history"
+        """State changes, oldest first, optionally of one host and/or since a UNIX time.
+
+        Raises:
+            StoreError: the store cannot be read, or a row read holds a bad field (:class:`StoreRow`).
+        """
         cond: list[str] = []
         args: list[Any] = []
         if host is not None:
@@ -679,18 +876,34 @@ class Store:
         if since is not None:
             cond.append("at>=?")
             args.append(since)
-        if cond:
-            sql += " WHERE " + " AND ".join(cond)
-        return [HistoryRow(*r) for r in self._query(sql + " ORDER BY id", args)]
+        where = ("WHERE " + " AND ".join(cond) + " ") if cond else ""
+        return [
+            HistoryRow(
+                host=r.text("host"),
+                at=r.time("at"),
+                from_state=r.opt_text("from_state"),
+                to_state=r.text("to_state"),
+                readiness=r.opt_text("readiness"),
+                reason=r.text("reason"),
+                who=r.text("who"),
+                audit_id=r.opt_count("audit_id"),
+            )
+            for r in self.rows("machine_history", _HISTORY_COLUMNS, where + "ORDER BY id", args)
+        ]
 
     def evictions_since(self, since: float) -> list[HistoryRow]:
         """Every transition into ``evicted`` at or after ``since`` (UNIX s), oldest first."""
         return [h for h in self.history(since=since) if h.to_state == MachineState.EVICTED.value]
 
     def first_record_at(self) -> float | None:
-        """When the store recorded its first state change (the start of its eviction history)."""
-        rows = self._query("SELECT MIN(at) FROM machine_history")
-        return float(rows[0][0]) if rows and rows[0][0] is not None else None
+        """When the store recorded its first state change (the start of its eviction history).
+
+        Raises:
+            StoreError: the store cannot be read, or the earliest ``at`` is not a time (NULL and
+                negative times sort first).
+        """
+        rows = self.rows("machine_history", ["at"], "ORDER BY at LIMIT 1")
+        return rows[0].time("at") if rows else None
 
     # --- the embedded scheduler's node states ----------------------------------------------------
 
@@ -739,7 +952,15 @@ class Store:
         status: str = "started",
         message: str = "",
     ) -> int:
-        """Append an audit record (before anything is applied) and return its id. Raises StoreError."""
+        """Append an audit record (before anything is applied) and return its id.
+
+        A record of an action about to apply (status ``started``) is then checked
+        (:meth:`check_audit`): the action goes ahead only on a store that can hold its record.
+
+        Raises:
+            StoreError: the store cannot be written, or fails the check (the record is then marked
+                ``failed``, "not applied", as far as the store allows).
+        """
         with self._tx() as c:
             cur = c.execute(
                 "INSERT INTO audit(started_at, who, pid, action, targets, reason, evidence, plan, status, message, "
@@ -758,7 +979,13 @@ class Store:
                     int(forced),
                 ),
             )
-            return int(cur.lastrowid or 0)
+            audit_id = int(cur.lastrowid or 0)
+        if status == AuditStatus.STARTED.value:
+            try:
+                self.check_audit(audit_id)
+            except StoreError as exc:
+                raise self._refuse_unverified(audit_id, exc) from None
+        return audit_id
 
     def audit_step_start(self, audit_id: int, index: int, description: str) -> None:
         """Record step ``index`` as ``running`` before it runs. Raises StoreError."""
@@ -785,47 +1012,61 @@ class Store:
             )
 
     def audit(self, *, since: float | None = None, audit_id: int | None = None) -> list[AuditRecord]:
-        """Audit records, oldest first, with their steps; optionally since a UNIX time or one id."""
-        sql = (
-            "SELECT id, started_at, finished_at, who, pid, action, targets, reason, evidence, plan, status, "
-            "message, forced FROM audit"
-        )
-        args: list[Any] = []
+        """Audit records, oldest first, with their steps; optionally since a UNIX time or one id.
+
+        Raises:
+            StoreError: the store cannot be read, or a record read holds a bad field (a time out of
+                range, text in a number column, a plan that is not JSON: :class:`StoreRow`).
+        """
+        tail: str = ""
+        args: list[float] = []
         if audit_id is not None:
-            sql += " WHERE id=?"
-            args.append(audit_id)
+            tail, args = "WHERE id=? ", [audit_id]
         elif since is not None:
-            sql += " WHERE started_at>=?"
-            args.append(since)
-        rows = self._query(sql + " ORDER BY id", args)
+            tail, args = "WHERE started_at>=? ", [since]
+        rows = self.rows("audit", _AUDIT_COLUMNS, tail + "ORDER BY id", args)
         steps: dict[int, list[AuditStep]] = {}
         if rows:
-            srows = self._query(
-                "SELECT audit_id, idx, description, status, detail, started_at, finished_at FROM audit_steps "
-                "WHERE audit_id>=? ORDER BY audit_id, idx",
-                [rows[0][0]],
+            first = rows[0].count("id")
+            for s in self.rows(
+                "audit_steps", _STEP_COLUMNS, "WHERE audit_id>=? ORDER BY audit_id, idx", [first]
+            ):
+                steps.setdefault(s.count("audit_id"), []).append(_audit_step(s))
+        return [_audit_record(r, steps.get(r.count("id"), ())) for r in rows]
+
+    def check_audit(self, audit_id: int) -> None:
+        """Check that the store can hold an action's audit record: SQLite finds no damage in the tables
+        an action writes (``PRAGMA quick_check`` of each of :data:`ACTION_TABLES` and its indexes), and
+        the whole audit log reads back as ``robustctl audit`` reads it, record ``audit_id`` included.
+
+        Cost: the action tables and the audit log are read once (rows per action, not per sweep).
+
+        Raises:
+            StoreError: damage found, a record unreadable, or ``audit_id`` missing; the message names
+                the file and what failed.
+        """
+        present = {str(r[0]) for r in self._query("SELECT name FROM sqlite_master WHERE type='table'")}
+        for table in ACTION_TABLES:
+            if table not in present:
+                continue
+            found = [str(r[0]) for r in self._query(f"PRAGMA quick_check({table})")]
+            if found != ["ok"]:
+                damage = " ".join(" ".join(found).split())[:SHOWN_DAMAGE]
+                raise StoreError(
+                    f"{self.path}: SQLite finds the table {table} damaged ({damage}); "
+                    "repair the file (sqlite3 .recover) or pass --state to use another file"
+                )
+        if audit_id not in {r.id for r in self.audit()}:
+            raise StoreError(f"{self.path}: audit record {audit_id} was written but cannot be read back")
+
+    def _refuse_unverified(self, audit_id: int, exc: StoreError) -> StoreError:
+        """Mark record ``audit_id`` failed (best effort: the store is damaged) and return the error that
+        stops the action."""
+        with contextlib.suppress(StoreError):
+            self.audit_finish(
+                audit_id, AuditStatus.FAILED.value, f"not applied: the state store failed its check: {exc}"
             )
-            for s in srows:
-                steps.setdefault(int(s[0]), []).append(AuditStep(int(s[1]), s[2], s[3], s[4], s[5], s[6]))
-        return [
-            AuditRecord(
-                id=int(r[0]),
-                started_at=float(r[1]),
-                finished_at=r[2],
-                who=r[3],
-                pid=int(r[4]),
-                action=r[5],
-                targets=tuple(json.loads(r[6])),
-                reason=r[7],
-                evidence=r[8],
-                plan=json.loads(r[9]) if r[9] else None,
-                status=r[10],
-                message=r[11],
-                forced=bool(r[12]),
-                steps=tuple(steps.get(int(r[0]), ())),
-            )
-            for r in rows
-        ]
+        return StoreError(f"{exc} (nothing was applied)")
 
 
 # --- the playbook journal (robustctl.playbooks.journal reads and writes it) ---------------------------------
@@ -870,8 +1111,59 @@ def _text(text: str) -> str:
     return text
 
 
-def _machine(row: Sequence[Any]) -> MachineRecord:
-    return MachineRecord(str(row[0]), MachineState(row[1]), Readiness(row[2]), str(row[3]), float(row[4]))
+_MACHINE_COLUMNS = ("host", "state", "readiness", "reason", "updated_at")
+_HISTORY_COLUMNS = ("host", "at", "from_state", "to_state", "readiness", "reason", "who", "audit_id")
+_AUDIT_COLUMNS = (
+    "id", "started_at", "finished_at", "who", "pid", "action", "targets", "reason", "evidence", "plan",
+    "status", "message", "forced",
+)  # fmt: skip
+_STEP_COLUMNS = ("audit_id", "idx", "description", "status", "detail", "started_at", "finished_at")
+
+
+def _machine(r: StoreRow) -> MachineRecord:
+    return MachineRecord(
+        r.text("host"),
+        r.choice("state", MachineState),
+        r.choice("readiness", Readiness),
+        r.text("reason"),
+        r.time("updated_at"),
+    )
+
+
+def _audit_record(r: StoreRow, steps: Sequence[AuditStep]) -> AuditRecord:
+    targets = r.json("targets")
+    if not isinstance(targets, list) or not all(isinstance(t, str) for t in targets):
+        raise r.error("targets", "not a JSON list of host names")
+    plan = r.json("plan") if r.values["plan"] != "" else None  # '': no plan, as NULL
+    if plan is not None and not isinstance(plan, dict):
+        raise r.error("plan", "not a JSON object")
+    return AuditRecord(
+        id=r.count("id"),
+        started_at=r.time("started_at"),
+        finished_at=r.opt_time("finished_at"),
+        who=r.text("who"),
+        pid=r.count("pid", most=PID_MAX),
+        action=r.text("action"),
+        targets=tuple(targets),
+        reason=r.text("reason"),
+        evidence=r.opt_text("evidence"),
+        plan=plan,
+        status=r.text("status"),
+        message=r.text("message"),
+        forced=bool(r.count("forced")),
+        steps=tuple(steps),
+    )
+
+
+def _audit_step(r: StoreRow) -> AuditStep:
+    return AuditStep(
+        r.count("idx"),
+        r.text("description"),
+        r.text("status"),
+        r.text("detail"),
+        r.time("started_at"),
+        r.opt_time("finished_at"),
+    )
 
 
 def _read_holder(fd: int) -> str:

@@ -6,7 +6,6 @@ Parse → :mod:`robustctl.commands.update` → render on stderr (text from hosts
 
 from __future__ import annotations
 
-import datetime
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -60,7 +59,9 @@ app = typer.Typer(
 def _when(t: float | None) -> str:
     if t is None:
         return "-"
-    return datetime.datetime.fromtimestamp(t).strftime("%Y-%m-%d %H:%M:%S")
+    from robustctl.report.timefmt import format_utc
+
+    return format_utc(t, zone=True)
 
 
 def _short(commit: str | None) -> str:

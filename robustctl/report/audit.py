@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import datetime
 from typing import TYPE_CHECKING
 
 from rich.table import Table
 
 from robustctl.report.console import escape
+from robustctl.report.timefmt import format_utc
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -47,7 +47,7 @@ def render_audit(result: AuditResult, console: Console) -> None:
 
 
 def _when(at: float) -> str:
-    return datetime.datetime.fromtimestamp(at, datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+    return format_utc(at)
 
 
 def _targets(r: AuditRecord) -> str:

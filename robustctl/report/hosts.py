@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import datetime
 from typing import TYPE_CHECKING
 
 from rich.table import Table
 
 from robustctl.report.console import as_text, escape
+from robustctl.report.timefmt import format_utc
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -28,11 +28,7 @@ def render_hosts(result: HostsResult, console: Console) -> None:
     for e in result.hosts:
         state = escape(e.state + (f" ({e.readiness})" if e.readiness else ""))
         style = STATE_STYLE.get(e.state)
-        since = (
-            datetime.datetime.fromtimestamp(e.since, datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
-            if e.since is not None
-            else "(inventory)"
-        )
+        since = format_utc(e.since) if e.since is not None else "(inventory)"
         finding = "(the reason)" if e.finding == e.reason else (e.finding or "-")
         host = e.host + ("" if e.in_inventory else " (not in inventory)")
         table.add_row(

@@ -13,11 +13,11 @@ never reaches the page.
 
 from __future__ import annotations
 
-import datetime as dt
 from html import escape
 from typing import TYPE_CHECKING
 
 from robustctl.report.console import printable
+from robustctl.report.timefmt import format_utc
 
 if TYPE_CHECKING:
     from robustctl.commands.sweep import SweepResult
@@ -39,7 +39,7 @@ _SYMBOL = {"ok": "✓", "warning": "!", "critical": "✗", "unknown": "?", "not_
 
 
 def _when(t: float) -> str:
-    return dt.datetime.fromtimestamp(t, tz=dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    return format_utc(t, zone=True)
 
 
 def _h(text: object) -> str:

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import datetime
 from typing import TYPE_CHECKING
 
 from rich.table import Table
 
 from robustctl.report.console import as_text, escape, styled
+from robustctl.report.timefmt import format_utc
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 
 
 def _utc(t: float) -> str:
-    return datetime.datetime.fromtimestamp(t, datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+    return format_utc(t)
 
 
 def render_sweep(result: SweepResult, console: Console, *, quiet: bool = False) -> None:

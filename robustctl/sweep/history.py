@@ -26,6 +26,13 @@ Time: every row takes the store's clock. A clock that went backwards since the l
 (NTP step, a VM restored from a snapshot) must not put new rows before old ones: the sweep is
 recorded at the last recorded time instead, and :attr:`Recorded.clock_skew_s` says by how much the
 clock was behind (the caller prints one warning line).
+
+Reading: every field is checked as it is read (:class:`robustctl.store.StoreRow`): a time must be a
+finite number in [:data:`robustctl.store.TIME_MIN`, :data:`robustctl.store.TIME_MAX`), a count an
+integer, ``recent_bad`` a JSON list of times. A row that fails (text in ``at``, ``1e300`` in
+``last_seen``) stops the reader with a :class:`~robustctl.store.StoreError` naming the table, the row
+id and the column (exit 78): ``history``, ``lemons`` and a sweep would otherwise show, count or date
+new rows after a time nobody recorded.
 """
 
 from __future__ import annotations
@@ -41,7 +48,7 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from robustctl.models import HostReport, RunReport
-    from robustctl.store import Store
+    from robustctl.store import Store, StoreRow
 
 __all__ = [
     "HOST_CHECK",
@@ -199,11 +206,13 @@ def observations_of(report: HostReport) -> list[Observation]:
 def _last_time(store: Store) -> float:
     # The newest sweep row holds the latest time: record() never writes a time before the last one.
     # (By id through the primary key: MAX(finished_at) would scan a year's 105,120 rows each sweep.)
-    rows = store.query("SELECT finished_at FROM sweeps ORDER BY id DESC LIMIT 1")
-    last = float(rows[0][0]) if rows and rows[0][0] is not None else 0.0
-    rows = store.query("SELECT MAX(last_seen) FROM host_counters")
-    if rows and rows[0][0] is not None:
-        last = max(last, float(rows[0][0]))
+    # Each time is checked (StoreRow): a hand-edited 1e300 would otherwise date every later row there.
+    # The greatest last_seen is the row read: text sorts after every number, so it is the one found.
+    last = 0.0
+    for r in store.rows("sweeps", ["finished_at"], "ORDER BY id DESC LIMIT 1"):
+        last = r.time("finished_at")
+    for r in store.rows("host_counters", ["last_seen"], "ORDER BY last_seen DESC LIMIT 1"):
+        last = max(last, r.time("last_seen"))
     return last
 
 
@@ -250,17 +259,15 @@ def record(
 
         def write(o: Observation) -> None:
             detail = _cut(o.detail)
-            row = c.execute(
-                "SELECT status, streak, recent_bad FROM check_state WHERE host=? AND check_name=?",
-                (o.host, o.check),
-            ).fetchone()
-            bad = json.loads(row[2]) if row else []
+            found = store.rows(
+                "check_state", ["status", "recent_bad"], "WHERE host=? AND check_name=?", [o.host, o.check]
+            )
+            before = found[0].text("status") if found else None
+            bad = list(found[0].times("recent_bad")) if found else []
             if o.status is Status.CRITICAL:
                 bad = [*bad, at][-RECENT_BAD:]
-            if row is None or row[0] != o.status.value:
-                changes.append(
-                    CheckChange(o.host, o.check, at, row[0] if row else None, o.status.value, detail, source)
-                )
+            if before is None or before != o.status.value:
+                changes.append(CheckChange(o.host, o.check, at, before, o.status.value, detail, source))
                 c.execute(
                     "INSERT INTO check_state(host, check_name, status, since, last_seen, streak, detail, recent_bad) "
                     "VALUES (?, ?, ?, ?, ?, 1, ?, ?) ON CONFLICT(host, check_name) DO UPDATE SET "
@@ -271,7 +278,7 @@ def record(
                 c.execute(
                     "INSERT INTO check_changes(host, check_name, at, from_status, to_status, detail, source) "
                     "VALUES (?, ?, ?, ?, ?, ?, ?)",
-                    (o.host, o.check, at, row[0] if row else None, o.status.value, detail, source),
+                    (o.host, o.check, at, before, o.status.value, detail, source),
                 )
             else:
                 c.execute(
@@ -281,7 +288,7 @@ def record(
                 )
             if o.check != HOST_CHECK:
                 return
-            failed = int(o.status is Status.CRITICAL and (row is None or row[0] != Status.CRITICAL.value))
+            failed = int(o.status is Status.CRITICAL and before != Status.CRITICAL.value)
             c.execute(
                 "INSERT INTO host_counters(host, seen, failures, unknowns, first_seen, last_seen, last_status) "
                 "VALUES (?, 1, ?, ?, ?, ?, ?) ON CONFLICT(host) DO UPDATE SET seen=seen+1, "
@@ -341,39 +348,56 @@ def prune(store: Store, before: float) -> int:
     return int(n)
 
 
-def _state(r: tuple[Any, ...]) -> CheckState:
+_STATE_COLUMNS = ("host", "check_name", "status", "since", "last_seen", "streak", "detail", "recent_bad")
+_CHANGE_COLUMNS = ("host", "check_name", "at", "from_status", "to_status", "detail", "source")
+_COUNTER_COLUMNS = ("host", "seen", "failures", "unknowns", "first_seen", "last_seen", "last_status")
+_SWEEP_COLUMNS = ("id", "started_at", "finished_at", "source", "hosts", "status", "clock_skew_s")
+
+
+def _state(r: StoreRow) -> CheckState:
     return CheckState(
-        str(r[0]),
-        str(r[1]),
-        str(r[2]),
-        float(r[3]),
-        float(r[4]),
-        int(r[5]),
-        str(r[6]),
-        tuple(float(x) for x in json.loads(str(r[7]))),
+        r.text("host"),
+        r.text("check_name"),
+        r.text("status"),
+        r.time("since"),
+        r.time("last_seen"),
+        r.count("streak"),
+        r.text("detail"),
+        r.times("recent_bad"),
     )
 
 
-def check_states(store: Store, hosts: Iterable[str] | None = None) -> dict[tuple[str, str], CheckState]:
-    """``check_state`` rows keyed by (host, check), of ``hosts`` (None: all). Raises StoreError."""
-    sql = "SELECT host, check_name, status, since, last_seen, streak, detail, recent_bad FROM check_state"
+def _by_host(
+    store: Store, table: str, columns: tuple[str, ...], hosts: Iterable[str] | None
+) -> list[StoreRow]:
+    """The rows of ``table`` of ``hosts`` (None: all): up to :data:`_FEW` hosts by key, else one scan."""
     wanted = set(hosts) if hosts is not None else None
     if wanted is not None and len(wanted) <= _FEW:
-        rows = [r for h in sorted(wanted) for r in store.query(sql + " WHERE host=?", [h])]
-    else:
-        rows = store.query(sql)
-    return {(str(r[0]), str(r[1])): _state(r) for r in rows if wanted is None or r[0] in wanted}
+        return [r for h in sorted(wanted) for r in store.rows(table, columns, "WHERE host=?", [h])]
+    rows = store.rows(table, columns)
+    return [r for r in rows if wanted is None or r.values["host"] in wanted]
 
 
-def _change(r: tuple[Any, ...]) -> CheckChange:
+def check_states(store: Store, hosts: Iterable[str] | None = None) -> dict[tuple[str, str], CheckState]:
+    """``check_state`` rows keyed by (host, check), of ``hosts`` (None: all).
+
+    Raises:
+        StoreError: the store cannot be read, or a row read holds a bad field (a time out of range,
+            text in a number column: :class:`~robustctl.store.StoreRow`).
+    """
+    states = [_state(r) for r in _by_host(store, "check_state", _STATE_COLUMNS, hosts)]
+    return {(s.host, s.check): s for s in states}
+
+
+def _change(r: StoreRow) -> CheckChange:
     return CheckChange(
-        str(r[0]),
-        str(r[1]),
-        float(r[2]),
-        None if r[3] is None else str(r[3]),
-        str(r[4]),
-        str(r[5]),
-        str(r[6]),
+        r.text("host"),
+        r.text("check_name"),
+        r.time("at"),
+        r.opt_text("from_status"),
+        r.text("to_status"),
+        r.text("detail"),
+        r.text("source"),
     )
 
 
@@ -381,7 +405,11 @@ def changes(
     store: Store, *, host: str | None = None, since: float | None = None, limit: int = 10_000
 ) -> list[CheckChange]:
     """State changes, oldest first, of ``host`` (None: all) at or after ``since``; the newest
-    ``limit`` of them. Raises StoreError."""
+    ``limit`` of them.
+
+    Raises:
+        StoreError: the store cannot be read, or a row read holds a bad field.
+    """
     cond: list[str] = []
     args: list[Any] = []
     if host is not None:
@@ -390,31 +418,38 @@ def changes(
     if since is not None:
         cond.append("at>=?")
         args.append(since)
-    where = (" WHERE " + " AND ".join(cond)) if cond else ""
-    sql = "SELECT host, check_name, at, from_status, to_status, detail, source FROM check_changes"
-    rows = store.query(sql + where + " ORDER BY id DESC LIMIT ?", [*args, limit])
+    where = ("WHERE " + " AND ".join(cond) + " ") if cond else ""
+    rows = store.rows("check_changes", _CHANGE_COLUMNS, where + "ORDER BY id DESC LIMIT ?", [*args, limit])
     return [_change(r) for r in reversed(rows)]
 
 
 def counters(store: Store, hosts: Iterable[str] | None = None) -> dict[str, HostCounters]:
-    """``host_counters`` rows by host (None: all). Raises StoreError."""
-    sql = "SELECT host, seen, failures, unknowns, first_seen, last_seen, last_status FROM host_counters"
-    wanted = set(hosts) if hosts is not None else None
-    if wanted is not None and len(wanted) <= _FEW:
-        rows = [r for h in sorted(wanted) for r in store.query(sql + " WHERE host=?", [h])]
-    else:
-        rows = store.query(sql)
-    return {
-        str(r[0]): HostCounters(
-            str(r[0]), int(r[1]), int(r[2]), int(r[3]), float(r[4]), float(r[5]), str(r[6])
+    """``host_counters`` rows by host (None: all).
+
+    Raises:
+        StoreError: the store cannot be read, or a row read holds a bad field.
+    """
+    out: dict[str, HostCounters] = {}
+    for r in _by_host(store, "host_counters", _COUNTER_COLUMNS, hosts):
+        c = HostCounters(
+            r.text("host"),
+            r.count("seen"),
+            r.count("failures"),
+            r.count("unknowns"),
+            r.time("first_seen"),
+            r.time("last_seen"),
+            r.text("last_status"),
         )
-        for r in rows
-        if wanted is None or r[0] in wanted
-    }
+        out[c.host] = c
+    return out
 
 
 def host_history(store: Store, host: str, *, since: float | None = None, limit: int = 10_000) -> HostHistory:
-    """``host``'s counters, current check states and changes since ``since``. Raises StoreError."""
+    """``host``'s counters, current check states and changes since ``since``.
+
+    Raises:
+        StoreError: the store cannot be read, or a row read holds a bad field.
+    """
     states = sorted(check_states(store, [host]).values(), key=lambda s: (s.check != HOST_CHECK, s.check))
     return HostHistory(
         host,
@@ -425,23 +460,35 @@ def host_history(store: Store, host: str, *, since: float | None = None, limit: 
 
 
 def last_sweeps(store: Store, n: int = 1) -> list[SweepRow]:
-    """The newest ``n`` sweeps, newest first. Raises StoreError."""
-    rows = store.query(
-        "SELECT id, started_at, finished_at, source, hosts, status, clock_skew_s FROM sweeps "
-        "WHERE source='sweep' ORDER BY id DESC LIMIT ?",
-        [n],
-    )
+    """The newest ``n`` sweeps, newest first.
+
+    Raises:
+        StoreError: the store cannot be read, or a row read holds a bad field.
+    """
     return [
-        SweepRow(int(r[0]), float(r[1]), float(r[2]), str(r[3]), int(r[4]), str(r[5]), float(r[6]))
-        for r in rows
+        SweepRow(
+            r.count("id"),
+            r.time("started_at"),
+            r.time("finished_at"),
+            r.text("source"),
+            r.count("hosts"),
+            r.text("status"),
+            r.time("clock_skew_s"),  # a duration, held to the same range
+        )
+        for r in store.rows("sweeps", _SWEEP_COLUMNS, "WHERE source='sweep' ORDER BY id DESC LIMIT ?", [n])
     ]
 
 
 def failures_since(store: Store, since: float) -> dict[str, list[CheckChange]]:
     """Each host's failures (changes of :data:`HOST_CHECK` into CRITICAL: named by a sweep's policy or
-    critical in a diagnose run) at or after ``since``."""
-    rows = store.query(
-        "SELECT host, check_name, at, from_status, to_status, detail, source FROM check_changes "
+    critical in a diagnose run) at or after ``since``.
+
+    Raises:
+        StoreError: the store cannot be read, or a row read holds a bad field.
+    """
+    rows = store.rows(
+        "check_changes",
+        _CHANGE_COLUMNS,
         "WHERE check_name=? AND to_status=? AND at>=? ORDER BY id",
         [HOST_CHECK, Status.CRITICAL.value, since],
     )
