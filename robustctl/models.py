@@ -207,15 +207,15 @@ def to_jsonable(obj: Any) -> Any:
 
 NON_FINITE_JSON = {"nan": "NaN", "inf": "Infinity", "-inf": "-Infinity"}
 """How a float that JSON cannot hold is written, by ``repr(value)``: the strings ``"NaN"``,
-``"Infinity"`` and ``"-Infinity"``, the spelling of JavaScript's ``String(x)``, of Python's and Go's
-float parsers and of the Prometheus text format. Lossless (``float("Infinity")`` reads it back), and
-RFC 8259 has no token for them: Python's own ``NaN`` output is rejected by ``jq`` and strict parsers."""
+``"Infinity"`` and ``"-Infinity"``, the spelling of JavaScript's ``String(x)`` that Python's
+``float()`` and Go's ``strconv.ParseFloat`` read back (lossless). RFC 8259 has no token for them:
+Python's own ``NaN`` output is rejected by ``jq`` and every strict parser."""
 
 
 def strict_jsonable(obj: Any) -> Any:
-    """:func:`to_jsonable`, with every non-finite float (NaN, ±Infinity, e.g. from a host's probe)
-    written as the string of :data:`NON_FINITE_JSON`: what every JSON document robustctl writes
-    goes through, so ``json.dumps(..., allow_nan=False)`` never fails on a host's number.
+    """:func:`to_jsonable`, with every non-finite float (NaN, ±Infinity: from a file, a computation
+    or a host) written as the string of :data:`NON_FINITE_JSON`: what every JSON document robustctl
+    writes goes through, so ``json.dumps(..., allow_nan=False)`` never fails on such a number.
 
     Finite floats (``1e308``, ``5e-324``) and integers of any size are kept as they are.
     """
