@@ -1,5 +1,5 @@
 """Property-based tests of what a hostile host can send: generated probe documents through the whole
-path a host's answer takes (fan-out, checks, the sweep's history, the HTML report, the Prometheus
+path a host's answer takes (fan-out, transport failures, checks, the sweep's history, the HTML report, the Prometheus
 textfile, ``--json`` and the terminal table), then ``history``, ``hosts`` and ``lemons`` reading the
 store those answers were recorded in.
 
@@ -44,6 +44,7 @@ from robustctl.cli.main import main
 from robustctl.commands.base import result_json
 from robustctl.commands.diagnose import diagnose_request, run_diagnose
 from robustctl.commands.sweep import run_sweep, sweep_request
+from robustctl.errors import CommandTimeout, HostUnreachable
 from robustctl.exit_codes import ExitCode
 from robustctl.models import Status
 from robustctl.report.console import dump_json
@@ -131,10 +132,29 @@ def _replace(doc: Any, path: tuple[Any, ...], value: Any) -> None:
 
 
 @st.composite
+def failed_run(draw: st.DrawFn) -> Any:
+    """A run that printed no document: an exit status with hostile stderr, or a transport error."""
+    why = draw(HOSTILE_TEXT)
+    return draw(
+        st.sampled_from(
+            [
+                CommandResult("h", draw(st.integers(1, 255)), b"", why.encode("utf-8", "replace"), 0.001),
+                HostUnreachable("h", why),
+                CommandTimeout("h", why),
+            ]
+        )
+    )
+
+
+@st.composite
 def hostile_document(draw: st.DrawFn, base: dict[str, Any]) -> Any:
-    """``base`` with one to five values replaced by hostile ones (or raw bytes, one time in ten)."""
-    if draw(st.integers(0, 9)) == 0:
+    """``base`` with one to five values replaced by hostile ones (or, one time in ten each, raw
+    bytes or a failed run)."""
+    roll = draw(st.integers(0, 9))
+    if roll == 0:
         return draw(RAW_ANSWERS)
+    if roll == 1:
+        return draw(failed_run())
     doc = json.loads(json.dumps(base))
     paths = sorted(_paths(doc), key=repr)
     for _ in range(draw(st.integers(1, 5))):
@@ -149,6 +169,8 @@ def hostile_document(draw: st.DrawFn, base: dict[str, Any]) -> Any:
 def _answer(host: str, probe: str, doc: Any) -> Any:
     if isinstance(doc, bytes):
         return CommandResult(host, 0, doc, b"", 0.001)
+    if isinstance(doc, (CommandResult, BaseException)):
+        return doc
     if probe == "host" and isinstance(doc.get("clock"), dict) and doc["clock"].get("time") is None:
 
         def stamped(argv: Any) -> Any:
