@@ -46,6 +46,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import stat
 import sys
 from typing import Any, Callable, Sequence
 
@@ -176,17 +178,38 @@ def nvml_error(code: int) -> Exception:
     return exc
 
 
+MAX_INJECTION_BYTES = 4 * 1024 * 1024
+"""Largest injection file read: a GPU's state is about 3 KiB of JSON, so 4 MiB holds a thousand GPUs."""
+
+
 def load_injection(path: str) -> dict[str, Any]:
     """Read and validate an injection file (see :data:`INJECTION_SCHEMA`).
 
+    The file is opened without blocking (a FIFO with no writer would hang the probe until its
+    timeout) and must be a regular file of at most :data:`MAX_INJECTION_BYTES`.
+
     Raises:
-        OSError: unreadable. ValueError: not JSON, another format or version, ``gpus`` not a list.
+        OSError: unreadable. ValueError: not a regular file, too large, not JSON, another format or
+            version, ``gpus`` not a list.
     """
-    with open(path, encoding="utf-8") as f:
-        try:
-            doc = json.load(f)
-        except ValueError as exc:
-            raise ValueError(f"{path}: not JSON: {exc}") from None
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ValueError(f"{path}: not a regular file")
+        raw = b""
+        while len(raw) <= MAX_INJECTION_BYTES:
+            chunk = os.read(fd, MAX_INJECTION_BYTES + 1 - len(raw))
+            if not chunk:
+                break
+            raw += chunk
+    finally:
+        os.close(fd)
+    if len(raw) > MAX_INJECTION_BYTES:
+        raise ValueError(f"{path}: larger than {MAX_INJECTION_BYTES} bytes")
+    try:
+        doc = json.loads(raw.decode("utf-8"))
+    except (ValueError, RecursionError) as exc:
+        raise ValueError(f"{path}: not JSON: {exc}") from None
     if not isinstance(doc, dict) or doc.get("format") != INJECTION_FORMAT:
         raise ValueError(f"{path}: not a {INJECTION_FORMAT} file")
     if doc.get("version") != INJECTION_VERSION:

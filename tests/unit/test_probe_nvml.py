@@ -92,6 +92,23 @@ def test_bad_injection_file_is_reported_not_healthy(tmp_path: Path) -> None:
     assert judged[0].status is Status.UNKNOWN
 
 
+@pytest.mark.parametrize("kind", ["fifo", "directory", "huge"])
+def test_an_injection_file_that_is_no_bounded_regular_file_is_an_error_not_a_hang(
+    tmp_path: Path, kind: str
+) -> None:
+    """A FIFO with no writer would block a plain open() until the probe's timeout: refused at once."""
+    path = tmp_path / "nvml.json"
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "directory":
+        path.mkdir()
+    else:
+        path.write_bytes(b" " * (4 * 1024 * 1024 + 1))
+    doc = run_probe("--nvml-injection", str(path))
+    assert doc["data"]["available"] is False and doc["data"]["reason_code"] == "injection_error"
+    assert doc["errors"] and str(path) in doc["errors"][0]
+
+
 def test_without_injection_and_without_a_driver_gpu_checks_are_not_applicable() -> None:
     doc = run_probe(env={"ROBUSTCTL_NVML_INJECTION": ""})
     if doc["data"].get("available"):
