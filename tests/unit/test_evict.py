@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import sqlite3
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
@@ -19,10 +20,12 @@ from robustctl.actions.evict import (
     plan_return,
 )
 from robustctl.actions.plan import StepKind, apply_plan, plan_json
+from robustctl.cli.main import main
 from robustctl.errors import ActionRefused, ConfigError, UsageError
 from robustctl.exit_codes import ExitCode
 from robustctl.schedulers.base import NodeState, OpResult, SchedulerError
 from robustctl.store import MachineState
+from tests.unit.test_store import corrupt_page
 
 # 8 machines of 2 ranks, tp=2 pp=4 dp=2 (Megatron's documented 16-GPU example): PP groups are
 # ranks [0,4,8,12] [1,5,9,13] [2,6,10,14] [3,7,11,15] → machines {0,2,4,6} and {1,3,5,7}.
@@ -342,3 +345,50 @@ def test_a_real_stacks_report_feeds_over_eviction(ctx: ActionContext, tmp_path: 
     assert with_job.targets == expected
     only_suspects = plan_evict(EvictSpec(report=path, reason="hang"), ctx)
     assert only_suspects.targets == expected  # every suspect machine; no expansion asked
+
+
+# --- a damaged store (issue 21, item 7) ------------------------------------------------------------
+
+
+def _host_rows(state: Path, host: str) -> tuple[list[tuple[object, ...]], list[tuple[object, ...]]]:
+    """The host's rows in ``machines`` and the inventory scheduler's ``sched_nodes``, read raw."""
+    conn = sqlite3.connect(state)
+    try:
+        return (
+            conn.execute("SELECT state FROM machines WHERE host=?", (host,)).fetchall(),
+            conn.execute("SELECT state FROM sched_nodes WHERE host=?", (host,)).fetchall(),
+        )
+    finally:
+        conn.close()
+
+
+def _damage(state: Path, kind: str) -> None:
+    if kind == "plan not UTF-8":  # what a damaged overflow page of an older record reads as
+        conn = sqlite3.connect(state)
+        conn.execute("UPDATE audit SET plan=CAST(X'7BFF7D' AS TEXT) WHERE id=1")
+        conn.commit()
+        conn.close()
+    else:
+        corrupt_page(state, kind)
+
+
+@pytest.mark.parametrize("kind", ["audit_steps", "audit_started", "machine_history", "plan not UTF-8"])
+@pytest.mark.parametrize("action", ["evict", "return"])
+def test_an_action_on_a_damaged_store_applies_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], kind: str, action: str
+) -> None:
+    """Before: ``evict --yes`` on a store with one damaged page changed the host and exited 0, and
+    ``audit`` then refused the store. Now the record is checked first: exit 78, nothing applied."""
+    inv, state = write_inventory(tmp_path), tmp_path / "s.db"
+    common = ["--reason", "r", "--yes", "-q", "-i", str(inv), "--state", str(state)]
+    assert main(["evict", "node02", *common]) == 0
+    if action == "return":
+        assert main(["evict", "node04", *common]) == 0
+    before = _host_rows(state, "node04")
+    capsys.readouterr()
+    _damage(state, kind)
+    code = main([action, "node04", *common])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == ExitCode.CONFIG and len(err) == 1, err
+    assert str(state) in err[0] and "nothing was applied" in err[0], err
+    assert _host_rows(state, "node04") == before

@@ -1,22 +1,27 @@
-"""The state store: schema and migrations, states with history, append-only audit, the lock, errors."""
+"""The state store: schema and migrations, states with history, append-only audit, the lock, errors,
+fields checked as they are read (issue 21 item 6) and the audit check before an action (item 7)."""
 
 from __future__ import annotations
 
+import math
 import sqlite3
 import stat
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from robustctl.exit_codes import ExitCode
 from robustctl.store import (
     SCHEMA_VERSION,
+    TIME_MAX,
     MachineState,
     Readiness,
     Store,
     StoreError,
     StoreLocked,
     default_path,
+    time_problem,
 )
 
 
@@ -139,3 +144,153 @@ def test_not_a_store_and_newer_schema_are_refused(tmp_path: Path) -> None:
     conn.commit()
     with pytest.raises(StoreError, match="newer than this robustctl"):
         Store.open(newer)
+
+
+# --- what a hand-edited or damaged file may hold (issue 21, items 6 and 7) --------------------------
+
+
+def set_field(path: Path, table: str, column: str, value: Any, where: str = "") -> None:
+    """``UPDATE table SET column=value`` with a plain connection (what a user with the file can do)."""
+    conn = sqlite3.connect(path)
+    try:
+        conn.execute(f"UPDATE {table} SET {column}=? {where}", (value,))
+        conn.commit()
+    finally:
+        conn.close()
+
+
+def corrupt_page(path: Path, table: str, offset: int = 8, size: int = 64) -> None:
+    """Overwrite ``size`` bytes at ``offset`` of the root page of ``table`` (offset 8 of a leaf page:
+    its cell pointers, so SQLite reads the rows at wrong places). The store must be closed (no WAL)."""
+    conn = sqlite3.connect(path)
+    try:
+        page_size = conn.execute("PRAGMA page_size").fetchone()[0]
+        (root,) = conn.execute("SELECT rootpage FROM sqlite_master WHERE name=?", (table,)).fetchone()
+    finally:
+        conn.close()
+    assert not Path(f"{path}-wal").exists() or Path(f"{path}-wal").stat().st_size == 0
+    with open(path, "r+b") as f:
+        f.seek((root - 1) * page_size + offset)
+        f.write(b"\xa5" * size)
+
+
+def filled(path: Path) -> Path:
+    """A store with a machine, its history and a finished audit record with two steps."""
+    with Store.open(path, clock=Clock(1_700_000_000.0)) as s:
+        aid = s.audit_begin("evict", ["n1"], "xid 79", plan={"steps": [1, 2]})
+        s.audit_step_start(aid, 0, "drain n1")
+        s.audit_step_end(aid, 0, "done", "drained")
+        s.audit_step_start(aid, 1, "mark n1")
+        s.set_state("n1", MachineState.EVICTED, "xid 79", audit_id=aid)
+        s.audit_step_end(aid, 1, "done", "now evicted")
+        s.audit_finish(aid, "applied", "2 step(s) done")
+    return path
+
+
+@pytest.mark.parametrize("value", [0, 1_700_000_000, 1.5, TIME_MAX - 0.001, 253_402_300_799])
+def test_times_in_range_are_times(value: float) -> None:
+    assert time_problem(value) is None
+
+
+@pytest.mark.parametrize(
+    ("value", "why"),
+    [
+        (-1, "out of range"), (-1e300, "out of range"), (1e300, "out of range"), (TIME_MAX, "out of range"),
+        (2**62, "out of range"), (math.nan, "not a finite"), (math.inf, "not a finite"),
+        (-math.inf, "not a finite"), ("1700000000", "not a number"), ("NaN", "not a number"),
+        (b"\x00", "not a number"), (None, "missing"), (True, "not a number"),
+    ],
+)  # fmt: skip
+def test_other_values_are_not_times(value: object, why: str) -> None:
+    problem = time_problem(value)
+    assert problem is not None and why in problem
+
+
+@pytest.mark.parametrize(
+    ("table", "column", "value", "why"),
+    [
+        ("machines", "updated_at", 1e300, "bad time: out of range"),
+        ("machines", "updated_at", -1e300, "bad time: out of range"),
+        ("machines", "updated_at", 253_402_300_800, "bad time: out of range"),  # 10000-01-01
+        ("machines", "updated_at", math.inf, "bad time: not a finite number"),
+        ("machines", "updated_at", "noon", "bad time: not a number"),
+        ("machines", "state", "gone", "not one of active"),
+        ("machine_history", "at", "NaN", "bad time: not a number"),
+        ("machine_history", "audit_id", "x", "not an integer"),
+        ("audit", "started_at", 1e300, "bad time"),
+        ("audit", "finished_at", b"\x01", "bad time: not a number"),
+        ("audit", "pid", 2**40, "out of range"),
+        ("audit", "targets", "n1", "not JSON"),
+        ("audit", "plan", "[1]", "not a JSON object"),
+        ("audit_steps", "started_at", -5, "bad time: out of range"),
+        ("audit_steps", "finished_at", "later", "bad time: not a number"),
+    ],
+)
+def test_a_bad_field_is_a_store_error_naming_table_row_and_column(
+    tmp_path: Path, table: str, column: str, value: object, why: str
+) -> None:
+    path = filled(tmp_path / "s.db")
+    set_field(path, table, column, value)
+    with Store.open(path) as s, pytest.raises(StoreError) as exc:
+        s.machines()
+        s.history()
+        s.audit()
+    msg = str(exc.value)
+    assert f"table {table}, row 1, column {column}: {why}" in msg and str(path) in msg, msg
+    assert "\n" not in msg and exc.value.exit_code == ExitCode.CONFIG
+
+
+def test_nan_in_a_time_that_may_be_empty_reads_as_empty(tmp_path: Path) -> None:
+    """SQLite stores a NaN as NULL: a NOT NULL time refuses it, an end time reads as not reached."""
+    path = filled(tmp_path / "s.db")
+    set_field(path, "audit", "finished_at", math.nan)
+    with pytest.raises(sqlite3.IntegrityError):
+        set_field(path, "audit", "started_at", math.nan)
+    with Store.open(path) as s:
+        (rec,) = s.audit()
+        assert rec.finished_at is None and rec.started_at == 1_700_000_000.0
+
+
+def test_the_earliest_record_is_checked(tmp_path: Path) -> None:
+    path = filled(tmp_path / "s.db")
+    set_field(path, "machine_history", "at", -1e300)
+    with Store.open(path) as s, pytest.raises(StoreError, match="table machine_history, row 1, column at"):
+        s.first_record_at()
+
+
+def test_an_action_record_is_checked_before_anything_is_applied(tmp_path: Path) -> None:
+    path = filled(tmp_path / "s.db")
+    with Store.open(path) as s:
+        s.check_audit(1)  # a sound store passes
+        aid = s.audit_begin("evict", ["n2"], "r")
+        assert s.audit(audit_id=aid)[0].status == "started"
+    # a damaged audit_steps page: rows are written, but cannot be read back
+    corrupt_page(path, "audit_steps")
+    with Store.open(path) as s, pytest.raises(StoreError) as exc:
+        s.audit_begin("evict", ["n3"], "r")
+    assert "audit_steps" in str(exc.value) and "nothing was applied" in str(exc.value)
+    assert "\n" not in str(exc.value)
+
+
+def test_an_unreadable_old_record_stops_the_next_action(tmp_path: Path) -> None:
+    """Text that is not UTF-8 in an older record's plan (a damaged overflow page): ``audit`` cannot
+    show the log, so no action writes into it; the new record is marked failed as far as possible."""
+    path = filled(tmp_path / "s.db")
+    conn = sqlite3.connect(path)
+    conn.execute("UPDATE audit SET plan=CAST(X'7BFF7D' AS TEXT)")
+    conn.commit()
+    conn.close()
+    with Store.open(path) as s:
+        with pytest.raises(StoreError, match="nothing was applied"):
+            s.audit_begin("evict", ["n2"], "r")
+        (status, message) = s.query("SELECT status, message FROM audit ORDER BY id DESC LIMIT 1")[0]
+    assert status == "failed" and message.startswith("not applied: the state store failed its check")
+
+
+def test_a_refusal_is_recorded_without_the_check(tmp_path: Path) -> None:
+    path = filled(tmp_path / "s.db")
+    set_field(path, "audit", "started_at", "x")
+    with Store.open(path) as s:
+        assert s.audit_begin("evict", ["n2"], "r", status="refused") == 2  # nothing applies after it
+        with pytest.raises(StoreError, match="table audit, row 1, column started_at"):
+            s.audit_begin("evict", ["n2"], "r")
