@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import math
+import sqlite3
 from pathlib import Path
 
 import pytest
@@ -12,6 +14,7 @@ from robustctl.commands.hosts import HostsRequest, run_hosts
 from robustctl.commands.options import inventory
 from robustctl.store import MachineState, Readiness, Store
 from robustctl.suspects import record_suspects
+from tests.unit.test_store import set_field
 
 
 @pytest.fixture
@@ -109,3 +112,42 @@ def test_without_an_inventory_the_store_alone(
     doc = json.loads(capsys.readouterr().out)
     assert doc["inventory"] is None and all(h["in_inventory"] for h in doc["hosts"])
     assert [h["host"] for h in doc["hosts"]] == ["node01", "node02", "node03"]
+
+
+# --- times in the store (issue 21, item 6) ----------------------------------------------------------
+
+BAD_TIMES = [1e300, -1e300, math.inf, 253_402_300_800, "NaN", "yesterday", b"\x00"]
+"""1e300, -1e300, Infinity, the year 10000, text (a NaN written as text: SQLite keeps a bound NaN only
+as NULL, which the NOT NULL times refuse) and a blob: each used to end ``hosts`` with exit 3."""
+
+
+@pytest.mark.parametrize("value", BAD_TIMES)
+@pytest.mark.parametrize(("table", "column"), [("machines", "updated_at"), ("machine_history", "at")])
+@pytest.mark.parametrize("json_out", [False, True])
+def test_a_bad_time_in_the_store_is_one_line_naming_the_row(
+    inv: Path,
+    db: Path,
+    capsys: pytest.CaptureFixture[str],
+    table: str,
+    column: str,
+    value: object,
+    json_out: bool,
+) -> None:
+    set_field(db, table, column, value, "WHERE host='node02'")
+    conn = sqlite3.connect(db)
+    (row,) = conn.execute(f"SELECT MIN(rowid) FROM {table} WHERE host='node02'").fetchone()
+    conn.close()
+    code = main(["hosts", "-i", str(inv), "--state", str(db), *(["--json"] if json_out else [])])
+    out, err = capsys.readouterr()
+    lines = err.strip().splitlines()
+    assert code == 78 and out == "" and len(lines) == 1, err
+    assert f"table {table}, row {row}, column {column}: bad time" in lines[0] and str(db) in lines[0]
+
+
+def test_the_last_second_of_the_year_9999_is_shown(
+    inv: Path, db: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COLUMNS", "250")
+    set_field(db, "machines", "updated_at", 253_402_300_799, "WHERE host='node02'")
+    assert main(["hosts", "-i", str(inv), "--state", str(db)]) == 0
+    assert "9999-12-31 23:59:59" in capsys.readouterr().err

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +33,7 @@ from robustctl.sweep.lock import SweepBusy, sweep_lock
 from robustctl.sweep.policy import CheckClass, check_class, decide, record_sweep
 from robustctl.testing.fake_transport import FakeTransport
 from robustctl.transport.pool import TransportPool
+from tests.unit.test_store import set_field
 
 REPO = Path(__file__).resolve().parents[2]
 NO_GPU = {
@@ -548,3 +550,106 @@ def test_a_sweep_that_cannot_reach_its_store_is_one_line_and_writes_nothing(
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and str(bad_state) in err[0] and "Traceback" not in err[0]
     assert prom.read_text() == "old\n"
+
+
+# --- times in the store (issue 21, item 6) ----------------------------------------------------------
+
+BAD_TIMES = [1e300, -1e300, math.inf, 253_402_300_800, "NaN", "later", b"\x00"]
+"""1e300, -1e300, Infinity, the year 10000, text (NaN as text: SQLite keeps a bound NaN only as NULL,
+which these NOT NULL columns refuse) and a blob."""
+
+
+@pytest.fixture(scope="module")
+def swept(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A store with one sweep of this machine (localhost, no inventory)."""
+    state = tmp_path_factory.mktemp("swept") / "s.db"
+    assert main(["sweep", "--state", str(state), "-q"]) in (0, 1)
+    return state
+
+
+@pytest.mark.parametrize("value", BAD_TIMES)
+@pytest.mark.parametrize(
+    ("table", "column"),
+    [
+        ("check_changes", "at"),
+        ("check_state", "since"),
+        ("host_counters", "last_seen"),
+        ("sweeps", "finished_at"),
+    ],
+)
+def test_a_bad_time_stops_sweep_html_and_history_with_one_line(
+    swept: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], table: str, column: str, value: object
+) -> None:
+    """Before: exit 3 and an internal error (OverflowError, ValueError). Now: exit 78, one line naming
+    the row; the HTML page is not written. A sweep reads every one of these (the newest time, the
+    checks' states, the recent changes); ``history`` reads all but ``sweeps``, and ``check_changes``
+    only within ``--since``: a change before 1970 is outside any window (not read, not shown), and
+    past the retention a sweep deletes it."""
+    state = tmp_path / "s.db"
+    state.write_bytes(swept.read_bytes())
+    set_field(state, table, column, value)
+    page = tmp_path / "r.html"
+    runs = {
+        "sweep": (["sweep", "--state", str(state), "-q", "--html", str(page)], True),
+        "history": (["history", "localhost", "--state", str(state), "--since", "3650d"], table != "sweeps"),
+        "history --json": (["history", "localhost", "--state", str(state), "--json"], table != "sweeps"),
+    }
+    for name, (argv, reads_it) in runs.items():
+        if table == "check_changes" and value == -1e300:
+            reads_it = False  # before any window (history), and pruned (a sweep) before it is read
+        code = main(argv)
+        out, err = capsys.readouterr()
+        if not reads_it:
+            assert code == 0 and (page.exists() if name == "sweep" else "localhost" in out + err), name
+            continue
+        lines = err.strip().splitlines()
+        assert code == 78 and len(lines) == 1, (name, code, err)
+        assert f"table {table}, row " in lines[0] and f", column {column}: bad time" in lines[0], (name, err)
+        assert name != "sweep" or not page.exists()
+
+
+@pytest.mark.parametrize("recent", ["[1e300]", "[NaN]", "[Infinity]", "[-1]", '["x"]', "{}", "not json"])
+def test_a_bad_list_of_critical_times_is_one_line(
+    swept: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], recent: str
+) -> None:
+    state = tmp_path / "s.db"
+    state.write_bytes(swept.read_bytes())
+    set_field(state, "check_state", "recent_bad", recent, "WHERE check_name='(host)'")
+    for argv in (["history", "localhost"], ["sweep", "-q"]):
+        assert main([*argv, "--state", str(state)]) == 78
+        lines = capsys.readouterr().err.strip().splitlines()
+        assert len(lines) == 1 and ", column recent_bad: " in lines[0], lines
+
+
+@pytest.mark.parametrize("value", BAD_TIMES)
+def test_a_bad_time_in_a_failure_or_a_return_stops_lemons_with_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], value: object
+) -> None:
+    state = tmp_path / "s.db"
+    clock = Clock(1_800_000_000.0)
+    with Store.open(state, clock=clock) as store:
+        history.record(store, obs("n1", Status.CRITICAL), source="diagnose", sweep=False)
+        store.set_state("n2", MachineState.EVICTED, "xid")
+        store.set_state("n2", MachineState.RETURNED, "repaired")
+    for table, column in (("check_changes", "at"), ("machine_history", "at")):
+        copy = tmp_path / f"{table}.db"
+        copy.write_bytes(state.read_bytes())
+        set_field(copy, table, column, value)
+        code = main(["lemons", "--state", str(copy), "--since", "3650d"])
+        lines = capsys.readouterr().err.strip().splitlines()
+        if value == -1e300:  # before any window: not read
+            assert code == 0 and lines and lines[-1].startswith("no lemons"), lines
+            continue
+        assert code == 78 and len(lines) == 1 and f"table {table}, row 1, column {column}" in lines[0], lines
+
+
+def test_lemons_and_history_show_times_up_to_the_year_9999(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    state = tmp_path / "s.db"
+    with Store.open(state, clock=Clock(253_402_300_799.0)) as store:
+        for _ in range(3):
+            history.record(store, obs("n1", Status.CRITICAL), source="diagnose", sweep=False)
+            history.record(store, obs("n1", Status.OK), source="diagnose", sweep=False)
+    assert main(["history", "n1", "--state", str(state), "--since", "3650d"]) == 0
+    assert "9999-12-31 23:59:59" in capsys.readouterr().err
