@@ -142,7 +142,9 @@ SHOWN_VALUE = 40
 """Characters of a bad field's ``repr`` an error line quotes (one line, whatever the field holds)."""
 
 SHOWN_DAMAGE = 200
-"""Characters of SQLite's ``quick_check`` report an error line quotes (it lists every bad cell)."""
+"""Characters of an SQLite message an error line quotes, its whitespace runs made one space: a
+``quick_check`` report lists every bad cell, and the message about a damaged schema quotes the file's
+own bytes (newlines included)."""
 
 ACTION_TABLES = (
     "audit",
@@ -1051,7 +1053,7 @@ class Store:
                 continue
             found = [str(r[0]) for r in self._query(f"PRAGMA quick_check({table})")]
             if found != ["ok"]:
-                damage = " ".join(" ".join(found).split())[:SHOWN_DAMAGE]
+                damage = _flat(" ".join(found))
                 raise StoreError(
                     f"{self.path}: SQLite finds the table {table} damaged ({damage}); "
                     "repair the file (sqlite3 .recover) or pass --state to use another file"
@@ -1178,8 +1180,15 @@ def _read_holder(fd: int) -> str:
     return f"pid {data.get('pid')} of {data.get('who')}, {data.get('action')}{ago}"
 
 
+def _flat(text: str) -> str:
+    """``text`` on one line (each run of whitespace, newlines included, one space), cut at
+    :data:`SHOWN_DAMAGE` characters."""
+    line = " ".join(text.split())
+    return line if len(line) <= SHOWN_DAMAGE else line[: SHOWN_DAMAGE - 1] + "…"
+
+
 def _describe(path: Path, exc: BaseException) -> str:
-    text = str(exc)
+    text = _flat(str(exc))
     low = text.lower()
     if "readonly" in low or "read-only" in low or isinstance(exc, PermissionError):
         hint = "the state store is read-only; fix its permissions or pass --state to use another file"

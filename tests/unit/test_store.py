@@ -294,3 +294,18 @@ def test_a_refusal_is_recorded_without_the_check(tmp_path: Path) -> None:
         assert s.audit_begin("evict", ["n2"], "r", status="refused") == 2  # nothing applies after it
         with pytest.raises(StoreError, match="table audit, row 1, column started_at"):
             s.audit_begin("evict", ["n2"], "r")
+
+
+def test_a_damaged_schema_is_one_line_however_its_text_reads(tmp_path: Path) -> None:
+    """SQLite quotes the damaged schema's own bytes in its message: a newline there stays off the line."""
+    path = tmp_path / "s.db"
+    Store.open(path).close()
+    conn = sqlite3.connect(path)
+    conn.execute("PRAGMA writable_schema=ON")
+    conn.execute("UPDATE sqlite_master SET name='swe\nep\rs', sql='CREATE TABLE (' WHERE name='sweeps'")
+    conn.commit()
+    conn.close()
+    with pytest.raises(StoreError) as exc:
+        Store.open(path)
+    assert "malformed database schema (swe ep s)" in str(exc.value)
+    assert "\n" not in str(exc.value) and "\r" not in str(exc.value)
