@@ -17,17 +17,24 @@ import contextlib
 import io
 import json
 import os
+import sqlite3
+import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from robustctl.cli.main import main
 from robustctl.commands.actions import MAX_REASON_BYTES
+from robustctl.models import Status
 from robustctl.store import MAX_TEXT, MachineState, Store
 from robustctl.suspects import record_suspects
+from robustctl.sweep import history
+from robustctl.sweep.history import HOST_CHECK, Observation
 from tests.unit.test_fuzz_hostrange import INNER_CATCH_ALLS
 
 pytestmark = pytest.mark.fuzz
@@ -243,3 +250,228 @@ def test_reason_limits_are_usage_errors(tmp_path: Path) -> None:
     assert code == 0, err
     with Store.open(tmp_path / "state" / "s.db") as s:
         assert [r.reason for r in s.audit()] == ["x" * MAX_REASON_BYTES]  # the refused ones wrote nothing
+
+
+# --- any value in a time column (issue 21, item 6) -------------------------------------------------
+
+TIME_COLUMNS = (
+    ("machines", "updated_at"), ("machine_history", "at"), ("sched_nodes", "updated_at"),
+    ("audit", "started_at"), ("audit", "finished_at"), ("audit_steps", "started_at"),
+    ("audit_steps", "finished_at"), ("code_changes", "staged_at"), ("code_changes", "applied_at"),
+    ("job_versions", "started_at"), ("job_versions", "stable_at"), ("playbook_runs", "started_at"),
+    ("playbook_steps", "finished_at"), ("check_state", "since"), ("check_state", "last_seen"),
+    ("check_state", "recent_bad"), ("check_changes", "at"), ("host_counters", "first_seen"),
+    ("host_counters", "last_seen"), ("sweeps", "started_at"), ("sweeps", "finished_at"),
+    ("sweeps", "clock_skew_s"), ("migrations", "applied_at"),
+)  # fmt: skip
+"""Every column of the schema that holds a time (``recent_bad``: a JSON list of times; ``clock_skew_s``
+a duration in seconds)."""
+
+ANY_VALUE = st.one_of(
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.integers(-(2**63), 2**63 - 1),
+    st.integers(min_value=2**63).map(str),  # past SQLite's INTEGER: only text holds it
+    st.sampled_from([
+        1e300, -1e300, 253_402_300_800, 253_402_300_799.999, -1, 0, "NaN", "Infinity", "1e999", "-0",
+        "[NaN]", "[1e300]", "[-1]", "[]", "{}", '["x"]',
+    ]),
+    st.text(max_size=12),
+    st.binary(max_size=12),
+    st.none(),
+)  # fmt: skip
+"""What a user with the file can put in a time column: any float (NaN is stored as NULL), any 64-bit
+integer, a larger one as text, text that reads as a number or a JSON list, any text, a blob, NULL."""
+
+READERS = (
+    (["hosts", "--all"], True), (["audit"], False), (["audit", "--json"], False),
+    (["history", "node02", "--since", "3650d"], False), (["history", "node02", "--json"], False),
+    (["lemons", "--since", "3650d"], True),
+)  # fmt: skip
+"""The commands that read the store, each with whether it takes ``-i``; ``sweep --html`` runs too. The
+tables render every time; ``--json`` of ``audit`` and ``history`` (the JSON of ``hosts`` is read back
+by the properties above)."""
+
+
+READER_EXAMPLES = max(1, settings.default.max_examples // 3)
+"""Examples of :func:`test_any_value_in_a_time_column_is_read_or_one_line`: a third of the profile's
+(20 in ``ci``), since each runs seven commands, a sweep of twelve hosts included (about 0.1 s)."""
+
+
+def run(argv: list[str], *, cwd: Path) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    old = Path.cwd()
+    os.chdir(cwd)
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            code = main(argv)
+    finally:
+        os.chdir(old)
+    e = err.getvalue()
+    for text in INNER_CATCH_ALLS:
+        assert text not in e, f"{argv}: {e[-2000:]}"
+    return code, out.getvalue(), e
+
+
+@pytest.fixture(scope="module")
+def history_store(box: Path) -> Path:
+    """A store with every kind of row the readers show: suspects, evictions and a return (lemons),
+    audit records with steps, a sweep history of node01-04 with node02 named three times (a lemon)."""
+    path = box / "history.db"
+    now = [time.time() - 7200]
+
+    def clock() -> float:
+        now[0] += 60
+        return now[0]
+
+    with Store.open(path, clock=clock) as store:
+        for host in ("node01", "node02", "node03"):
+            store.audit_begin("evict", [host], "r", plan={"steps": []})
+        for _ in range(3):
+            for status in (Status.CRITICAL, Status.OK):
+                history.record(store, [Observation(h, c, status if h == "node02" else Status.OK, "d")
+                                       for h in ("node01", "node02", "node03", "node04")
+                                       for c in (HOST_CHECK, "host.xid")], source="sweep")  # fmt: skip
+        record_suspects(store, {"node01": "diagnose L0: XID 79"}, source="diagnose")
+        store.set_state("node02", MachineState.EVICTED, "xid")
+        store.set_state("node02", MachineState.RETURNED, "repaired")
+        store.set_state("node03", MachineState.STANDBY, "spare")
+        aid = store.audit_begin("evict", ["node02"], "r", plan={"steps": [1]})
+        store.audit_step_start(aid, 0, "drain node02")
+        store.audit_step_end(aid, 0, "done", "drained")
+        store.audit_finish(aid, "applied", "1 step(s) done")
+    return path
+
+
+@contextlib.contextmanager
+def fake_pool(data: dict[str, Any]) -> Iterator[None]:
+    """Every transport a sweep opens answers from ``data`` (a healthy host) instead of SSH."""
+    from robustctl.testing.fake_transport import FakeTransport
+    from robustctl.transport import pool
+
+    names = [f"node0{i}" for i in range(1, 9)] + [f"spare{i}" for i in range(1, 5)]
+    fake = FakeTransport({n: {"host": data, "nvml": {"available": False, "reason": "no GPU"}} for n in names})
+    real = pool.TransportPool
+    with mock.patch.object(pool, "TransportPool", lambda **_kw: real(override=fake)):
+        yield
+
+
+@settings(max_examples=READER_EXAMPLES)
+@given(st.sampled_from(TIME_COLUMNS), ANY_VALUE, st.booleans())
+def test_any_value_in_a_time_column_is_read_or_one_line(
+    box: Path, history_store: Path, _healthy_host_probe: dict[str, Any], column: tuple[str, str],
+    value: Any, last_row_only: bool,
+) -> None:  # fmt: skip
+    """Whatever a time column holds, every reading command exits with a code of the table (never 3,
+    the catch-all) and either shows the store or says in one line which row is bad."""
+    table, col = column
+    state = fresh_store(box)
+    state.write_bytes(history_store.read_bytes())
+    conn = sqlite3.connect(state)
+    try:
+        where = f" WHERE rowid=(SELECT MAX(rowid) FROM {table})" if last_row_only else ""
+        conn.execute(f"UPDATE {table} SET {col}=?{where}", (value,))
+        conn.commit()
+    except sqlite3.Error:
+        pass  # NOT NULL (a NaN is stored as NULL), a trigger keeping a code change's facts: unchanged
+    finally:
+        conn.close()
+    inv = ["-i", str(box / "inv.yaml")]
+    page = box / "state" / "page.html"
+    page.unlink(missing_ok=True)
+    data = {**_healthy_host_probe, "clock": {**_healthy_host_probe["clock"], "time": time.time()}}
+    with fake_pool(data):
+        sweep = run(["sweep", "--html", str(page), "-q", *inv, "--state", str(state)], cwd=box)
+    for argv, takes_inventory in READERS:
+        code, out, err = run([*argv, *(inv if takes_inventory else []), "--state", str(state)], cwd=box)
+        check_reader(argv, code, out, err)
+    code, out, err = sweep
+    assert code in (0, 1, 2, 78), err[-2000:]
+    if code == 78:
+        assert len(err.strip().splitlines()) == 1 and not page.exists(), err
+    else:
+        assert page.read_text().rstrip().endswith("</html>")
+
+
+def check_reader(argv: list[str], code: int, out: str, err: str) -> None:
+    """Exit 0 with its output (JSON that parses, or a table), or 78 and one line naming the row."""
+    assert code in (0, 78), f"{argv}: exit {code}: {err[-2000:]}"
+    if code == 78:
+        lines = err.strip().splitlines()
+        assert out == "" and len(lines) == 1 and "table " in lines[0] and ", column " in lines[0], lines
+    elif "--json" in argv:
+        json.loads(out)
+    else:
+        assert err.strip(), argv
+
+
+# --- a store damaged at a random page (issue 21, item 7) -------------------------------------------
+
+ACTIONS = (
+    ("evict", "node05", ["evict", "node05"]), ("return", "node03", ["return", "node03"]),
+    ("standby-add", "spare2", ["standby", "add", "spare2"]),
+)  # fmt: skip
+"""(audit action, target, argv) of the destructive commands that run on the inventory back end."""
+
+
+@pytest.fixture(scope="module")
+def acted_store(box: Path) -> Path:
+    """A store after a few actions through the CLI (evictions, a return, a standby): audit records
+    with steps and plans, machine states and history, the inventory scheduler's nodes."""
+    path = box / "acted.db"
+    for argv in (
+        ["evict", "node02"],
+        ["evict", "node03"],
+        ["return", "node02"],
+        ["standby", "add", "spare1"],
+    ):
+        code, _, err = cli(box, [*argv, "--reason", "setup", "--yes", "-q"], path)
+        assert code == 0, err
+    return path
+
+
+def host_rows(state: Path, host: str) -> object:
+    """The host's rows in ``machines`` and ``sched_nodes`` (what an action changes), or why they
+    cannot be read."""
+    try:
+        conn = sqlite3.connect(f"file:{state}?mode=ro", uri=True)
+        try:
+            return [
+                conn.execute(f"SELECT * FROM {t} WHERE host=? ORDER BY rowid", (host,)).fetchall()
+                for t in ("machines", "sched_nodes")
+            ]
+        finally:
+            conn.close()
+    except (sqlite3.Error, UnicodeDecodeError) as exc:
+        return f"unreadable: {exc}"
+
+
+@given(
+    st.sampled_from(ACTIONS),
+    st.integers(0, 10_000),
+    st.integers(0, 4095),
+    st.binary(min_size=1, max_size=128) | st.integers(0, 255).map(lambda b: bytes([b]) * 64),
+)
+def test_an_action_on_a_damaged_store_is_audited_or_applies_nothing(
+    box: Path, acted_store: Path, action: tuple[str, str, list[str]], page: int, offset: int, junk: bytes
+) -> None:
+    """Whatever page is damaged, an action either applies and its audit record reads back (``audit
+    --json``), or changes nothing: exit 78 (the store failed its check) or another code of the table."""
+    name, host, argv = action
+    state = fresh_store(box)
+    data = bytearray(acted_store.read_bytes())
+    at = (page % (len(data) // 4096)) * 4096 + offset
+    data[at : at + len(junk)] = junk
+    state.write_bytes(bytes(data))
+    before = host_rows(state, host)
+    code, _, err = cli(box, [*argv, "--reason", "fuzz", "--yes", "-q"], state)
+    assert code in (0, 2, 3, 78), f"exit {code}: {err[-2000:]}"
+    if code == 78:
+        assert len(err.strip().splitlines()) == 1, err
+    after = host_rows(state, host)
+    if after == before and code != 0:
+        return  # nothing applied
+    c, out, e = cli(box, ["audit", "--json"], state)
+    assert c == 0, f"{argv} exit {code} changed {host} ({before} → {after}), and audit exits {c}: {e[-1000:]}"
+    last = json.loads(out)["records"][-1]
+    assert last["action"] == name and last["targets"] == [host], last
+    assert last["status"] in ("applied", "nothing-to-do", "failed") and last["steps"], last
