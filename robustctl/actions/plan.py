@@ -7,7 +7,9 @@ and :func:`apply_plan` runs it step by step:
 
 1. refuse when a rail failed and the plan is not forced (:class:`~robustctl.errors.ActionRefused`,
    naming the rule and its override; the refusal is audited);
-2. append the audit record (status ``started``, the plan JSON) *before* anything changes;
+2. append the audit record (status ``started``, the plan JSON) *before* anything changes; the store
+   then checks that the record reads back and the tables an action writes are sound
+   (:meth:`~robustctl.store.Store.check_audit`): a store that fails stops the action, nothing applied;
 3. per step: record it ``running``, run it (idempotent: a host already in the wanted state is a
    ``noop``), record ``done``/``noop``/``failed``; the first failure stops the plan;
 4. record the final status: ``applied``, ``nothing-to-do`` (every step was a no-op) or ``failed``
@@ -341,8 +343,9 @@ def apply_plan(
 
     Raises:
         ActionRefused: a rail failed and the plan is not forced (audited as ``refused``).
-        StoreError: the store cannot be written; raised before any step when it is the audit record,
-            else after recording what ran as far as the store allows.
+        StoreError: the store cannot be written; raised before any step when it is the audit record
+            (or the record does not read back: :meth:`~robustctl.store.Store.check_audit`), else after
+            recording what ran as far as the store allows.
     """
     doc = plan_json(plan)
     if plan.refused:

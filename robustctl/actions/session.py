@@ -26,7 +26,8 @@ Outcomes (:class:`Outcome`) and what is written:
   (its audit record says which steps ran); exit 0, 0, 3.
 
 Errors raised (not outcomes): UsageError (bad input, nobody to confirm), ConfigError/StoreError (bad
-inventory, unwritable store: exit 78), StoreLocked (another robustctl holds the lock past
+inventory, a store that cannot be written or whose audit record does not read back, a row holding what
+its column should not: exit 78; nothing applied), StoreLocked (another robustctl holds the lock past
 ``lock_timeout_s``: exit 2).
 """
 

@@ -68,7 +68,8 @@ def find_lemons(store: Store, *, since: float, min_failures: int, min_returns: i
         Lemons, most failures (then returns) first, then by name.
 
     Raises:
-        StoreError: the store cannot be read.
+        StoreError: the store cannot be read, or a failure or return read holds a bad field (a time
+            out of range, text in a time column: :class:`~robustctl.store.StoreRow`).
     """
     fails = failures_since(store, since)
     returns: dict[str, list[Evidence]] = {}
