@@ -49,6 +49,7 @@ import json
 import os
 import stat
 import sys
+import time
 from typing import Any, Callable, Sequence
 
 from _prelude import Document, probe_main
@@ -125,6 +126,8 @@ INJECTION_SCHEMA = """
       "format": "robustctl-nvml-injection", "version": 1,
       "init_error": null,                  # NVML error code nvmlInit raises (12 LibraryNotFound,
                                            # 9 DriverNotLoaded, ...) or null
+      "init_stall_s": 0,                   # seconds nvmlInit blocks first, as on a wedged driver
+                                           # (at most MAX_INIT_STALL_S)
       "driver_version": "550.54.15", "nvml_version": "12.550.54.15", "cuda_driver_version": 12040,
       "gpus": [
         {
@@ -177,6 +180,9 @@ def nvml_error(code: int) -> Exception:
     exc.value = code
     return exc
 
+
+MAX_INIT_STALL_S = 600.0
+"""Longest ``init_stall_s`` an injection file can ask for: past any probe's budget, short of forever."""
 
 MAX_INJECTION_BYTES = 4 * 1024 * 1024
 """Largest injection file read: a GPU's state is about 3 KiB of JSON, so 4 MiB holds a thousand GPUs."""
@@ -297,6 +303,9 @@ class InjectedNvml:
         return value
 
     def nvmlInit(self) -> None:
+        stall = self.doc.get("init_stall_s")
+        if isinstance(stall, (int, float)) and not isinstance(stall, bool) and stall > 0:
+            time.sleep(min(float(stall), MAX_INIT_STALL_S))
         init_error = self.doc.get("init_error")
         if init_error is not None:
             raise self._error(int(init_error))

@@ -281,12 +281,14 @@ def injection_document(
     nvml_version: str = "12.550.54.15",
     cuda_driver_version: int = 12040,
     init_error: int | None = None,
+    init_stall_s: float = 0.0,
 ) -> dict[str, Any]:
     """The injection-file document (a JSON-ready dict) for ``gpus`` in index order."""
     return {
         "format": FORMAT,
         "version": VERSION,
         "init_error": init_error,
+        "init_stall_s": init_stall_s,
         "driver_version": driver_version,
         "nvml_version": nvml_version,
         "cuda_driver_version": cuda_driver_version,
@@ -302,6 +304,7 @@ def write_injection(
     nvml_version: str = "12.550.54.15",
     cuda_driver_version: int = 12040,
     init_error: int | None = None,
+    init_stall_s: float = 0.0,
 ) -> Path:
     """Write an NVML injection file for ``gpus`` (index order) and return its path.
 
@@ -311,6 +314,8 @@ def write_injection(
         driver_version, nvml_version, cuda_driver_version: what the nvmlSystemGet* calls return.
         init_error: NVML error code that ``nvmlInit`` raises (e.g. ``NVML_ERROR_DRIVER_NOT_LOADED``)
             to simulate a broken driver; ``None`` for a working one.
+        init_stall_s: seconds ``nvmlInit`` blocks before it returns or raises (a wedged driver,
+            where ``nvmlInit`` and ``nvidia-smi`` hang); at most the probe's ``MAX_INIT_STALL_S``.
     """
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
@@ -320,6 +325,7 @@ def write_injection(
         nvml_version=nvml_version,
         cuda_driver_version=cuda_driver_version,
         init_error=init_error,
+        init_stall_s=init_stall_s,
     )
     tmp = p.with_name(p.name + ".tmp")
     tmp.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")

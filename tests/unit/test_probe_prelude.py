@@ -18,6 +18,7 @@ from robustctl.checks.thresholds import Thresholds
 from robustctl.config import PythonSettings, SshSettings
 from robustctl.models import Status
 from robustctl.probes import PROBES, ProbeDocument, bundle_script, probe_script, run_probe, run_probes
+from robustctl.testing.fake_nvml import healthy_gpus, write_injection
 from robustctl.transport.local import LocalTransport
 
 REPO = Path(__file__).resolve().parents[2]
@@ -93,9 +94,9 @@ def test_host_probe_timeout_is_reported_by_the_probe(tmp_path: Path) -> None:
 
 
 def test_nvml_probe_timeout_is_unknown_not_not_applicable(tmp_path: Path) -> None:
-    fifo = tmp_path / "nvml.json"
-    os.mkfifo(fifo)
-    doc = streamed("nvml", "--nvml-injection", str(fifo), "--timeout", "1")
+    """A wedged driver: nvmlInit blocks past the probe's budget."""
+    path = write_injection(tmp_path / "nvml.json", list(healthy_gpus(1)), init_stall_s=30)
+    doc = streamed("nvml", "--nvml-injection", str(path), "--timeout", "1")
     assert doc["timed_out"] is True and "available" not in doc["data"]
     assert never_told(doc["data"]) == doc["data"]["error"]
     (r,) = evaluate_count(doc["data"], TH)
