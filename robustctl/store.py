@@ -273,9 +273,9 @@ class StoreRow:
             raise self.error(column, f"out of range (0 to {most})")
         return value
 
-    def opt_count(self, column: str) -> int | None:
-        """:meth:`count`, or None for NULL."""
-        return None if self.values[column] is None else self.count(column)
+    def opt_count(self, column: str, *, most: int = COUNT_MAX) -> int | None:
+        """:meth:`count` (in [0, ``most``]), or None for NULL."""
+        return None if self.values[column] is None else self.count(column, most=most)
 
     def text(self, column: str) -> str:
         """The field as text (a number SQLite kept as one is written out). Raises StoreError: a blob or NULL."""

@@ -17,6 +17,13 @@ deleted.
 started, the first and last step seen after the start, when progress was last seen, and
 ``stable_at``: when it became stable (:func:`evaluate_stability`). :func:`last_stable_version` is what
 ``rollback`` goes back to.
+
+**Reading**: every row of the job is checked as it is read (:class:`~robustctl.store.StoreRow`): times
+finite and in the store's range (1970 to the year 9999), steps, ids and the urgent flag non-negative
+integers, the state a :class:`ChangeState`. A row changed outside robustctl so that it fails is a
+:class:`~robustctl.store.StoreError` (exit 78) naming the file, table, row and column: ``update list``,
+``update apply``, ``rollback`` and a restart's update and stability steps stop on it rather than
+decide from it.
 """
 
 from __future__ import annotations
@@ -27,7 +34,7 @@ from dataclasses import dataclass
 
 from robustctl.config import CodeSpec
 from robustctl.jobcode.progress import ProgressReading
-from robustctl.store import Store
+from robustctl.store import Store, StoreRow
 from robustctl.store import _clean as _clean_text
 from robustctl.store import _text as _store_text
 
@@ -120,43 +127,50 @@ def _text(value: str) -> str:
     return _store_text(value)
 
 
-def _change(r: tuple[object, ...]) -> CodeChange:
+_CHANGE_COLUMNS = (
+    "id", "job", "kind", "ref", "commit_id", "from_ref", "reason", "urgent", "who", "staged_at", "due_at",
+    "state", "applied_at", "note",
+)  # fmt: skip
+_VERSION_COLUMNS = (
+    "id", "job", "commit_id", "ref", "started_at", "base_step", "last_step", "last_progress_at", "stable_at",
+    "change_id",
+)  # fmt: skip
+
+
+def _change(r: StoreRow) -> CodeChange:
+    """A ``code_changes`` row, each field checked (:class:`StoreRow`). Raises StoreError."""
     return CodeChange(
-        int(r[0]),  # type: ignore[call-overload]
-        str(r[1]),
-        str(r[2]),
-        str(r[3]),
-        str(r[4]),
-        None if r[5] is None else str(r[5]),
-        str(r[6]),
-        bool(r[7]),
-        str(r[8]),
-        float(r[9]),  # type: ignore[arg-type]
-        float(r[10]),  # type: ignore[arg-type]
-        ChangeState(r[11]),
-        None if r[12] is None else float(r[12]),  # type: ignore[arg-type]
-        str(r[13]),
+        id=r.count("id"),
+        job=r.text("job"),
+        kind=r.text("kind"),
+        ref=r.text("ref"),
+        commit=r.text("commit_id"),
+        from_ref=r.opt_text("from_ref"),
+        reason=r.text("reason"),
+        urgent=bool(r.count("urgent")),
+        who=r.text("who"),
+        staged_at=r.time("staged_at"),
+        due_at=r.time("due_at"),
+        state=r.choice("state", ChangeState),
+        applied_at=r.opt_time("applied_at"),
+        note=r.text("note"),
     )
 
 
-def _version(r: tuple[object, ...]) -> JobVersion:
-    def opt_int(v: object) -> int | None:
-        return None if v is None else int(v)  # type: ignore[call-overload]
-
-    def opt_float(v: object) -> float | None:
-        return None if v is None else float(v)  # type: ignore[arg-type]
-
+def _version(r: StoreRow) -> JobVersion:
+    """A ``job_versions`` row, each field checked (:class:`StoreRow`; steps are counts, as
+    :data:`robustctl.jobcode.progress.MAX_STEP` keeps them when written). Raises StoreError."""
     return JobVersion(
-        int(r[0]),  # type: ignore[call-overload]
-        str(r[1]),
-        str(r[2]),
-        None if r[3] is None else str(r[3]),
-        float(r[4]),  # type: ignore[arg-type]
-        opt_int(r[5]),
-        opt_int(r[6]),
-        opt_float(r[7]),
-        opt_float(r[8]),
-        opt_int(r[9]),
+        id=r.count("id"),
+        job=r.text("job"),
+        commit=r.text("commit_id"),
+        ref=r.opt_text("ref"),
+        started_at=r.time("started_at"),
+        base_step=r.opt_count("base_step"),
+        last_step=r.opt_count("last_step"),
+        last_progress_at=r.opt_time("last_progress_at"),
+        stable_at=r.opt_time("stable_at"),
+        change_id=r.opt_count("change_id"),
     )
 
 
@@ -208,15 +222,15 @@ def changes(
     states: Iterable[ChangeState] | None = None,
     ids: Iterable[int] | None = None,
 ) -> list[CodeChange]:
-    """The job's code changes, oldest first (optionally only in ``states`` or with ``ids``)."""
-    rows = [
-        _change(r)
-        for r in store._query(
-            "SELECT id, job, kind, ref, commit_id, from_ref, reason, urgent, who, staged_at, due_at, state, "
-            "applied_at, note FROM code_changes WHERE job=? ORDER BY id",
-            [job],
-        )
-    ]
+    """The job's code changes, oldest first (optionally only in ``states`` or with ``ids``).
+
+    Every change of the job is read and checked before the filter (a decision reads them all).
+
+    Raises:
+        StoreError: the store cannot be read, or a row of the job holds a bad field (a time out of
+            range, text in a count, an unknown state: :class:`~robustctl.store.StoreRow`).
+    """
+    rows = [_change(r) for r in store.rows("code_changes", _CHANGE_COLUMNS, "WHERE job=? ORDER BY id", [job])]
     if states is not None:
         wanted = set(states)
         rows = [r for r in rows if r.state in wanted]
@@ -289,14 +303,15 @@ def mark_rollback(store: Store, job: str, rolled_back: Iterable[int], note: str)
 
 
 def versions(store: Store, job: str) -> list[JobVersion]:
-    """The job's versions, oldest start first."""
+    """The job's versions, oldest start first.
+
+    Raises:
+        StoreError: the store cannot be read, or a row of the job holds a bad field
+            (:class:`~robustctl.store.StoreRow`).
+    """
     return [
         _version(r)
-        for r in store._query(
-            "SELECT id, job, commit_id, ref, started_at, base_step, last_step, last_progress_at, stable_at, "
-            "change_id FROM job_versions WHERE job=? ORDER BY started_at, id",
-            [job],
-        )
+        for r in store.rows("job_versions", _VERSION_COLUMNS, "WHERE job=? ORDER BY started_at, id", [job])
     ]
 
 

@@ -10,6 +10,14 @@ JSON document (cut at :data:`MAX_RESULT_BYTES`), plus the last audit record id a
 One run at a time per job: :func:`job_lock` takes an ``fcntl`` lock on ``<state>.playbook-<job>.lock``
 for the whole run (released by the kernel when the process dies), and :func:`begin_run` refuses a job
 that has an unfinished run in the journal (resume it instead).
+
+Reading: every journal row read is checked (:class:`~robustctl.store.StoreRow`): times finite and in the
+store's range (1970 to the year 9999), ids, pids, attempts and sequence numbers non-negative integers (a
+pid at most :data:`~robustctl.store.PID_MAX`, an exit code at most :data:`EXIT_STATUS_MAX`), the
+parameters a JSON object of text values, a step's result a JSON object (read back as strict JSON, as
+:func:`cap_result` wrote it). A row changed outside robustctl so that it fails is a
+:class:`~robustctl.store.StoreError` (exit 78) naming the file, table, row and column: ``playbook
+resume`` stops on it rather than go on from it.
 """
 
 from __future__ import annotations
@@ -29,16 +37,20 @@ from robustctl.errors import ActionRefused
 from robustctl.models import strict_jsonable
 from robustctl.playbooks import MAX_RUN_ID
 from robustctl.store import (
+    COUNT_MAX,
+    PID_MAX,
     AuditRecord,
     Store,
     StoreError,
     StoreLocked,
+    StoreRow,
     journal_connection,
     journal_query,
     journal_text,
 )
 
 __all__ = [
+    "EXIT_STATUS_MAX",
     "MAX_RESULT_BYTES",
     "MAX_RUN_ID",
     "JournalRun",
@@ -58,6 +70,10 @@ MAX_RESULT_BYTES = 1024 * 1024
 """Largest step result kept in the journal, bytes of JSON (1 MiB: a diagnose report of ~500 hosts).
 A larger document is kept as its summary (``kind``, ``exit_code``, list lengths, the host lists), with
 ``truncated: true``; later ``when:`` conditions read that."""
+
+EXIT_STATUS_MAX = 255
+"""Largest exit code a step attempt's row may hold: a process exit status is 0 to 255 (every code of
+:class:`robustctl.exit_codes.ExitCode` fits); a larger one read back is a hand-edited row."""
 
 KEEP_WHEN_CUT = ("suspects", "suspect_hosts", "over_eviction", "over_evict", "targets", "unknown", "machines")
 """Keys of a document kept whole when it is cut: the host lists the shipped playbooks read."""
@@ -156,14 +172,17 @@ def begin_run(
     """
     with journal_connection(store)() as c:
         if job is not None:
-            row = c.execute(
-                "SELECT id, playbook FROM playbook_runs WHERE job=? AND status=? ORDER BY id LIMIT 1",
-                (journal_text(job), RunStatus.RUNNING),
-            ).fetchone()
-            if row is not None:
+            found = store.rows(
+                "playbook_runs",
+                ("id", "playbook"),
+                "WHERE job=? AND status=? ORDER BY id LIMIT 1",
+                [journal_text(job), RunStatus.RUNNING],
+            )
+            if found:
+                rid, name = found[0].count("id"), found[0].text("playbook")
                 raise ActionRefused(
-                    f"job {job} has an unfinished playbook run {row[0]} ({row[1]}): finish it with "
-                    f"'robustctl playbook resume {row[0]}' before starting another"
+                    f"job {job} has an unfinished playbook run {rid} ({name}): finish it with "
+                    f"'robustctl playbook resume {rid}' before starting another"
                 )
         cur = c.execute(
             "INSERT INTO playbook_runs(playbook, source, definition, job, params, started_at, who, pid, status) "
@@ -199,11 +218,17 @@ def finish_run(store: Store, run_id: int, status: str, message: str) -> None:
 
 
 def step_start(store: Store, run_id: int, step: str, kind: str, attempt: int) -> int:
-    """Record an attempt of ``step`` as ``running`` (before it runs); return its ``seq``. Raises StoreError."""
+    """Record an attempt of ``step`` as ``running`` (before it runs); return its ``seq``.
+
+    Raises:
+        StoreError: the store cannot be written, or the run's last ``seq`` is not an integer below
+            :data:`~robustctl.store.COUNT_MAX` (the next one must fit).
+    """
     audit_after = _last_audit_id(store)
     with journal_connection(store)() as c:
-        row = c.execute("SELECT MAX(seq) FROM playbook_steps WHERE run_id=?", (run_id,)).fetchone()
-        seq = int(row[0]) + 1 if row and row[0] is not None else 0
+        # text and blobs sort after numbers: a hand-edited seq is the one read, and refused
+        last = store.rows("playbook_steps", ("seq",), "WHERE run_id=? ORDER BY seq DESC LIMIT 1", [run_id])
+        seq = last[0].count("seq", most=COUNT_MAX - 1) + 1 if last else 0
         c.execute(
             "INSERT INTO playbook_steps(run_id, seq, step, kind, attempt, status, started_at, pid, audit_after) "
             "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
@@ -239,37 +264,32 @@ def step_skipped(store: Store, run_id: int, step: str, kind: str, why: str) -> N
 
 
 def run_record(store: Store, run_id: int) -> JournalRun | None:
-    """Run ``run_id`` with its steps, or None (also for an id outside 1..:data:`MAX_RUN_ID`)."""
+    """Run ``run_id`` with its steps, or None (also for an id outside 1..:data:`MAX_RUN_ID`).
+
+    Raises:
+        StoreError: the store cannot be read, or the run's row or one of its steps' holds a bad field
+            (the message names the table, row and column).
+    """
     if not 1 <= run_id <= MAX_RUN_ID:
         return None
-    rows = journal_query(
-        store,
-        "SELECT id, playbook, source, definition, job, params, started_at, finished_at, who, pid, status, message "
-        "FROM playbook_runs WHERE id=?",
-        [run_id],
-    )
+    rows = store.rows("playbook_runs", _RUN_COLUMNS, "WHERE id=?", [run_id])
     if not rows:
         return None
-    srows = journal_query(
-        store,
-        "SELECT seq, step, kind, attempt, status, started_at, finished_at, pid, audit_after, exit_code, result, "
-        "error FROM playbook_steps WHERE run_id=? ORDER BY seq",
-        [run_id],
-    )
-    return _run(rows[0], tuple(_step(s) for s in srows))
+    steps = store.rows("playbook_steps", _STEP_COLUMNS, "WHERE run_id=? ORDER BY seq", [run_id])
+    return _run(rows[0], tuple(_step(s) for s in steps))
 
 
 def runs(store: Store, *, job: str | None = None, limit: int = 50) -> list[JournalRun]:
-    """The newest runs (without steps), newest first, optionally of one job."""
-    sql = (
-        "SELECT id, playbook, source, definition, job, params, started_at, finished_at, who, pid, status, message "
-        "FROM playbook_runs"
-    )
-    args: list[Any] = []
-    if job is not None:
-        sql += " WHERE job=?"
-        args.append(job)
-    return [_run(r, ()) for r in journal_query(store, sql + " ORDER BY id DESC LIMIT ?", [*args, limit])]
+    """The newest runs (without steps), newest first, optionally of one job.
+
+    Raises:
+        StoreError: the store cannot be read, or a run read holds a bad field.
+    """
+    where, args = ("WHERE job=? ", [job]) if job is not None else ("", [])
+    return [
+        _run(r, ())
+        for r in store.rows("playbook_runs", _RUN_COLUMNS, where + "ORDER BY id DESC LIMIT ?", [*args, limit])
+    ]
 
 
 def step_audits(store: Store, step: JournalStep, actions: tuple[str, ...]) -> list[AuditRecord]:
@@ -322,47 +342,54 @@ def job_lock(store: Store, job: str, *, timeout_s: float = 0.0) -> Iterator[None
         os.close(fd)
 
 
-def _run(r: tuple[Any, ...], steps: tuple[JournalStep, ...]) -> JournalRun:
-    try:
-        params = json.loads(r[5])
-    except ValueError:
-        params = {}
+_RUN_COLUMNS = (
+    "id", "playbook", "source", "definition", "job", "params", "started_at", "finished_at", "who", "pid",
+    "status", "message",
+)  # fmt: skip
+_STEP_COLUMNS = (
+    "seq", "step", "kind", "attempt", "status", "started_at", "finished_at", "pid", "audit_after",
+    "exit_code", "result", "error",
+)  # fmt: skip
+
+
+def _run(r: StoreRow, steps: tuple[JournalStep, ...]) -> JournalRun:
+    """A ``playbook_runs`` row, each field checked. Raises StoreError."""
+    params = r.json("params")
+    if not isinstance(params, dict) or not all(isinstance(v, str) for v in params.values()):
+        raise r.error("params", "not a JSON object of parameter values (text)")
     return JournalRun(
-        id=int(r[0]),
-        playbook=str(r[1]),
-        source=str(r[2]),
-        definition=str(r[3]),
-        job=r[4],
-        params={str(k): str(v) for k, v in params.items()} if isinstance(params, dict) else {},
-        started_at=float(r[6]),
-        finished_at=r[7],
-        who=str(r[8]),
-        pid=int(r[9]),
-        status=str(r[10]),
-        message=str(r[11]),
+        id=r.count("id"),
+        playbook=r.text("playbook"),
+        source=r.text("source"),
+        definition=r.text("definition"),
+        job=r.opt_text("job"),
+        params=params,
+        started_at=r.time("started_at"),
+        finished_at=r.opt_time("finished_at"),
+        who=r.text("who"),
+        pid=r.count("pid", most=PID_MAX),
+        status=r.text("status"),
+        message=r.text("message"),
         steps=steps,
     )
 
 
-def _step(s: tuple[Any, ...]) -> JournalStep:
-    result = None
-    if s[10]:
-        try:
-            loaded = json.loads(s[10])
-            result = loaded if isinstance(loaded, dict) else None
-        except ValueError:
-            result = None
+def _step(r: StoreRow) -> JournalStep:
+    """A ``playbook_steps`` row, each field checked; its result read back as strict JSON. Raises StoreError."""
+    result = r.json("result") if r.values["result"] != "" else None  # '': no result, as NULL
+    if result is not None and not isinstance(result, dict):
+        raise r.error("result", "not a JSON object")
     return JournalStep(
-        seq=int(s[0]),
-        step=str(s[1]),
-        kind=str(s[2]),
-        attempt=int(s[3]),
-        status=str(s[4]),
-        started_at=float(s[5]),
-        finished_at=s[6],
-        pid=int(s[7]),
-        audit_after=int(s[8]),
-        exit_code=s[9],
-        result=result,
-        error=str(s[11]),
+        seq=r.count("seq"),
+        step=r.text("step"),
+        kind=r.text("kind"),
+        attempt=r.count("attempt"),
+        status=r.text("status"),
+        started_at=r.time("started_at"),
+        finished_at=r.opt_time("finished_at"),
+        pid=r.count("pid", most=PID_MAX),
+        audit_after=r.count("audit_after"),
+        exit_code=r.opt_count("exit_code", most=EXIT_STATUS_MAX),
+        result=strict_jsonable(result) if result is not None else None,
+        error=r.text("error"),
     )
