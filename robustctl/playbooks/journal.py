@@ -14,8 +14,8 @@ that has an unfinished run in the journal (resume it instead).
 Reading: every journal row read is checked (:class:`~robustctl.store.StoreRow`): times finite and in the
 store's range (1970 to the year 9999), ids, pids, attempts and sequence numbers non-negative integers (a
 pid at most :data:`~robustctl.store.PID_MAX`, an exit code at most :data:`EXIT_STATUS_MAX`), the
-parameters a JSON object of text values, a step's result a JSON object (read back as strict JSON, as
-:func:`cap_result` wrote it). A row changed outside robustctl so that it fails is a
+parameters a JSON object of text values, a step's result a JSON object nesting at most
+:data:`MAX_RESULT_DEPTH` levels (read back as strict JSON, as :func:`cap_result` wrote it). A row changed outside robustctl so that it fails is a
 :class:`~robustctl.store.StoreError` (exit 78) naming the file, table, row and column: ``playbook
 resume`` stops on it rather than go on from it.
 """
@@ -52,11 +52,13 @@ from robustctl.store import (
 __all__ = [
     "EXIT_STATUS_MAX",
     "MAX_RESULT_BYTES",
+    "MAX_RESULT_DEPTH",
     "MAX_RUN_ID",
     "JournalRun",
     "JournalStep",
     "RunStatus",
     "begin_run",
+    "deeper_than",
     "finish_run",
     "job_lock",
     "run_record",
@@ -70,6 +72,13 @@ MAX_RESULT_BYTES = 1024 * 1024
 """Largest step result kept in the journal, bytes of JSON (1 MiB: a diagnose report of ~500 hosts).
 A larger document is kept as its summary (``kind``, ``exit_code``, list lengths, the host lists), with
 ``truncated: true``; later ``when:`` conditions read that."""
+
+MAX_RESULT_DEPTH = 100
+"""Deepest nesting (objects and lists within one another) of a step result the journal keeps and reads
+back. robustctl's command documents nest about ten levels; :func:`robustctl.models.strict_jsonable`, the
+``when:`` evaluator and ``--json`` recurse a few frames per level, so 100 levels stay far below Python's
+recursion limit (1000) wherever a result goes. A deeper document is kept as its summary (as a larger
+one is), and one read back is a store error: only a hand-edited row holds it."""
 
 EXIT_STATUS_MAX = 255
 """Largest exit code a step attempt's row may hold: a process exit status is 0 to 255 (every code of
@@ -133,7 +142,8 @@ class JournalRun:
 
 def cap_result(doc: Mapping[str, Any]) -> dict[str, Any]:
     """``doc`` as the journal keeps it and ``steps.ID`` shows it: the step's ``--json`` document, whole
-    when its JSON is at most :data:`MAX_RESULT_BYTES`, else a summary (see :data:`MAX_RESULT_BYTES`).
+    when its JSON is at most :data:`MAX_RESULT_BYTES` and it nests at most :data:`MAX_RESULT_DEPTH`
+    levels, else a summary (see :data:`MAX_RESULT_BYTES`).
 
     Strict JSON, as ``--json`` prints it: a non-finite float from a host is the string ``"NaN"``,
     ``"Infinity"`` or ``"-Infinity"`` (:func:`robustctl.models.strict_jsonable`), here, in the
@@ -142,7 +152,9 @@ def cap_result(doc: Mapping[str, Any]) -> dict[str, Any]:
     """
     strict: dict[str, Any] = strict_jsonable(doc)
     text = json.dumps(strict, default=str, allow_nan=False)
-    if len(text.encode("utf-8", "surrogatepass")) <= MAX_RESULT_BYTES:
+    if len(text.encode("utf-8", "surrogatepass")) <= MAX_RESULT_BYTES and not deeper_than(
+        strict, MAX_RESULT_DEPTH
+    ):
         out: dict[str, Any] = json.loads(text)
         return out
     small: dict[str, Any] = {"truncated": True, "bytes": len(text)}
@@ -154,6 +166,19 @@ def cap_result(doc: Mapping[str, Any]) -> dict[str, Any]:
         elif isinstance(v, (list, dict)):
             small[k + "_count"] = len(v)
     return small
+
+
+def deeper_than(doc: object, most: int) -> bool:
+    """Whether ``doc`` (a JSON value) nests objects and lists more than ``most`` levels (``{}`` is one
+    level, a scalar none). Iterative: it never recurses, however deep ``doc`` is."""
+    todo: list[tuple[object, int]] = [(doc, 1)]
+    while todo:
+        node, level = todo.pop()
+        if isinstance(node, (dict, list)):
+            if level > most:
+                return True
+            todo.extend((child, level + 1) for child in (node.values() if isinstance(node, dict) else node))
+    return False
 
 
 def _last_audit_id(store: Store) -> int:
@@ -379,6 +404,8 @@ def _step(r: StoreRow) -> JournalStep:
     result = r.json("result") if r.values["result"] != "" else None  # '': no result, as NULL
     if result is not None and not isinstance(result, dict):
         raise r.error("result", "not a JSON object")
+    if deeper_than(result, MAX_RESULT_DEPTH):
+        raise r.error("result", f"nested deeper than {MAX_RESULT_DEPTH} levels")
     return JournalStep(
         seq=r.count("seq"),
         step=r.text("step"),
