@@ -189,11 +189,12 @@ def to_jsonable(obj: Any) -> Any:
     """Convert frozen result dataclasses, enums and tuples into plain JSON-ready values.
 
     Dataclass properties listed in ``__json_extra__`` are not used; only fields are emitted, plus
-    ``exit_code`` for objects that define it.
+    ``exit_code`` for objects that define it as a property (a field of that name, which may be None,
+    is emitted as it is).
     """
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
         out = {f.name: to_jsonable(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
-        if hasattr(type(obj), "exit_code"):
+        if hasattr(type(obj), "exit_code") and "exit_code" not in out:
             out["exit_code"] = int(getattr(obj, "exit_code"))  # noqa: B009
         return out
     if isinstance(obj, enum.Enum):
