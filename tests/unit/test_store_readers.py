@@ -58,8 +58,8 @@ FACT_GUARDS = ("code_changes_facts_fixed", "job_versions_facts_fixed")
 (whoever edits the file can drop them too)."""
 
 RUNNING, DONE = 1, 2
-"""The journal's runs: run 1 is still ``running`` (its one step done: the process died before
-finishing the run), run 2 is ``done``."""
+"""The journal's runs: run 1 (job ``small``) is still ``running`` (its one step done: the process died
+before finishing the run), run 2 (no job) is ``done``."""
 
 
 def fill(path: Path) -> None:
@@ -86,8 +86,8 @@ def fill(path: Path) -> None:
         assert records.versions(s, "small")[0].stable_at is not None, first
         records.record_change(s, "small", ref="v2", commit="b" * 40, from_ref="a" * 40, reason="faster")
         records.record_version_start(s, "small", "c" * 40, started_at=clock(), base_step=3)
-        for _ in (RUNNING, DONE):
-            run_id = journal.begin_run(s, "note", "note.yaml", PLAYBOOK, None, {"job": "small"})
+        for job in ("small", None):  # one unfinished run per job: the done one has none
+            run_id = journal.begin_run(s, "note", "note.yaml", PLAYBOOK, job, {"job": "small"})
             seq = journal.step_start(s, run_id, "note", "notify", 1)
             journal.step_end(s, run_id, seq, "done", exit_code=0, result={"kind": "notify", "exit_code": 0})
         journal.finish_run(s, DONE, journal.RunStatus.DONE, "reached the end")
@@ -286,6 +286,55 @@ def test_a_result_read_back_is_strict_json(box: Path) -> None:
     json.loads(out, parse_constant=lambda c: pytest.fail(f"not strict JSON: {c}"))
 
 
+def nested(levels: int) -> str:
+    """A JSON object nesting ``levels`` levels (lists inside its one member)."""
+    return '{"kind": ' + "[" * (levels - 1) + "1" + "]" * (levels - 1) + "}"
+
+
+def test_a_result_nested_past_the_bound_is_a_store_error(box: Path) -> None:
+    """A result nested deeper than MAX_RESULT_DEPTH (one a Python recursion would fail on, too) is
+    refused in one line; one at the bound is read and printed."""
+    for levels in (journal.MAX_RESULT_DEPTH + 1, 900, 5000):
+        plant(box / "s.db", "playbook_steps", "result", nested(levels))
+        code, out, err = resume(box, RUNNING, "--json")
+        why = f"nested deeper than {journal.MAX_RESULT_DEPTH} levels" if levels < 1000 else "not JSON"
+        assert_names_the_row(code, out, err, "playbook_steps", "result", why)
+    plant(box / "s.db", "playbook_steps", "result", nested(journal.MAX_RESULT_DEPTH))
+    code, out, err = resume(box, RUNNING, "--json")
+    assert code == 0 and json.loads(out)["steps"][0]["result"]["kind"], err
+
+
+def test_a_result_nested_past_the_bound_is_kept_as_its_summary() -> None:
+    """What the journal writes reads back: a deeper document is cut to its summary, as a larger one."""
+    deep = json.loads(nested(journal.MAX_RESULT_DEPTH + 1))
+    kept = journal.cap_result({**deep, "exit_code": 0, "targets": ["node01"]})
+    assert kept["truncated"] is True and kept["exit_code"] == 0 and kept["targets"] == ["node01"], kept
+    assert kept["kind_count"] == 1 and not journal.deeper_than(kept, 2)
+    whole = json.loads(nested(journal.MAX_RESULT_DEPTH))
+    assert journal.cap_result(whole) == whole
+
+
+@pytest.mark.parametrize(
+    ("doc", "levels"), [(1, 0), ("x", 0), ({}, 1), ([], 1), ({"a": [1, {"b": []}]}, 4), ([[[]], []], 3)]
+)
+def test_deeper_than_counts_objects_and_lists(doc: object, levels: int) -> None:
+    assert not journal.deeper_than(doc, levels) and (levels == 0 or journal.deeper_than(doc, levels - 1))
+
+
+def test_a_step_without_an_exit_code_is_printed_as_null(box: Path) -> None:
+    """A skipped step has no exit code (NULL): ``--json`` of the run and of its resume print null."""
+    plant(box / "s.db", "playbook_steps", "exit_code", None)
+    code, out, err = resume(box, RUNNING, "--json")
+    assert code == 0 and json.loads(out)["steps"][0]["exit_code"] is None, err
+    skip = PLAYBOOK.replace("params:\n  job: {required: true}\n", "").replace(
+        "kind: notify", "kind: notify\n    when: 1 == 2"
+    )
+    (box / "skip.yaml").write_text(skip)
+    code, out, err = cli(box, "playbook", "run", str(box / "skip.yaml"), "--yes", "-q", "--json")
+    assert code == 0, err
+    assert [(s["status"], s["exit_code"]) for s in json.loads(out)["steps"]] == [("skipped", None)]
+
+
 def test_an_empty_result_reads_as_none(box: Path) -> None:
     plant(box / "s.db", "playbook_steps", "result", "")
     with Store.open(box / "s.db") as s:
@@ -317,10 +366,6 @@ def test_the_next_seq_is_read_checked(box: Path) -> None:
 
 def test_playbook_run_reads_the_unfinished_run_checked(box: Path) -> None:
     """``playbook run`` on a job with an unfinished run names it; a bad name there is a store error."""
-    conn = sqlite3.connect(box / "s.db")
-    conn.execute("UPDATE playbook_runs SET job='small' WHERE id=?", (RUNNING,))
-    conn.commit()
-    conn.close()
     with Store.open(box / "s.db") as s:
         with pytest.raises(ActionRefused, match=f"unfinished playbook run {RUNNING} \\(note\\)"):
             journal.begin_run(s, "note", "note.yaml", PLAYBOOK, "small", {"job": "small"})
