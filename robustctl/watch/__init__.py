@@ -1,0 +1,7 @@
+"""The controller behind ``robustctl watch``: read a job's signals (progress, step times, logs, exits,
+host findings), classify them, decide (signal class → playbook, with rails) and record every decision;
+and the job's ETTR ledger (:mod:`robustctl.watch.ledger`: productive and unproductive time by cause,
+cumulative and sliding-window ETTR, MTTR per incident). Its cores are pure functions over frozen
+dataclasses, given their inputs (times are passed in, never read from the clock). Importing this
+package imports none of its submodules.
+"""
