@@ -1,7 +1,8 @@
 """The controller behind ``robustctl watch``: read a job's signals (progress, step times, logs, exits,
-host findings), classify them, decide (signal class → playbook, with rails) and record every decision;
-and the job's ETTR ledger (:mod:`robustctl.watch.ledger`: productive and unproductive time by cause,
-cumulative and sliding-window ETTR, MTTR per incident). Its cores are pure functions over frozen
-dataclasses, given their inputs (times are passed in, never read from the clock). Importing this
-package imports none of its submodules.
+host findings), classify them (:mod:`robustctl.watch.rules`: hang, fail-slow, nan-loss;
+:mod:`robustctl.watch.logscan`: explicit errors in a rank's log), decide (signal class → playbook,
+with rails) and record every decision; and the job's ETTR ledger (:mod:`robustctl.watch.ledger`:
+productive and unproductive time by cause, cumulative and sliding-window ETTR, MTTR per incident). Its
+cores are pure functions over frozen dataclasses, given their inputs (times are passed in, never read
+from the clock). Importing this package imports none of its submodules.
 """
