@@ -36,8 +36,9 @@ What it does, like Megatron-LM and at toy size (hidden 32, so 16 ranks fit on 2 
 
 Faults, injected from outside the training logic. Spec: ``KIND[:WHERE][:key=value]...``; several
 specs separated by ``;`` or newlines; ``#`` starts a comment line. Read from the environment variable
-``ROBUSTCTL_FAULT`` at start, and from ``--fault-file`` (re-read whenever it changes, checked at
-least every 0.5 s, by the rank, its data-loader workers and its checkpoint writer)::
+``ROBUSTCTL_FAULT`` and the ``--fault SPEC`` options (repeatable) at start, and from ``--fault-file``
+(re-read whenever it changes, checked at least every 0.5 s, by the rank, its data-loader workers and
+its checkpoint writer); a bad spec in the first two is exit status 2 with one line naming it::
 
     hang:compute:rank=5             rank 5 loops inside a layer's forward (_compute_hang); mode=busy spins
     hang:p2p_recv:rank=15           rank 15 blocks in a dist.recv that no one sends (stage > 0: its next
@@ -49,16 +50,59 @@ least every 0.5 s, by the rank, its data-loader workers and its checkpoint write
     slow:rank=5:factor=3            (factor default 3) rank 5's compute takes factor x as long (_straggle sleeps
                                     (factor - 1) x the measured compute time of each layer)
     crash:rank=5[:signal=KILL]      rank 5 raises RuntimeError at its next step (or kills itself)
+    crash:cuda:rank=5:step=8        rank 5 raises, in step 8 before its gradient all-reduce, the
+      [:error=illegal-address]      RuntimeError PyTorch raises for an asynchronous CUDA error: its
+                                    traceback ends the log with ``RuntimeError: CUDA error: an illegal
+                                    memory access was encountered`` and PyTorch's "CUDA kernel errors
+                                    might be asynchronously reported..." lines; exit status 1. error=
+                                    illegal-address (default), launch-failure, ecc or assert
+    nan:rank=1:step=20              from step 20, rank 1's stage output is NaN (nan:activation, the
+                                    default place): the loss of its pipeline goes NaN at step 20 and,
+                                    since the NaN reaches the gradients and every DP replica's weights,
+                                    stays NaN after the spec is gone (and in checkpoints from step 20
+                                    on) until the job is rolled back to an earlier checkpoint
+    nan:loss:rank=3:step=20         from step 20, the loss last-stage rank 3 adds to the logged DP mean
+                                    is NaN; the weights stay finite, so it ends with the spec
+    spike:rank=3:step=20[:factor=10][:steps=3]
+                                    for 3 steps from step 20 the loss last-stage rank 3 adds to the
+                                    logged DP mean is 10 x its value (not its gradients: training goes
+                                    on as without it); needs step=; factor > 0 (default 10), steps
+                                    default 3
 
-Common keys: ``rank=R`` or ``ranks=R1,R2`` (default: every rank), ``step=N`` (active from step N on).
-Hangs other than ``p2p_recv`` end when the spec is removed from the fault file.
+Common keys: ``rank=R`` or ``ranks=R1,R2`` (default: every rank), ``step=N`` (active from step N on),
+``steps=K`` (with ``step=N``: active at steps N … N+K-1 only). Hangs other than ``p2p_recv`` end when
+the spec is removed from the fault file. ``nan:loss`` and ``spike`` change nothing on a rank that
+computes no loss (a stage before the last); with dp > 1 the logged loss is the DP mean, so a spike of
+F on one rank raises it by (F - 1) x that rank's share. A fault with ``step=N`` is deterministic: it
+hits step N whatever the timing, and the same specs and seed give the same losses.
 
-Outputs: ``--progress-dir P``: ``P/rankRRRRR.json`` rewritten atomically after init (``step`` 0,
-``phase`` "ready") and after every step: ``{rank, pid, step, phase, time, step_s, straggle_s, loss,
-init_s, started_at, timings: {import_s, init_process_group_s, new_groups_s, model_and_loader_s}}``
-(seconds, UNIX time; ``init_s`` counts from the process start; ``straggle_s``: what a ``slow`` fault
-added to the step, 0 without one). Exit status 0 after ``--steps`` steps, 1 on an error (crash
-fault included), 3 when ``--max-runtime-s`` passed, 4 when ``--stdin-watch`` saw the launcher go.
+Host loss needs nothing of the job: the test harness stops the host's sshd and kills its ranks (their
+data-loader workers and checkpoint writer die with them, ``PR_SET_PDEATHSIG``). A rank whose peer is
+killed sees gloo's "Connection closed by peer" in its next collective or pipeline send/recv, prints the
+traceback and exits 1; where the harness drops the host's traffic instead, it blocks until
+``--pg-timeout-s`` passes, then raises gloo's timeout error and exits 1.
+
+Outputs: ``--progress-dir P``: ``P/rankRRRRR.json`` (the heartbeat) rewritten atomically after init
+(``step`` 0, ``phase`` "ready"), after every step (``phase`` "train") and at the end (``phase``
+"done"): ``{rank, pid, step, phase, time, step_s, straggle_s, loss, init_s, started_at, timings:
+{import_s, init_process_group_s, new_groups_s, model_and_loader_s}}`` (seconds, UNIX time; ``init_s``
+counts from the process start; ``straggle_s``: what a ``slow`` fault added to the step, 0 without
+one). ``loss`` is the step's DP-averaged loss on a last-stage rank: a JSON number when finite, the
+string ``"NaN"``, ``"Infinity"`` or ``"-Infinity"`` when not (robustctl's spelling: the file is strict
+JSON, which has no NaN, and ``float()`` reads either form), null on the other ranks and before the
+first step; "done" keeps the last step's. Logs: every last-stage rank prints Megatron's training-log
+line every ``--log-every`` steps (and at step 1)::
+
+    [rank 3] [2025-01-01 12:00:00] iteration       20/       0 | consumed samples:          640 |
+    elapsed time per iteration (ms): 151.2 | learning rate: 5.000000E-02 | global batch size:    32 |
+    lm loss: nan | loss scale: 1.0 | number of skipped iterations:   0 | number of nan iterations:   1 |
+
+(one line; ``/ 0``: ``--steps 0``, until stopped; ``lm loss`` is this step's loss, ``1.234567E+00``
+or ``nan``/``inf``/``-inf``); rank 0 also prints ``[rank 0] step N step_s X``. A traceback (a crash,
+``crash:cuda``, a lost peer) goes to stderr, each line prefixed ``[rankR]: `` by torch.distributed once
+the process group is up (as the PyTorch of this test bed, 2.13, prints it). Exit status 0 after
+``--steps`` steps, 1 on an error (crash faults included), 2 on a bad argument or fault spec, 3 when
+``--max-runtime-s`` passed, 4 when ``--stdin-watch`` saw the launcher go.
 """
 
 from __future__ import annotations
@@ -103,6 +147,37 @@ _T0 = _process_start_time()
 _T_IMPORTED = time.time()  # torch and the rest imported
 FAULT_ENV = "ROBUSTCTL_FAULT"
 HANG_PLACES = ("compute", "p2p_recv", "dataloader", "checkpoint")
+FAULT_KINDS = ("hang", "slow", "crash", "nan", "spike")
+SHOWN_SPEC_CHARS = 120
+"""Most characters of a bad spec quoted in its error (a fault file may hold any text: the error stays
+one short line, and every spec of this grammar is shorter)."""
+NAN_PLACES = ("activation", "loss")
+"""Where a ``nan`` fault puts the NaN: the stage's output activations (they carry it into the loss,
+the gradients and, through the DP all-reduce, every replica's weights), or the logged loss alone."""
+SPIKE_FACTOR = 10.0
+"""A ``spike``'s default loss multiplier (our choice: twice the 5x spike factor the watch's default
+rule is meant to trip at, so the default spike is unambiguous to any rolling-median rule)."""
+SPIKE_STEPS = 3
+"""Steps a ``spike`` lasts by default: "a few steps" (issue 22 section 5); a one-step spike is
+``steps=1``."""
+CUDA_ERRORS = {
+    "illegal-address": "an illegal memory access was encountered",
+    "launch-failure": "unspecified launch failure",
+    "ecc": "uncorrectable ECC error encountered",
+    "assert": "device-side assert triggered",
+}
+"""``crash:cuda:error=NAME``: the ``cudaGetErrorString`` text of cudaErrorIllegalAddress (700),
+cudaErrorLaunchFailure (719), cudaErrorECCUncorrectable (214) and cudaErrorAssert (710)."""
+CUDA_ERROR_SUFFIX = (
+    "\nCUDA kernel errors might be asynchronously reported at some other API call, so the stacktrace"
+    " below might be incorrect.\nFor debugging consider passing CUDA_LAUNCH_BLOCKING=1.\n"
+    "Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions.\n"
+)
+"""What PyTorch appends to ``CUDA error: <text>`` (c10/cuda/CUDAException.cpp,
+``c10_cuda_check_implementation``: the suffix of c10/cuda/CUDAMiscFunctions.cpp, then
+c10_retrieve_device_side_assertion_info of a build without TORCH_USE_CUDA_DSA) in the form PyTorch 2
+bug reports quote it (e.g. NVIDIA/TensorRT#3491); the current source drops the period after ``=1``
+and adds a "Search for ..." line."""
 _NEVER_SENT_TAG = 7777  # a tag no rank ever sends with: a recv on it blocks forever
 _PR_SET_PDEATHSIG = 1
 
@@ -114,7 +189,13 @@ _PR_SET_PDEATHSIG = 1
 
 @dataclass(frozen=True)
 class Fault:
-    """One injected fault (see the module docstring for the spec grammar)."""
+    """One injected fault (see the module docstring for the spec grammar).
+
+    ``step`` is the first step it is active at (None: every step); ``steps`` how many steps from
+    ``step`` on (None: every later step). ``factor``: a ``slow`` rank's compute multiplier or a
+    ``spike``'s loss multiplier; ``error``: the CUDA error a ``crash:cuda`` raises (a key of
+    :data:`CUDA_ERRORS`).
+    """
 
     kind: str
     where: str | None = None
@@ -123,12 +204,21 @@ class Fault:
     factor: float = 1.0
     mode: str = "sleep"
     signal: str | None = None
+    steps: int | None = None
+    error: str | None = None
 
     def applies(self, rank: int, step: int | None) -> bool:
         """Whether this fault targets ``rank`` at ``step`` (``None``: step unknown, e.g. in a worker)."""
         if self.ranks is not None and rank not in self.ranks:
             return False
-        return self.step is None or step is None or step >= self.step
+        if self.step is None or step is None:
+            return True
+        return step >= self.step and (self.steps is None or step < self.step + self.steps)
+
+
+def _cut(text: str) -> str:
+    """``text`` as an error quotes it: at most :data:`SHOWN_SPEC_CHARS` characters, then ``...``."""
+    return text if len(text) <= SHOWN_SPEC_CHARS else text[:SHOWN_SPEC_CHARS] + "..."
 
 
 def parse_faults(text: str) -> list[Fault]:
@@ -138,6 +228,7 @@ def parse_faults(text: str) -> list[Fault]:
         item = raw.strip()
         if not item or item.startswith("#"):
             continue
+        shown = _cut(item)
         parts = item.split(":")
         kind, where, opts = parts[0].strip(), None, {}
         for p in parts[1:]:
@@ -147,7 +238,7 @@ def parse_faults(text: str) -> list[Fault]:
             elif where is None:
                 where = p.strip()
             else:
-                raise ValueError(f"fault {item!r}: unexpected {p!r}")
+                raise ValueError(f"fault {shown!r}: unexpected {_cut(p)!r}")
         try:
             ranks: frozenset[int] | None = None
             if "rank" in opts:
@@ -155,27 +246,56 @@ def parse_faults(text: str) -> list[Fault]:
             if "ranks" in opts:
                 ranks = frozenset(int(r) for r in opts.pop("ranks").split(","))
             step = int(opts.pop("step")) if "step" in opts else None
-            factor = float(opts.pop("factor", "3" if kind == "slow" else "1"))
+            default_factor = {"slow": "3", "spike": str(SPIKE_FACTOR)}.get(kind, "1")
+            factor = float(opts.pop("factor", default_factor))
             mode = opts.pop("mode", "sleep")
             sig = opts.pop("signal", None)
+            steps = int(opts.pop("steps")) if "steps" in opts else None
+            error = opts.pop("error", None)
         except ValueError as exc:
-            raise ValueError(f"fault {item!r}: {exc}") from None
+            raise ValueError(f"fault {shown!r}: {str(exc)[:SHOWN_SPEC_CHARS]}") from None
         if opts:
-            raise ValueError(f"fault {item!r}: unknown key {next(iter(opts))!r}")
+            raise ValueError(f"fault {shown!r}: unknown key {_cut(next(iter(opts)))!r}")
+        if not math.isfinite(factor):
+            raise ValueError(f"fault {shown!r}: factor must be a finite number")
+        if steps is not None and (steps < 1 or step is None):
+            raise ValueError(f"fault {shown!r}: steps=K needs K >= 1 and a step=N to count from")
         if kind == "hang":
             if where not in HANG_PLACES:
-                raise ValueError(f"fault {item!r}: hang needs a place, one of {', '.join(HANG_PLACES)}")
+                raise ValueError(f"fault {shown!r}: hang needs a place, one of {', '.join(HANG_PLACES)}")
             if mode not in ("sleep", "busy"):
-                raise ValueError(f"fault {item!r}: mode must be sleep or busy")
+                raise ValueError(f"fault {shown!r}: mode must be sleep or busy")
         elif kind == "slow":
             if factor < 1:
-                raise ValueError(f"fault {item!r}: factor must be >= 1")
+                raise ValueError(f"fault {shown!r}: factor must be >= 1")
         elif kind == "crash":
+            if where not in (None, "cuda"):
+                raise ValueError(f"fault {shown!r}: a crash's place is cuda or none")
             if sig is not None and not hasattr(signal, f"SIG{sig.upper()}"):
-                raise ValueError(f"fault {item!r}: unknown signal {sig!r}")
+                raise ValueError(f"fault {shown!r}: unknown signal {_cut(sig)!r}")
+            if where == "cuda":
+                if sig is not None:
+                    raise ValueError(f"fault {shown!r}: crash:cuda raises its error, it takes no signal")
+                error = error or "illegal-address"
+                if error not in CUDA_ERRORS:
+                    raise ValueError(f"fault {shown!r}: error must be one of {', '.join(CUDA_ERRORS)}")
+        elif kind == "nan":
+            where = where or "activation"
+            if where not in NAN_PLACES:
+                raise ValueError(f"fault {shown!r}: a nan's place is one of {', '.join(NAN_PLACES)}")
+        elif kind == "spike":
+            if step is None:
+                raise ValueError(f"fault {shown!r}: a spike needs step=N (the step it starts at)")
+            if factor <= 0:
+                raise ValueError(f"fault {shown!r}: factor must be > 0")
+            steps = SPIKE_STEPS if steps is None else steps
         else:
-            raise ValueError(f"fault {item!r}: unknown kind {kind!r} (hang, slow, crash)")
-        faults.append(Fault(kind, where, ranks, step, factor, mode, sig))
+            raise ValueError(f"fault {shown!r}: unknown kind {_cut(kind)!r} ({', '.join(FAULT_KINDS)})")
+        if error is not None and not (kind == "crash" and where == "cuda"):
+            raise ValueError(f"fault {shown!r}: error= is a key of crash:cuda only")
+        if kind in ("slow", "spike") and where is not None:
+            raise ValueError(f"fault {shown!r}: {kind} takes no place")
+        faults.append(Fault(kind, where, ranks, step, factor, mode, sig, steps, error))
     return faults
 
 
@@ -183,11 +303,13 @@ class FaultSource:
     """The faults that apply to one rank: from ``ROBUSTCTL_FAULT`` and a polled fault file.
 
     Each process (rank, data-loader worker, checkpoint writer) holds its own instance; the file is
-    re-read when its mtime or size changes, at most every ``poll_s`` seconds.
+    re-read when its mtime or size changes, at most every ``poll_s`` seconds. ``env_text``: the specs
+    fixed at start (``ROBUSTCTL_FAULT`` and ``--fault``), handed on to the helper processes.
     """
 
     def __init__(self, rank: int, env_text: str, path: str | None, poll_s: float = 0.5) -> None:
         self.rank = rank
+        self.env_text = env_text
         self.path = path
         self.poll_s = poll_s
         self._env = parse_faults(env_text)
@@ -219,11 +341,13 @@ class FaultSource:
 
     def find(self, kind: str, where: str | None = None, step: int | None = None) -> Fault | None:
         """The first active fault of ``kind`` (and ``where``) for this rank at ``step``, or None."""
+        found = self.active(kind, step)
+        return next((f for f in found if where is None or f.where == where), None)
+
+    def active(self, kind: str, step: int | None = None) -> list[Fault]:
+        """Every active fault of ``kind`` for this rank at ``step``, the start's specs first."""
         self.refresh()
-        for f in (*self._env, *self._file):
-            if f.kind == kind and (where is None or f.where == where) and f.applies(self.rank, step):
-                return f
-        return None
+        return [f for f in (*self._env, *self._file) if f.kind == kind and f.applies(self.rank, step)]
 
 
 def _set_pdeathsig(sig: int = signal.SIGKILL) -> None:
@@ -487,7 +611,7 @@ class Checkpointer:
             self._requests, self._acks = ctx.Queue(), ctx.Queue()
             self._proc = ctx.Process(
                 target=_checkpoint_writer_main,
-                args=(self._requests, self._acks, rank, faults_env(), args.fault_file),
+                args=(self._requests, self._acks, rank, faults.env_text, args.fault_file),
                 name=f"ckpt-writer-{rank}",
                 daemon=True,
             )
@@ -586,6 +710,36 @@ def faults_env() -> str:
     return os.environ.get(FAULT_ENV, "")
 
 
+def fault_text(args: argparse.Namespace) -> str:
+    """The specs fixed at start: ``ROBUSTCTL_FAULT``, then every ``--fault``, one per line."""
+    return "\n".join([faults_env(), *(args.fault or [])])
+
+
+def format_loss(loss: float) -> str:
+    """The loss as the log prints it: ``1.234567E+00`` (Megatron's ``{:.6E}``), and ``nan``, ``inf``,
+    ``-inf`` for the values that are not finite (Python's own spelling, where ``{:.6E}`` writes ``NAN``)."""
+    return f"{loss:.6E}" if math.isfinite(loss) else str(loss)
+
+
+NON_FINITE_JSON = {"nan": "NaN", "inf": "Infinity", "-inf": "-Infinity"}
+"""How the heartbeat writes a loss that is not finite, by ``repr(loss)``: robustctl's own spelling
+(``robustctl.models.NON_FINITE_JSON``), strings that strict JSON holds and ``float()`` reads back."""
+
+
+def loss_json(loss: float | None) -> float | str | None:
+    """The heartbeat's ``loss``: the number when finite, ``"NaN"``/``"Infinity"``/``"-Infinity"`` when
+    not (:data:`NON_FINITE_JSON`), None where this rank has no loss."""
+    if loss is None or math.isfinite(loss):
+        return loss
+    return NON_FINITE_JSON[repr(loss)]
+
+
+def _cuda_error(fault: Fault) -> None:
+    """Injected (``crash:cuda``): raise the RuntimeError PyTorch raises for an asynchronous CUDA error."""
+    assert fault.error is not None
+    raise RuntimeError(f"CUDA error: {CUDA_ERRORS[fault.error]}{CUDA_ERROR_SUFFIX}")
+
+
 # --------------------------------------------------------------------------------------------------
 # The trainer
 # --------------------------------------------------------------------------------------------------
@@ -622,8 +776,10 @@ class Trainer:
         self.first = self.pp_rank == 0
         self.last = self.pp_rank == args.pp - 1
         self.step = 0
-        self.faults = FaultSource(self.rank, faults_env(), args.fault_file)
+        self.faults = FaultSource(self.rank, fault_text(args), args.fault_file)
         self._slow_factor = 1.0
+        self.last_loss: float | None = None
+        self.nan_iterations = 0  # steps with a loss that is not finite since the last log line
         self.straggle_s = 0.0
         self.progress_path = (
             Path(args.progress_dir) / f"rank{self.rank:05d}.json" if args.progress_dir else None
@@ -681,7 +837,7 @@ class Trainer:
         self.params = [p for p in self.model.parameters()]
         start = self.step * args.micro_batches * args.micro_batch_size
         ds = SyntheticDataset(
-            args.hidden, self.dp_rank, args.seed, self.rank, faults_env(), args.fault_file, start
+            args.hidden, self.dp_rank, args.seed, self.rank, self.faults.env_text, args.fault_file, start
         )
         nw = args.num_workers
         self.loader = DataLoader(
@@ -710,6 +866,33 @@ class Trainer:
         fault = self.faults.find("hang", "compute", self.step)
         if fault is not None:
             _compute_hang(self.faults, fault, self.step)
+
+    def corrupt_output(self, out: torch.Tensor) -> torch.Tensor:
+        """Injected (``nan:activation``): this stage's output is NaN, as a kernel writing NaN makes it.
+
+        The NaN flows on as it would: into the next stage, the loss, every gradient of the pipeline
+        and, through the DP all-reduce, every replica's weights (so it outlives the fault).
+        """
+        if self.faults.find("nan", "activation", self.step) is None:
+            return out
+        return out * math.nan
+
+    def corrupt_loss(self, total: torch.Tensor) -> torch.Tensor:
+        """Injected into the loss this rank adds to the logged DP mean, not into its gradients:
+        ``spike`` multiplies it by the spike's factor, ``nan:loss`` makes it NaN."""
+        for fault in self.faults.active("spike", self.step):
+            total = total * fault.factor
+        if self.faults.find("nan", "loss", self.step) is not None:
+            total = total * math.nan
+        return total
+
+    def device_synchronize(self) -> None:
+        """Where the step waits for its device work (before the gradient all-reduce): an injected
+        ``crash:cuda`` surfaces here, as an asynchronous CUDA error surfaces at the next synchronising
+        call, and ends the rank like any uncaught exception (traceback on stderr, exit status 1)."""
+        fault = self.faults.find("crash", "cuda", self.step)
+        if fault is not None:
+            _cuda_error(fault)
 
     def straggle(self, compute_s: float) -> None:
         if self._slow_factor > 1.0:
@@ -763,7 +946,7 @@ class Trainer:
                 inp = x
             else:
                 inp = self.recv_forward(shape).requires_grad_()
-            out = self.model(inp)
+            out = self.corrupt_output(self.model(inp))
             if self.last:
                 outputs.append(torch.nn.functional.mse_loss(out, y) / m)
             else:
@@ -779,10 +962,11 @@ class Trainer:
                 grad = inputs[i].grad
                 assert grad is not None
                 self.send_backward(grad)
+        self.device_synchronize()
         self.reduce_gradients()
         loss = None
         if self.last:
-            total = torch.stack([o.detach() for o in outputs]).sum().reshape(1)
+            total = self.corrupt_loss(torch.stack([o.detach() for o in outputs]).sum().reshape(1))
             dist.all_reduce(total, group=self.dp_group)  # loss averaged over DP, for logging
             loss = float(total.item()) / args.dp
         return loss
@@ -809,7 +993,7 @@ class Trainer:
         while args.steps == 0 or self.step < args.steps:
             t0 = time.perf_counter()
             self.step += 1
-            crash = self.faults.find("crash", None, self.step)
+            crash = next((f for f in self.faults.active("crash", self.step) if f.where is None), None)
             if crash is not None:
                 self.crash(crash)
             slow = self.faults.find("slow", None, self.step)
@@ -818,16 +1002,20 @@ class Trainer:
             loss = self.train_step()
             self.ckpt.maybe_save(self.step, self.state())
             step_s = time.perf_counter() - t0
+            self.last_loss = loss
             self.write_progress("train", step_s, loss)
-            if self.rank == 0 and (self.step == 1 or self.step % args.log_every == 0):
-                print(f"[rank 0] step {self.step} step_s {step_s:.3f}", flush=True)
-            if self.last and self.tp_rank == 0 and self.dp_rank == 0 and loss is not None:
-                if self.step == 1 or self.step % args.log_every == 0:
-                    print(f"[rank {self.rank}] step {self.step} loss {loss:.5f}", flush=True)
+            if loss is not None and not math.isfinite(loss):
+                self.nan_iterations += 1
+            if self.step == 1 or self.step % args.log_every == 0:
+                if self.rank == 0:
+                    print(f"[rank 0] step {self.step} step_s {step_s:.3f}", flush=True)
+                if loss is not None:
+                    print(self.log_line(step_s, loss), flush=True)
+                    self.nan_iterations = 0
             if args.idle_ms > 0:
                 time.sleep(args.idle_ms / 1000.0)
         self.ckpt.close()
-        self.write_progress("done", None, None)
+        self.write_progress("done", None, self.last_loss)
         dist.barrier()
         dist.destroy_process_group()
         return 0
@@ -839,6 +1027,26 @@ class Trainer:
             os.kill(os.getpid(), getattr(signal, f"SIG{fault.signal.upper()}"))
             time.sleep(5)
         raise RuntimeError(msg)
+
+    def log_line(self, step_s: float, loss: float) -> str:
+        """Megatron's training-log line (``training_log``: ``iteration N/ M | ... | lm loss: X |``) for this
+        step, printed by every rank of the last stage every ``--log-every`` steps.
+
+        ``lm loss`` is this step's loss (Megatron prints the mean over the log interval; one step's
+        value shows a fault at the step it hit), :func:`format_loss`-spelled; ``number of nan
+        iterations`` counts the steps since the last line whose loss was not finite.
+        """
+        args = self.args
+        batch = args.micro_batches * args.micro_batch_size * args.dp
+        stamp = datetime.datetime.now().strftime("%Y-%m-%d %H:%M:%S")
+        return (
+            f"[rank {self.rank}] [{stamp}] iteration {self.step:8d}/{args.steps:8d} |"
+            f" consumed samples: {self.step * batch:12d} |"
+            f" elapsed time per iteration (ms): {step_s * 1000.0:.1f} |"
+            f" learning rate: {args.lr:.6E} | global batch size: {batch:5d} |"
+            f" lm loss: {format_loss(loss)} | loss scale: 1.0 |"
+            f" number of skipped iterations:   0 | number of nan iterations: {self.nan_iterations:3d} |"
+        )
 
     def state(self) -> dict[str, Any]:
         return {
@@ -859,13 +1067,13 @@ class Trainer:
             "time": time.time(),
             "step_s": step_s,
             "straggle_s": self.straggle_s,
-            "loss": loss if loss is None or math.isfinite(loss) else None,
+            "loss": loss_json(loss),
             "init_s": self.init_s,
             "timings": self.timings,
             "started_at": _T0,
         }
         tmp = self.progress_path.with_name(f".{self.progress_path.name}.tmp")
-        tmp.write_text(json.dumps(doc))
+        tmp.write_text(json.dumps(doc, allow_nan=False))
         os.replace(tmp, self.progress_path)
 
 
@@ -925,6 +1133,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--lr", type=float, default=0.05)
     p.add_argument("--seed", type=int, default=1234)
     p.add_argument("--fault-file", default=None, help="fault specs, re-read when changed")
+    p.add_argument(
+        "--fault",
+        action="append",
+        default=[],
+        metavar="SPEC",
+        help="a fault spec fixed at start (repeatable)",
+    )
     p.add_argument("--progress-dir", default=None, help="write rankRRRRR.json progress files here")
     p.add_argument("--bind-addr", default=None, help="gloo bind address (default: SSH_CONNECTION's)")
     p.add_argument("--pg-timeout-s", type=float, default=900.0, help="collective timeout")
@@ -935,6 +1150,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = p.parse_args(argv)
     if args.ffn % args.tp:
         p.error("--ffn must be divisible by --tp")
+    if args.log_every < 1:
+        p.error("--log-every must be >= 1")
     if args.pp > 1 and args.micro_batches < 1:
         p.error("--micro-batches must be >= 1")
     if args.load == "none":  # a restart with no checkpoint to load ({ckpt_iter} of a launch: template)
@@ -954,11 +1171,12 @@ def main(argv: list[str] | None = None) -> int:
         if var not in os.environ:
             print(f"minimegatron: {var} is not set (torchrun-style environment expected)", file=sys.stderr)
             return 2
-    try:
-        parse_faults(faults_env())
-    except ValueError as exc:
-        print(f"minimegatron: {FAULT_ENV}: {exc}", file=sys.stderr)
-        return 2
+    for where, text in ((FAULT_ENV, faults_env()), *(("--fault", f) for f in args.fault)):
+        try:
+            parse_faults(text)
+        except ValueError as exc:
+            print(f"minimegatron: {where}: {exc}", file=sys.stderr)
+            return 2
     torch.set_num_threads(1)
     if args.stdin_watch:
         threading.Thread(target=_watch_stdin, name="stdin-watch", daemon=True).start()
