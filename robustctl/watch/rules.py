@@ -11,8 +11,8 @@ never ``None``: not checked is never healthy.
   (:func:`default_stall_after_s`).
 * **fail-slow** (:func:`observe_step_time`, a state updated per sample): a lasting rise of the step
   time over its own baseline, found as a change point by Bayesian online change-point detection
-  (BOCPD) on the log step time and confirmed by the post-change median against the pre-change median,
-  with a rolling-median rule as a cross-check. :func:`detection_delay_and_false_alarms` measures the
+  (BOCPD) on the log step time and confirmed by the post-change (lower) median against the pre-change
+  median, with a rolling-median rule as a cross-check. :func:`detection_delay_and_false_alarms` measures the
   rule on a trace.
 * **nan-loss** (:func:`judge_losses`): a NaN/Inf loss, or a loss spike against the rolling median.
 
@@ -393,8 +393,8 @@ def _scalar_time(x: object) -> Scalar:
 
 SOURCE_FAIL_SLOW = (
     "fail-slow: Bayesian online change-point detection (Adams & MacKay 2007, arXiv 0710.3742) on the "
-    "log step time, Normal-Gamma model, constant hazard, as Greyhound (Wu et al., USENIX ATC '25; "
-    "preprint 'FALCON', arXiv 2410.12588, section 4.1) tracks iteration times; a change point counts "
+    "log step time, Normal-Gamma model, constant hazard, as Greyhound (Wu et al., USENIX ATC '25, "
+    "section 4.1; preprint 'FALCON', arXiv 2410.12588) tracks iteration times; a change point counts "
     "only when the post-change median exceeds the pre-change median by slow_factor for persist_steps "
     "samples (Greyhound validates a change point by the size of the slowdown and the length of the "
     "segment); a rolling-median rule cross-checks it"
@@ -402,8 +402,9 @@ SOURCE_FAIL_SLOW = (
 """Source of the fail-slow rule."""
 DEFAULT_SLOW_FACTOR = 1.2
 """Post-change median / pre-change median that counts as fail-slow (our choice, a 20 % slowdown).
-Greyhound keeps change points whose mean iteration time moved by 10 % (``degradation_thresh=0.1`` in
-its artefact, ``detector/control_plane/slow_detection.py``); here a verdict starts a recovery (stack
+Greyhound keeps change points across which the mean iteration time moved by more than 10 % of the
+larger mean (``degradation_thresh=0.1`` in its artefact, ``detector/control_plane/slow_detection.py``,
+``validate_performance_drop``); here a verdict starts a recovery (stack
 voting, possibly an over-eviction) rather than an alert, so the margin is doubled to stay clear of the
 few-per-cent drift a healthy job shows (data-dependent sequence lengths, evaluation and logging
 steps)."""
@@ -411,8 +412,8 @@ MAX_SLOW_FACTOR = 100.0
 """Largest ``slow_factor`` accepted (a 100× slowdown is a hang in all but name)."""
 DEFAULT_PERSIST_STEPS = 10
 """Samples the slowdown must last before it is declared: Greyhound's artefact keeps a change point
-only when the segment it opens spans at least 10 iterations (``length_thresh=10``), which keeps a
-checkpoint write or a single slow batch from counting."""
+only when it lies more than 10 iterations from the previous one (``length_thresh=10`` in
+``validate_performance_drop``), which keeps a checkpoint write or a single slow batch from counting."""
 MAX_PERSIST_STEPS = 32
 """Largest ``persist_steps`` accepted: the post-change segment and a baseline of
 :data:`MIN_BASELINE_STEPS` must fit in the window of :data:`RUN_LENGTH_MAX` samples the state keeps."""
@@ -425,13 +426,14 @@ state keeps (the newest 64): memory and work per sample are constant (our choice
 longest post-change segment, ``MAX_PERSIST_STEPS`` = 32, plus a baseline; longer runs add nothing to
 the decision, their statistics are merged)."""
 HAZARD_LAMBDA = 200.0
-"""Expected run length between change points (samples) of the constant hazard H = 1/λ: the value of
-Adams & MacKay's own Gaussian demonstration (``gaussdemo.m``); the rule's false alarms are held down by
-the median confirmation, not by the hazard."""
+"""Expected run length between change points (samples) of the constant hazard H = 1/λ (our choice; it is
+also the value of the Gaussian demonstration code published with Adams & MacKay's paper,
+``gaussdemo.m``): the rule's false alarms are held down by the median confirmation, not by the hazard."""
 CP_PROB_THRESHOLD = 0.8
 """Posterior probability that the current run began after the baseline (a change point happened) at
-which a change point becomes a candidate: Greyhound's artefact keeps change points above 0.8
-(``thresh_prob=0.8`` in ``find_performance_drop``)."""
+which a change point becomes a candidate: Greyhound's artefact keeps change points whose posterior
+probability is above 0.8 (``thresh_prob=0.8`` in ``find_performance_drop``; its probabilities come from
+a Bayesian change-point model of the whole trace, here from BOCPD's run-length posterior)."""
 PRIOR_KAPPA = 0.01
 """Normal-Gamma prior pseudo-count on the mean (log step time): weak, so a new run's mean is its data's
 within one sample (our choice)."""
@@ -451,6 +453,15 @@ MAX_STATE_JSON_CHARS = 16_384
 :data:`RUN_LENGTH_MAX` floats (at most 24 characters each as Python writes them) and a few scalars."""
 _STATE_VERSION = 1
 _MAX_COUNT = 10**15
+_LOG_MIN = math.log(5e-324) - 5.0
+"""Smallest log step time a state may hold: the log of the smallest positive float, less a margin."""
+_LOG_MAX = math.log(MAX_STEP_TIME_S) + 5.0
+"""Largest log step time a state may hold: the log of :data:`MAX_STEP_TIME_S`, plus a margin."""
+_STAT_MAX = 1e16
+"""Largest kappa or alpha a state may hold (each grows by at most 1 per sample; samples ≤ 10^15)."""
+_BETA_MAX = 1e250
+"""Largest beta a state may hold: far above what any trace accumulates, far enough below the float
+range that the predictive's arithmetic stays finite."""
 
 
 @dataclass(frozen=True)
@@ -549,9 +560,10 @@ class FailSlowState:
 
         Raises:
             ConfigError: ``doc`` is not such a state (wrong version, a missing or extra key, a value of
-                the wrong type, a non-finite or out-of-range number, arrays of different lengths or
-                longer than :data:`RUN_LENGTH_MAX`): one line saying which field and why. The run-length
-                posterior is renormalised.
+                the wrong type, a non-finite number or one outside what the rule can produce, arrays of
+                different lengths or longer than :data:`RUN_LENGTH_MAX`): one line saying which field
+                and why. A state it accepts can be fed further samples without error. The run-length
+                posterior is renormalised when its total is off.
         """
         if not isinstance(doc, Mapping):
             raise ConfigError(f"fail-slow state: not a JSON object but {type(doc).__name__}")
@@ -572,12 +584,22 @@ class FailSlowState:
             raise ConfigError(
                 f"fail-slow state: {n} run lengths after {seen} samples (at most {RUN_LENGTH_MAX})"
             )
-        if any(x <= 0 for name in ("kappa", "alpha", "beta") for x in arrays[name]):
-            raise ConfigError("fail-slow state: kappa, alpha and beta must be > 0")
+        bounds = {
+            "log_probs": (_LOG_PROB_FLOOR, 1e-6),
+            "mu": (_LOG_MIN, _LOG_MAX),
+            "kappa": (PRIOR_KAPPA, _STAT_MAX),
+            "alpha": (PRIOR_ALPHA, _STAT_MAX),
+            "beta": (PRIOR_BETA, _BETA_MAX),
+        }
+        for name, (low, high) in bounds.items():
+            if any(not low <= x <= high for x in arrays[name]):
+                raise ConfigError(f"fail-slow state: {name} holds a value outside [{low:g}, {high:g}]")
         recent = _state_floats(doc, "recent")
         if len(recent) > min(RUN_LENGTH_MAX, seen) or any(not 0 < x <= MAX_STEP_TIME_S for x in recent):
             raise ConfigError("fail-slow state: recent holds too many step times, or one out of range")
         origin = _state_opt_float(doc, "origin")
+        if origin is not None and not _LOG_MIN <= origin <= _LOG_MAX:
+            raise ConfigError(f"fail-slow state: origin outside [{_LOG_MIN:g}, {_LOG_MAX:g}]")
         if (seen == 0) != (origin is None) or (seen == 0) != (n == 0):
             raise ConfigError(
                 "fail-slow state: origin and run lengths must be set exactly when samples were seen"
@@ -716,8 +738,9 @@ def _bocpd_update(state: FailSlowState, x: float, hazard_lambda: float) -> FailS
 
 
 def rolling_median_ratio(samples: Sequence[float], persist_steps: int) -> float | None:
-    """The rolling-median rule's ratio: median of the newest ``persist_steps`` samples over the median of
-    the samples before them; ``None`` when fewer than :data:`MIN_BASELINE_STEPS` samples precede them.
+    """The rolling-median rule's ratio: the lower median of the newest ``persist_steps`` samples (a value
+    more than half of them reach) over the median of the samples before them; ``None`` when fewer than
+    :data:`MIN_BASELINE_STEPS` samples precede them or their median is not > 0.
 
     Args:
         samples: usable step times (seconds), oldest first (the state's window).
@@ -747,7 +770,7 @@ def _slow_verdict(state: FailSlowState, params: FailSlowParams, ratio: float, ro
             ("persist_steps", params.persist_steps),
         ),
         (
-            f"step time median {_fmt_s(recent_median)} over the last {params.persist_steps} steps is "
+            f"step time (lower) median {_fmt_s(recent_median)} over the last {params.persist_steps} steps is "
             f"{ratio:.2f}x the baseline {_fmt_s(baseline)} before sample {state.candidate} "
             f"(change point P={state.change_prob:.2f}; slow_factor {params.slow_factor:g})"
         ),
@@ -770,11 +793,16 @@ def observe_step_time(
        ``cp_threshold``, the most probable such run start becomes the candidate, and the median of the
        kept samples before it the baseline.
     3. Once ``persist_steps`` samples follow the candidate: it is confirmed, and a fail-slow episode
-       starts, when the median of the samples since the candidate is ≥ ``slow_factor`` × the baseline
-       *and* the rolling-median rule agrees (median of the newest ``persist_steps`` ≥ ``slow_factor`` ×
-       the median of the kept samples before them); otherwise it is dropped (a transient).
-    4. During an episode, it lasts while the median of the newest ``persist_steps`` samples stays ≥
-       ``slow_factor`` × the baseline; when it falls below, the episode ends (the job recovered).
+       starts, when the lower median of the samples since the candidate (a value more than half of
+       them reach, so a burst filling half of the segment does not count) is ≥ ``slow_factor`` × the
+       baseline *and* the rolling-median rule agrees (:func:`rolling_median_ratio` ≥ ``slow_factor``);
+       otherwise it is dropped (a transient).
+    4. During an episode, it lasts while the lower median of the newest ``persist_steps`` samples stays
+       ≥ ``slow_factor`` × the baseline; when it falls below, the episode ends (the job recovered).
+
+    A slow drift (a few per cent per hundred steps) is not a change point, and the kept window's
+    baseline drifts with it: neither rule reports it (measure it with
+    :func:`detection_delay_and_false_alarms` before relying on it).
 
     Args:
         state: the state after the previous sample (``FailSlowState()`` to start).
@@ -943,9 +971,9 @@ SOURCE_LOSS = (
 DEFAULT_SPIKE_FACTOR = 5.0
 """A loss ≥ this × the rolling median of the previous losses is a spike (our choice): after warm-up a
 training loss moves by a few per cent per hundred steps and single-batch noise stays well under 2×,
-so 5× trips only on a divergence, not on a hard batch; a cross-entropy loss is bounded by
-ln(vocabulary) ≈ 10-12 at initialisation, so a healthy run never reaches 5× its median after the
-first steps."""
+so 5× trips only on a divergence, not on a hard batch; a language model's cross-entropy starts near
+ln(vocabulary size) (about 11 for 50k-130k tokens) and falls, and does not climb back to 5× its
+recent median without diverging."""
 MAX_SPIKE_FACTOR = 1e6
 """Largest ``spike_factor`` accepted (beyond it the spike rule is off in all but name)."""
 DEFAULT_LOSS_WINDOW = 50
