@@ -53,6 +53,7 @@ __all__ = [
     "CAUSE_PRIORITY",
     "CAUSE_PYTHON",
     "CAUSE_XID",
+    "MAX_DETAIL_CHARS",
     "MAX_LINES",
     "MAX_LINE_CHARS",
     "MAX_TAIL_BYTES",
