@@ -36,6 +36,7 @@ from robustctl.suspects import record_suspects
 from robustctl.sweep import history
 from robustctl.sweep.history import HOST_CHECK, Observation
 from tests.unit.test_fuzz_hostrange import INNER_CATCH_ALLS
+from tests.unit.test_store_readers import CODE_INVENTORY, FACT_GUARDS, PLAYBOOK, fill
 
 pytestmark = pytest.mark.fuzz
 
@@ -402,6 +403,85 @@ def check_reader(argv: list[str], code: int, out: str, err: str) -> None:
         json.loads(out)
     else:
         assert err.strip(), argv
+
+
+# --- any value in a code-record or journal column (issue 21, item 6) -----------------------------
+
+CODE_JOURNAL_COLUMNS = (
+    ("code_changes", "id"), ("code_changes", "urgent"), ("code_changes", "staged_at"),
+    ("code_changes", "due_at"), ("code_changes", "applied_at"), ("job_versions", "id"),
+    ("job_versions", "started_at"), ("job_versions", "base_step"), ("job_versions", "last_step"),
+    ("job_versions", "last_progress_at"), ("job_versions", "stable_at"), ("job_versions", "change_id"),
+    ("playbook_runs", "id"), ("playbook_runs", "params"), ("playbook_runs", "started_at"),
+    ("playbook_runs", "finished_at"), ("playbook_runs", "pid"), ("playbook_steps", "run_id"),
+    ("playbook_steps", "seq"), ("playbook_steps", "attempt"), ("playbook_steps", "started_at"),
+    ("playbook_steps", "finished_at"), ("playbook_steps", "pid"), ("playbook_steps", "audit_after"),
+    ("playbook_steps", "exit_code"), ("playbook_steps", "result"),
+)  # fmt: skip
+"""Every time, number and JSON column of the code records (``update list`` reads them) and of the
+playbook journal (``playbook run`` and ``resume``)."""
+
+CODE_JOURNAL_VALUE = ANY_VALUE | st.sampled_from([
+    '{"job": "small"}', '{"job": "other"}', '{"job": 1}', '{"job": null}', '{"job": ["small"]}',
+    '{"kind": "notify", "exit_code": 0}', '{"kind": "notify", "exit_code": NaN}', '{"x": [-Infinity]}',
+    '{"exit_code": 1e999}', '{"a": ' * 900 + "1" + "}" * 900, "[" * 100_000, '"text"', "null",
+])  # fmt: skip
+""":data:`ANY_VALUE`, and JSON documents the two JSON columns (a run's parameters, a step's result)
+may hold: of the wrong shape, with non-finite numbers, nested deeply, cut short."""
+
+CODE_JOURNAL_READERS = (
+    (["update", "list", "--job", "small", "--no-progress"], (0,)),
+    (["update", "list", "--job", "small", "--no-progress", "--json"], (0,)),
+    (["playbook", "run", "pb.yaml", "--job", "small", "--yes", "-q"], (2,)),
+    (["playbook", "resume", "2", "--yes", "-q"], (64,)),
+    (["playbook", "resume", "1", "--yes", "-q", "--json"], (0, 64)),
+)  # fmt: skip
+"""The commands that read those tables, with their exit codes on a good store: ``playbook run`` is
+refused (run 1 of the job is unfinished), ``resume 2`` finds the run done, ``resume 1`` goes on from
+the journal (64: no run 1 once its id was changed). Otherwise the only other code is 78, in one line."""
+
+
+@pytest.fixture(scope="module")
+def code_journal_store(box: Path) -> Path:
+    """:func:`tests.unit.test_store_readers.fill`: code changes, job versions, a running and a done
+    playbook run; ``box/code-inv.yaml`` (the job with a ``code:`` section) and ``box/pb.yaml``."""
+    (box / "code-inv.yaml").write_text(CODE_INVENTORY)
+    (box / "pb.yaml").write_text(PLAYBOOK)
+    path = box / "code-journal.db"
+    fill(path)
+    return path
+
+
+@given(st.sampled_from(CODE_JOURNAL_COLUMNS), CODE_JOURNAL_VALUE, st.booleans())
+def test_any_value_in_a_code_or_journal_column_is_read_or_one_line(
+    box: Path, code_journal_store: Path, column: tuple[str, str], value: Any, last_row_only: bool
+) -> None:
+    """Whatever a time, number or JSON column of the code records or the playbook journal holds,
+    ``update list`` and ``playbook run``/``resume`` end as on a good store, or exit 78 with one line
+    naming the row and column changed; never 3 (the catch-all). Printed JSON is strict."""
+    table, col = column
+    state = fresh_store(box)
+    state.write_bytes(code_journal_store.read_bytes())
+    conn = sqlite3.connect(state)
+    try:
+        for trigger in FACT_GUARDS:  # whoever edits the file can drop them
+            conn.execute(f"DROP TRIGGER IF EXISTS {trigger}")
+        where = f" WHERE rowid=(SELECT MAX(rowid) FROM {table})" if last_row_only else ""
+        conn.execute(f"UPDATE {table} SET {col}=?{where}", (value,))
+        conn.commit()
+    except sqlite3.Error:
+        pass  # NOT NULL, a key taken twice, a rowid that is not an integer: unchanged
+    finally:
+        conn.close()
+    for argv, codes in CODE_JOURNAL_READERS:
+        code, out, err = run([*argv, "-i", str(box / "code-inv.yaml"), "--state", str(state)], cwd=box)
+        assert code in (*codes, 78), f"{argv}: exit {code}: {err[-2000:]}"
+        if code == 78:
+            lines = err.strip().splitlines()
+            assert out == "" and len(lines) == 1 and f"table {table}, row " in lines[0], lines
+            assert f", column {col}: " in lines[0], lines
+        elif "--json" in argv and code == 0:
+            json.loads(out, parse_constant=lambda c: pytest.fail(f"{argv}: not strict JSON: {c}"))
 
 
 # --- a store damaged at a random page (issue 21, item 7) -------------------------------------------
