@@ -15,9 +15,10 @@ Reading: every journal row read is checked (:class:`~robustctl.store.StoreRow`):
 store's range (1970 to the year 9999), ids, pids, attempts and sequence numbers non-negative integers (a
 pid at most :data:`~robustctl.store.PID_MAX`, an exit code at most :data:`EXIT_STATUS_MAX`), the
 parameters a JSON object of text values, a step's result a JSON object nesting at most
-:data:`MAX_RESULT_DEPTH` levels (read back as strict JSON, as :func:`cap_result` wrote it). A row changed outside robustctl so that it fails is a
-:class:`~robustctl.store.StoreError` (exit 78) naming the file, table, row and column: ``playbook
-resume`` stops on it rather than go on from it.
+:data:`MAX_RESULT_DEPTH` levels (read back as strict JSON, as :func:`cap_result` wrote it). A row
+changed outside robustctl so that it fails is a :class:`~robustctl.store.StoreError` (exit 78) naming
+the file, table, row and column: ``playbook resume`` (and ``playbook run``'s check for an unfinished
+run of the job) stops on it rather than go on from it.
 """
 
 from __future__ import annotations
@@ -400,7 +401,9 @@ def _run(r: StoreRow, steps: tuple[JournalStep, ...]) -> JournalRun:
 
 
 def _step(r: StoreRow) -> JournalStep:
-    """A ``playbook_steps`` row, each field checked; its result read back as strict JSON. Raises StoreError."""
+    """A ``playbook_steps`` row, each field checked; its result read back as strict JSON.
+
+    Raises StoreError."""
     result = r.json("result") if r.values["result"] != "" else None  # '': no result, as NULL
     if result is not None and not isinstance(result, dict):
         raise r.error("result", "not a JSON object")
