@@ -91,6 +91,7 @@ from robustctl.errors import ActionRefused, ConfigError
 
 __all__ = [
     "ACTION_TABLES",
+    "MAX_JSON_DEPTH",
     "PID_MAX",
     "SCHEMA_VERSION",
     "TIME_MAX",
@@ -106,6 +107,7 @@ __all__ = [
     "StoreError",
     "StoreLocked",
     "StoreRow",
+    "deeper_than",
     "default_path",
     "time_problem",
     "whoami",
@@ -299,16 +301,20 @@ class StoreRow:
             raise self.error(column, "not one of " + ", ".join(str(m.value) for m in kind)) from None
 
     def json(self, column: str) -> Any:
-        """The field's JSON document (None for NULL). Raises StoreError: not JSON text."""
+        """The field's JSON document (None for NULL). Raises StoreError: not JSON text, or nested
+        deeper than :data:`MAX_JSON_DEPTH` (what reads it next, rendering included, recurses)."""
         value = self.values[column]
         if value is None:
             return None
         if not isinstance(value, str):
             raise self.error(column, "not JSON text")
         try:
-            return json.loads(value)
+            doc = json.loads(value)
         except (ValueError, RecursionError):
             raise self.error(column, "not JSON") from None
+        if deeper_than(doc, MAX_JSON_DEPTH):
+            raise self.error(column, f"nested deeper than {MAX_JSON_DEPTH} levels")
+        return doc
 
     def times(self, column: str) -> tuple[float, ...]:
         """The field as a JSON list of times (each checked like :meth:`time`). Raises StoreError."""
@@ -320,6 +326,26 @@ class StoreRow:
             if why is not None:
                 raise self.error(column, f"bad time in the list: {why}")
         return tuple(float(t) for t in doc)
+
+
+MAX_JSON_DEPTH = 100
+"""Deepest nesting (objects and lists within one another) of a JSON document read from the store.
+robustctl's own documents nest about ten levels; :func:`robustctl.models.strict_jsonable`, the
+``when:`` evaluator and ``--json`` rendering recurse a few frames per level, so 100 levels stay far
+under Python's recursion limit (1000): a hand-edited row nested deeper is a store error, not a crash."""
+
+
+def deeper_than(doc: object, most: int) -> bool:
+    """Whether ``doc`` (a JSON value) nests objects and lists more than ``most`` levels (``{}`` is one
+    level, a scalar none). Iterative: it never recurses, however deep ``doc`` is."""
+    todo: list[tuple[object, int]] = [(doc, 1)]
+    while todo:
+        node, level = todo.pop()
+        if isinstance(node, (dict, list)):
+            if level > most:
+                return True
+            todo.extend((child, level + 1) for child in (node.values() if isinstance(node, dict) else node))
+    return False
 
 
 @dataclass(frozen=True)

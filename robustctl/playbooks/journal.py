@@ -39,12 +39,14 @@ from robustctl.models import strict_jsonable
 from robustctl.playbooks import MAX_RUN_ID
 from robustctl.store import (
     COUNT_MAX,
+    MAX_JSON_DEPTH,
     PID_MAX,
     AuditRecord,
     Store,
     StoreError,
     StoreLocked,
     StoreRow,
+    deeper_than,
     journal_connection,
     journal_query,
     journal_text,
@@ -74,7 +76,7 @@ MAX_RESULT_BYTES = 1024 * 1024
 A larger document is kept as its summary (``kind``, ``exit_code``, list lengths, the host lists), with
 ``truncated: true``; later ``when:`` conditions read that."""
 
-MAX_RESULT_DEPTH = 100
+MAX_RESULT_DEPTH = MAX_JSON_DEPTH
 """Deepest nesting (objects and lists within one another) of a step result the journal keeps and reads
 back. robustctl's command documents nest about ten levels; :func:`robustctl.models.strict_jsonable`, the
 ``when:`` evaluator and ``--json`` recurse a few frames per level, so 100 levels stay far below Python's
@@ -167,19 +169,6 @@ def cap_result(doc: Mapping[str, Any]) -> dict[str, Any]:
         elif isinstance(v, (list, dict)):
             small[k + "_count"] = len(v)
     return small
-
-
-def deeper_than(doc: object, most: int) -> bool:
-    """Whether ``doc`` (a JSON value) nests objects and lists more than ``most`` levels (``{}`` is one
-    level, a scalar none). Iterative: it never recurses, however deep ``doc`` is."""
-    todo: list[tuple[object, int]] = [(doc, 1)]
-    while todo:
-        node, level = todo.pop()
-        if isinstance(node, (dict, list)):
-            if level > most:
-                return True
-            todo.extend((child, level + 1) for child in (node.values() if isinstance(node, dict) else node))
-    return False
 
 
 def _last_audit_id(store: Store) -> int:

@@ -373,3 +373,28 @@ def test_playbook_run_reads_the_unfinished_run_checked(box: Path) -> None:
     (box / "pb.yaml").write_text(PLAYBOOK)
     code, out, err = cli(box, "playbook", "run", str(box / "pb.yaml"), "--job", "small", "--yes", "-q")
     assert_names_the_row(code, out, err, "playbook_runs", "playbook", "not text", row=RUNNING)
+
+
+def test_an_audit_plan_nested_past_the_bound_is_one_line(tmp_path: Path) -> None:
+    """A hand-edited audit plan nested 900 deep made ``audit --json`` exit 3 (RecursionError while
+    printing): every JSON document read from the store is bounded in depth."""
+    import contextlib
+    import io
+    import sqlite3
+
+    from robustctl.cli.main import main
+    from robustctl.store import MAX_JSON_DEPTH, Store
+
+    state = tmp_path / "s.db"
+    with Store.open(state) as store:
+        store.audit_finish(store.audit_begin("evict", ["node1"], "r", plan={"hosts": ["node1"]}), "ok", "")
+    with sqlite3.connect(state) as c:
+        c.execute("UPDATE audit SET plan=?", ["[" * 900 + "]" * 900])
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        code = main(["audit", "--state", str(state), "--json"])
+    assert code == 78, err.getvalue()
+    lines = err.getvalue().strip().splitlines()
+    assert len(lines) == 1 and "column plan" in lines[0] and f"deeper than {MAX_JSON_DEPTH}" in lines[0], (
+        lines
+    )
