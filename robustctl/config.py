@@ -1024,6 +1024,99 @@ class SweepSettings(StrictModel):
     lemon_no_standby: bool = Field(False, description="Never pick a lemon as the standby to activate.")
 
 
+WATCH_CLASSES = ("crash", "hang", "fail-slow", "nan-loss", "host-critical")
+"""The signal classes ``robustctl watch`` tells apart (:mod:`robustctl.watch.rules`), each mapped to a
+playbook by ``watch.playbooks``."""
+
+WatchClass = Literal["crash", "hang", "fail-slow", "nan-loss", "host-critical"]
+
+DEFAULT_WATCH_PLAYBOOKS: dict[str, str] = {
+    "crash": "job-failed",
+    "hang": "hang",
+    "fail-slow": "fail-slow",
+    "nan-loss": "nan-loss",
+    "host-critical": "gpu-lost",
+}
+"""The shipped playbook of each signal class (issue 22's table; the playbooks in ``robustctl/_playbooks``)."""
+
+MAX_WATCH_NOTIFY_ARGS = 64
+"""Most items of ``watch.notify`` (an argv; a notifier takes a URL and a few flags)."""
+
+
+class WatchSettings(StrictModel):
+    """``watch:``: what ``robustctl watch`` reads, when it judges a signal, and the rails of acting.
+
+    (The inventory file takes this section once ``robustctl watch`` reads it; until then the model is
+    the settings' one definition for the watch's library parts.)
+
+    Defaults and where they come from (each rule's own docstring in :mod:`robustctl.watch.rules` gives
+    the detail):
+
+    * ``interval_s`` 30: one evaluation every 30 s; a hang is judged in minutes, a 30 s reading period
+      costs one small probe per host.
+    * ``stall_after_s`` unset: derived from the job's own step time, max(10 × p99 step time, 120 s),
+      and 600 s while no step time has been measured (PyTorch's default NCCL collective timeout,
+      10 minutes, the wait this replaces).
+    * ``slow_factor`` 1.2 over ``persist_steps`` 10: a fail-slow change point must hold a step time 20%
+      above the job's own baseline for 10 steps (Greyhound's released detector confirms a change
+      after 10 samples).
+    * ``spike_factor`` 5 over ``loss_window`` 50: a loss at least 5 × the rolling median of the last 50
+      is a spike.
+    * ``cooldown_s`` 600 and ``max_recoveries_per_hour`` 3: after a recovery the watcher waits 10
+      minutes before the next one for the same job, and past three recoveries in an hour it stops
+      acting, records why and runs ``notify`` (a crash loop wants a person).
+    * ``playbooks``: the playbook run for each signal class (:data:`DEFAULT_WATCH_PLAYBOOKS`); a class
+      left out keeps its default.
+    """
+
+    interval_s: float = Field(30.0, ge=1, le=3600, description="Seconds between evaluations.")
+    stall_after_s: float | None = Field(
+        None, ge=10, le=7 * 86400, description="No new step for this long is a hang (default: derived)."
+    )
+    slow_factor: float = Field(
+        1.2, gt=1, le=100, description="Step-time rise over the baseline that is fail-slow."
+    )
+    persist_steps: int = Field(10, ge=1, le=32, description="Steps a fail-slow rise must hold.")
+    spike_factor: float = Field(
+        5.0, gt=1, le=1e6, description="Loss over the rolling median that is a spike."
+    )
+    loss_window: int = Field(50, ge=5, le=10_000, description="Losses in the spike rule's rolling median.")
+    log_tail_bytes: int = Field(
+        65_536,
+        ge=1024,
+        le=262_144,
+        description="Bytes read from the end of each rank's log (at most 256 KiB).",
+    )
+    read_timeout_s: float = Field(
+        30.0, gt=0, le=600, description="Deadline of one reading of every source, s."
+    )
+    cooldown_s: float = Field(
+        600.0, ge=0, le=86_400, description="Wait after a recovery before the next one, s."
+    )
+    max_recoveries_per_hour: int = Field(
+        3, ge=1, le=100, description="Recoveries per job per hour, then stop."
+    )
+    playbooks: dict[WatchClass, Annotated[str, Field(min_length=1, max_length=256)]] = Field(
+        default_factory=dict, description="Playbook per signal class (default: the shipped table)."
+    )
+    notify: list[Annotated[str, Field(min_length=1, max_length=4096)]] | None = Field(
+        None,
+        min_length=1,
+        max_length=MAX_WATCH_NOTIFY_ARGS,
+        description="Command (argv, no shell) run when the watcher stops acting; the decision as JSON on stdin.",
+    )
+
+    def playbook_for(self, signal_class: str) -> str:
+        """The playbook of ``signal_class``: the inventory's, else the shipped default.
+
+        Raises:
+            KeyError: not one of :data:`WATCH_CLASSES`.
+        """
+        default = DEFAULT_WATCH_PLAYBOOKS[signal_class]
+        own: dict[str, str] = {str(k): v for k, v in self.playbooks.items()}
+        return own.get(signal_class, default)
+
+
 class InventoryFile(StrictModel):
     """Top level of an inventory file."""
 
