@@ -28,7 +28,7 @@ from typing import Any
 import yaml
 
 from robustctl.errors import ConfigError
-from robustctl.inputfile import NotReadable, open_regular
+from robustctl.inputfile import NotReadable, open_regular, read_bounded
 
 PathKey = tuple[str | int, ...]
 
@@ -94,22 +94,11 @@ def read_regular_file(path: Path, *, max_bytes: int, what: str = "file") -> byte
     except NotReadable as exc:
         raise ConfigError(f"{path}: {exc.reason}" + (f"; expected a {what}" if exc.special else "")) from None
     try:
-        size = os.fstat(fd).st_size
-        if size > max_bytes:
-            raise ConfigError(f"{path}: {size} bytes, larger than the {max_bytes}-byte limit of a {what}")
-        chunks: list[bytes] = []
-        total = 0
-        while total <= max_bytes:
-            chunk = os.read(fd, min(1 << 20, max_bytes + 1 - total))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            total += len(chunk)
-        if total > max_bytes:
-            raise ConfigError(f"{path}: larger than the {max_bytes}-byte limit of a {what}")
-        return b"".join(chunks)
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from None
+        return read_bounded(fd, max_bytes)
+    except NotReadable as exc:
+        if exc.reason.startswith("is larger than"):
+            raise ConfigError(f"{path}: larger than the {max_bytes}-byte limit of a {what}") from None
+        raise ConfigError(f"{path}: {exc.reason}") from None
     finally:
         os.close(fd)
 

@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from robustctl.testing import fake_nvml
 from tests.support.hostroot import seed_healthy_root
 
 REPO = Path(__file__).resolve().parents[2]
@@ -35,6 +36,23 @@ def _healthy_host_probe(tmp_path_factory: pytest.TempPathFactory) -> dict[str, A
     ).stdout
     data: dict[str, Any] = json.loads(out)["data"]
     data["clock"]["time"] = None  # judged against the control clock at run time; see host.clock
+    return data
+
+
+@pytest.fixture(scope="session")
+def healthy_nvml_data(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """What the real NVML probe (``diagnostics/nvml.py``) reports for two healthy fake-NVML GPUs
+    (:mod:`robustctl.testing.fake_nvml` injection). Shared by the session: do not change it."""
+    path = fake_nvml.write_injection(
+        tmp_path_factory.mktemp("nvml") / "nvml.json", list(fake_nvml.healthy_gpus(2))
+    )
+    out = subprocess.run(
+        [sys.executable, str(REPO / "diagnostics/nvml.py"), "--nvml-injection", str(path)],
+        capture_output=True,
+        check=True,
+        timeout=60,
+    ).stdout
+    data: dict[str, Any] = json.loads(out)["data"]
     return data
 
 

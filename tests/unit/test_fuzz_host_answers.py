@@ -26,8 +26,6 @@ import contextlib
 import io
 import json
 import re
-import subprocess
-import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -49,7 +47,6 @@ from robustctl.exit_codes import ExitCode
 from robustctl.models import Status
 from robustctl.report.console import dump_json
 from robustctl.report.sweep import render_sweep
-from robustctl.testing import fake_nvml
 from robustctl.testing.fake_transport import FakeTransport
 from robustctl.transport.base import CommandResult
 from robustctl.transport.pool import TransportPool
@@ -99,18 +96,9 @@ def strict_json(text: str) -> Any:
 
 
 @pytest.fixture(scope="module")
-def healthy(_healthy_host_probe: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+def healthy(_healthy_host_probe: dict[str, Any], healthy_nvml_data: dict[str, Any]) -> dict[str, Any]:
     """The real probes' documents for a healthy host: ``{"host": data, "nvml": data}`` (2 GPUs)."""
-    path = fake_nvml.write_injection(
-        tmp_path_factory.mktemp("nvml") / "nvml.json", list(fake_nvml.healthy_gpus(2))
-    )
-    out = subprocess.run(
-        [sys.executable, str(REPO / "diagnostics/nvml.py"), "--nvml-injection", str(path)],
-        capture_output=True,
-        check=True,
-        timeout=60,
-    ).stdout
-    return {"host": _healthy_host_probe, "nvml": json.loads(out)["data"]}
+    return {"host": _healthy_host_probe, "nvml": healthy_nvml_data}
 
 
 def _paths(doc: Any, prefix: tuple[Any, ...] = ()) -> Iterator[tuple[Any, ...]]:

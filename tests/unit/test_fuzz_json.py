@@ -26,8 +26,6 @@ import io
 import json
 import math
 import re
-import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -43,7 +41,6 @@ from prometheus_client.parser import text_string_to_metric_families
 import robustctl.probes
 from robustctl.cli.main import main
 from robustctl.exit_codes import ExitCode
-from robustctl.testing import fake_nvml
 from robustctl.testing.fake_transport import FakeTransport
 from robustctl.transport.pool import TransportPool
 
@@ -101,18 +98,9 @@ def _stacks_doc(index: int) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
-def healthy(_healthy_host_probe: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+def healthy(_healthy_host_probe: dict[str, Any], healthy_nvml_data: dict[str, Any]) -> dict[str, Any]:
     """Per host, the probes' documents of a healthy host: ``{host: {"host", "nvml", "stacks"}}``."""
-    path = fake_nvml.write_injection(
-        tmp_path_factory.mktemp("nvml") / "nvml.json", list(fake_nvml.healthy_gpus(2))
-    )
-    out = subprocess.run(
-        [sys.executable, str(REPO / "diagnostics/nvml.py"), "--nvml-injection", str(path)],
-        capture_output=True,
-        check=True,
-        timeout=60,
-    ).stdout
-    nvml = json.loads(out)["data"]
+    nvml = healthy_nvml_data
     return {
         h: {"host": _healthy_host_probe, "nvml": nvml, "stacks": _stacks_doc(i)} for i, h in enumerate(HOSTS)
     }
