@@ -17,6 +17,10 @@ What it holds (schema version :data:`SCHEMA_VERSION`, migrations recorded in ``m
   never change, only its state.
 * ``check_state``, ``check_changes``, ``host_counters``, ``sweeps``: the sweep history (each host's
   check states, their changes, per-host counters, one row per sweep; :mod:`robustctl.sweep.history`).
+* ``watch_events``, ``watch_state``, ``incidents``, ``watch_waiting`` (:mod:`robustctl.watchstore`):
+  ``robustctl watch``'s decisions (append-only), its per-job state (one JSON document a restarted watcher
+  resumes from), and the ETTR ledger's input: incidents with the times of their phases (forward only, at
+  most one open per job) and spans of waiting with no action.
 * ``audit`` + ``audit_steps``: an append-only log (deleting rows is refused by a trigger). An action
   writes its record *before* applying (status ``started``, the plan JSON included), marks each step
   ``running`` before it runs and ``done``/``noop``/``failed`` after, then the final status. A robustctl
@@ -113,7 +117,7 @@ __all__ = [
     "whoami",
 ]
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 """Version of the store's schema; :meth:`Store.open` migrates older files forward."""
 
 MAX_TEXT = 65_536
@@ -549,6 +553,80 @@ _MIGRATIONS: dict[int, tuple[str, str]] = {
             source TEXT NOT NULL, hosts INTEGER NOT NULL, status TEXT NOT NULL,
             clock_skew_s REAL NOT NULL DEFAULT 0);
         CREATE INDEX sweeps_started ON sweeps(started_at)
+        """,
+    ),
+    5: (
+        "the watcher: decision events, per-job state, incidents and waiting spans (the ETTR ledger's input)",
+        # robustctl.watchstore reads and writes them. Events, incidents and waiting spans are never
+        # deleted; an event never changes but for its playbook run id, set once; an incident keeps its
+        # job, class and onset, and each later field, once set, keeps its value (forward only); the
+        # machines evicted only grow. At most one open incident per job (a partial unique index): never
+        # two recoveries for the same incident.
+        """
+        CREATE TABLE watch_events(
+            id INTEGER PRIMARY KEY AUTOINCREMENT, job TEXT NOT NULL, at REAL NOT NULL,
+            signal_class TEXT NOT NULL, rule TEXT NOT NULL, action TEXT NOT NULL, playbook TEXT,
+            reason TEXT NOT NULL DEFAULT '', evidence TEXT NOT NULL DEFAULT '{}', incident_id INTEGER,
+            playbook_run_id INTEGER, who TEXT NOT NULL);
+        CREATE INDEX watch_events_job_at ON watch_events(job, at);
+        CREATE TRIGGER watch_events_append_only BEFORE DELETE ON watch_events
+            BEGIN SELECT RAISE(ABORT, 'watch events are append-only'); END;
+        CREATE TRIGGER watch_events_facts_fixed BEFORE UPDATE ON watch_events
+            WHEN NEW.id IS NOT OLD.id OR NEW.job IS NOT OLD.job OR NEW.at IS NOT OLD.at
+                OR NEW.signal_class IS NOT OLD.signal_class OR NEW.rule IS NOT OLD.rule
+                OR NEW.action IS NOT OLD.action OR NEW.playbook IS NOT OLD.playbook
+                OR NEW.reason IS NOT OLD.reason OR NEW.evidence IS NOT OLD.evidence
+                OR NEW.incident_id IS NOT OLD.incident_id OR NEW.who IS NOT OLD.who
+                OR (OLD.playbook_run_id IS NOT NULL AND NEW.playbook_run_id IS NOT OLD.playbook_run_id)
+            BEGIN SELECT RAISE(ABORT, 'a recorded watch event never changes (its playbook run id is set once)'); END;
+        CREATE TABLE watch_state(job TEXT PRIMARY KEY, doc TEXT NOT NULL, updated_at REAL NOT NULL);
+        CREATE TABLE incidents(
+            id INTEGER PRIMARY KEY AUTOINCREMENT, job TEXT NOT NULL, class TEXT NOT NULL,
+            onset_at REAL NOT NULL, opened_at REAL NOT NULL, decision_at REAL, localization_start_at REAL,
+            localization_end_at REAL, eviction_start_at REAL, eviction_end_at REAL,
+            machines_evicted TEXT NOT NULL DEFAULT '[]', restart_start_at REAL, first_new_step_at REAL,
+            checkpoint_step INTEGER, last_step INTEGER, playbook TEXT, playbook_run_id INTEGER,
+            closed_at REAL, close_reason TEXT);
+        CREATE UNIQUE INDEX incidents_one_open ON incidents(job) WHERE closed_at IS NULL;
+        CREATE INDEX incidents_job_onset ON incidents(job, onset_at);
+        CREATE TRIGGER incidents_append_only BEFORE DELETE ON incidents
+            BEGIN SELECT RAISE(ABORT, 'incidents are append-only'); END;
+        CREATE TRIGGER incidents_facts_fixed BEFORE UPDATE OF id, job, class, onset_at, opened_at ON incidents
+            WHEN NEW.id IS NOT OLD.id OR NEW.job IS NOT OLD.job OR NEW.class IS NOT OLD.class
+                OR NEW.onset_at IS NOT OLD.onset_at OR NEW.opened_at IS NOT OLD.opened_at
+            BEGIN SELECT RAISE(ABORT, 'a recorded incident keeps its job, class and onset'); END;
+        CREATE TRIGGER incidents_forward_only BEFORE UPDATE ON incidents
+            WHEN (OLD.decision_at IS NOT NULL AND NEW.decision_at IS NOT OLD.decision_at)
+                OR (OLD.localization_start_at IS NOT NULL AND NEW.localization_start_at IS NOT OLD.localization_start_at)
+                OR (OLD.localization_end_at IS NOT NULL AND NEW.localization_end_at IS NOT OLD.localization_end_at)
+                OR (OLD.eviction_start_at IS NOT NULL AND NEW.eviction_start_at IS NOT OLD.eviction_start_at)
+                OR (OLD.eviction_end_at IS NOT NULL AND NEW.eviction_end_at IS NOT OLD.eviction_end_at)
+                OR (OLD.restart_start_at IS NOT NULL AND NEW.restart_start_at IS NOT OLD.restart_start_at)
+                OR (OLD.first_new_step_at IS NOT NULL AND NEW.first_new_step_at IS NOT OLD.first_new_step_at)
+                OR (OLD.checkpoint_step IS NOT NULL AND NEW.checkpoint_step IS NOT OLD.checkpoint_step)
+                OR (OLD.last_step IS NOT NULL AND NEW.last_step IS NOT OLD.last_step)
+                OR (OLD.playbook IS NOT NULL AND NEW.playbook IS NOT OLD.playbook)
+                OR (OLD.playbook_run_id IS NOT NULL AND NEW.playbook_run_id IS NOT OLD.playbook_run_id)
+                OR (OLD.closed_at IS NOT NULL AND NEW.closed_at IS NOT OLD.closed_at)
+                OR (OLD.close_reason IS NOT NULL AND NEW.close_reason IS NOT OLD.close_reason)
+            BEGIN SELECT RAISE(ABORT, 'an incident field once set is not rewritten (forward only)'); END;
+        CREATE TRIGGER incidents_evicted_grow BEFORE UPDATE OF machines_evicted ON incidents
+            WHEN NOT json_valid(NEW.machines_evicted) OR json_type(NEW.machines_evicted) IS NOT 'array'
+                OR (json_valid(OLD.machines_evicted) AND json_type(OLD.machines_evicted) = 'array'
+                    AND EXISTS (SELECT value FROM json_each(OLD.machines_evicted)
+                                EXCEPT SELECT value FROM json_each(NEW.machines_evicted)))
+            BEGIN SELECT RAISE(ABORT, 'machines once recorded as evicted stay recorded'); END;
+        CREATE TABLE watch_waiting(
+            id INTEGER PRIMARY KEY AUTOINCREMENT, job TEXT NOT NULL, start_at REAL NOT NULL, end_at REAL,
+            reason TEXT NOT NULL DEFAULT '', incident_id INTEGER);
+        CREATE INDEX watch_waiting_job_start ON watch_waiting(job, start_at);
+        CREATE TRIGGER watch_waiting_append_only BEFORE DELETE ON watch_waiting
+            BEGIN SELECT RAISE(ABORT, 'waiting spans are append-only'); END;
+        CREATE TRIGGER watch_waiting_forward_only BEFORE UPDATE ON watch_waiting
+            WHEN NEW.id IS NOT OLD.id OR NEW.job IS NOT OLD.job OR NEW.start_at IS NOT OLD.start_at
+                OR NEW.reason IS NOT OLD.reason OR NEW.incident_id IS NOT OLD.incident_id
+                OR (OLD.end_at IS NOT NULL AND NEW.end_at IS NOT OLD.end_at)
+            BEGIN SELECT RAISE(ABORT, 'a waiting span keeps its start and reason; its end is set once'); END
         """,
     ),
 }
