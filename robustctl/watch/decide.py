@@ -1,0 +1,676 @@
+"""The watch's decisions and rails: one evaluation's verdicts + what the watcher remembers → one
+:class:`Decision`, pure and deterministic (issue 22, §3 "Decisions").
+
+:func:`decide` reads the verdicts of :mod:`robustctl.watch.rules` and :mod:`robustctl.watch.logscan`
+for one job, the settings :class:`robustctl.config.WatchSettings` (``cooldown_s``,
+``max_recoveries_per_hour``, ``playbook_for``, ``notify``), the watcher's remembered facts for the job
+(:class:`WatchMemory`) and a few facts of this evaluation (its time, whether the playbook run in
+progress has ended and when, the time of the job's newest step, ``--advise``, a person's ``resume``).
+It returns exactly one :class:`Decision`: an :class:`Action`, a non-empty reason, the rail that
+decided it, the evidence (the verdicts) and the new :class:`WatchMemory`. Times are UNIX seconds
+passed in; the clock is never read. The same inputs give the same decision.
+
+**Sources.** ByteRobust (arXiv 2509.16293, SOSP 2025) runs this loop in its control plane: real-time
+checks feed a controller that maps what it sees to a mitigation (§3–§4), a machine named with high
+confidence is evicted at once without stop-time checks (§4.2, "direct eviction"; the ``gpu-lost``
+playbook), an explicit failure without a named machine goes through stop-time checks and the ladder
+reattempt → rollback → replay (§4.2, Fig. 5; the ``job-failed`` and ``nan-loss`` playbooks), and a
+hang or a fail-slow is localised by aggregating stacks and over-evicting the group they name (§5;
+the ``hang`` and ``fail-slow`` playbooks). Its principle is rapid isolation over precise root cause:
+act on the first sound signal, quickly. The table class → playbook is issue 22's
+(:data:`robustctl.config.DEFAULT_WATCH_PLAYBOOKS`). The rails below (one playbook at a time, one
+recovery per incident, cool-down, hourly limit and pause) are issue 22's requirements; how each is
+measured is our choice, with the reason given where it is defined.
+
+**The rules, in the order they are applied:**
+
+1. *Clock.* ``now`` earlier than the memory's last evaluation is taken as that time (a clock stepped
+   back must not reopen a cool-down or an hourly window; our choice). Recoveries older than
+   :data:`RECOVERY_WINDOW_S` are forgotten.
+2. *Resume.* ``resume=True`` (a person's explicit command) clears a pause and the recoveries counted
+   in the sliding hour (the person takes over the judgement the limit stood for; otherwise the next
+   signal would stop the watcher again at once). It does not shorten a cool-down.
+3. *The run in progress.* When the playbook run in progress has ended (``run_ended_s``, the
+   journal's finish time), it is no longer in progress, the cool-down runs until ``run_ended_s +
+   cooldown_s`` and its incident waits for a new step.
+4. *Incidents.* An incident opens when an actionable signal is seen and none is open, and keeps its
+   id while open. It closes (a) when a recovery was run for it and the job made a step after that
+   run ended (``newest_step_s > run end``: issue 22 "an incident stays open until the job makes a new
+   step after the recovery"), or (b) when no recovery was run for it (cool-down, ``--advise``,
+   pause) and an evaluation sees no verdict at all (the fault went away by itself; an ``unknown``
+   verdict keeps it open: not seeing a signal is not seeing it gone).
+5. *Priority.* Several verdicts at once are decided by the class of highest priority,
+   :data:`PRIORITY`: crash > host-critical > nan-loss > hang > fail-slow (our choice, after
+   ByteRobust's split of explicit and implicit failures, §3): an explicit error names its cause,
+   and the hang or slowdown the peers show is often its effect (a rank that crashed leaves its peers
+   waiting in a collective); a host-critical finding names machines but not whether the job noticed;
+   a NaN loss is an explicit symptom with its own checks (L4 alignment, replay); a hang and a
+   fail-slow say only that something is wrong, and a hang stops all progress while a fail-slow job
+   still trains. ``unknown`` never triggers an action (a source that could not be read says nothing
+   about the job) but is recorded: a decision seeing only ``unknown`` is a ``skip``, never a
+   ``none``, since not checked is never healthy.
+   A signal of higher priority than the open incident's reclassifies it (same id: the hang seen first
+   was the crash's effect); one of lower priority is decided as the open incident's class.
+6. *Rails,* in order, each a ``skip`` naming itself in :attr:`Decision.rail`: ``paused`` (after the
+   hourly limit, until resume); ``running`` (never two playbooks at once for one job);
+   ``same-incident`` (a recovery already ran for this incident and no new step came after it: never
+   a second recovery for it); either of the last two is ``lower-priority`` instead when the signal
+   is of lower priority than the open incident; ``cooldown`` (``now < cool-down end``: the end itself
+   is outside it); ``no-hosts`` (a host-critical signal that names no host, or more than fit a
+   playbook parameter); then ``hourly-limit``: with ``max_recoveries_per_hour`` recoveries started in
+   the last :data:`RECOVERY_WINDOW_S`, the decision is ``stop`` once (the watcher pauses, records why,
+   and the caller runs ``notify`` with the decision on stdin), then ``skip`` with rail ``paused``.
+7. *Act.* Otherwise ``run`` the class's playbook with ``job`` (every shipped playbook's parameter)
+   and, for host-critical, ``hosts`` (comma-separated, from the verdicts' ``host`` / ``hosts``
+   values; the ``gpu-lost`` playbook requires it). The memory records the run in progress (its
+   journal id is set by the caller once the run is begun: :meth:`WatchMemory.with_run_id`), the
+   recovery's start in the sliding hour, and the incident as handled.
+
+**Advise** (``--advise``): the same decision, but a would-be ``run`` or ``stop`` is ``advise`` (the
+reason says which, the playbook and parameters are those that would run), and the memory is updated
+as if nothing started: no run in progress, no recovery counted, no cool-down, no pause; the incident
+is still opened (its onset and class are facts), unhandled, so the next evaluation advises again
+while the signal holds.
+
+**Bad input.** A non-finite time, an empty job name or something other than a :class:`Verdict` among
+the verdicts raise :class:`ValueError` (a programming error: the caller builds these). Any verdicts
+and any sequence of valid times give a decision; nothing else raises.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from enum import Enum
+from typing import TYPE_CHECKING, Any
+
+from robustctl.models import SCHEMA_VERSION, strict_jsonable
+from robustctl.watch.rules import SignalClass, Verdict
+
+if TYPE_CHECKING:
+    from robustctl.config import WatchSettings
+
+__all__ = [
+    "MAX_EVIDENCE_VERDICTS",
+    "MAX_HOSTS_PARAM_CHARS",
+    "MAX_REASON_CHARS",
+    "PRIORITY",
+    "RECOVERY_WINDOW_S",
+    "Action",
+    "Decision",
+    "OpenIncident",
+    "Pause",
+    "Rail",
+    "RunInProgress",
+    "WatchMemory",
+    "decide",
+    "priority_of",
+]
+
+PRIORITY: tuple[SignalClass, ...] = (
+    SignalClass.CRASH,
+    SignalClass.HOST_CRITICAL,
+    SignalClass.NAN_LOSS,
+    SignalClass.HANG,
+    SignalClass.FAIL_SLOW,
+)
+"""Actionable classes, highest priority first (module docstring, rule 5; our choice after ByteRobust
+§3's explicit vs implicit failures: an explicit error names its cause, a hang may be the effect of a
+crash elsewhere). :attr:`SignalClass.UNKNOWN` is not in it: it never triggers an action."""
+
+RECOVERY_WINDOW_S = 3600.0
+"""The sliding window of ``max_recoveries_per_hour``, in seconds (issue 22: "at most N recoveries per
+job per hour"): a recovery started at ``t`` counts while ``now - t < 3600``."""
+
+MAX_EVIDENCE_VERDICTS = 16
+"""Most verdicts a decision keeps in :attr:`Decision.evidence` and in :attr:`Decision.also_seen`
+each (the first, in priority order; the count of those left out is kept): every decision is stored
+and printed, so it must stay small whatever a reading produced; the rules give at most one verdict
+per rule and the log scan one per rank, and 16 is enough to show the pattern (our choice)."""
+
+MAX_REASON_CHARS = 1024
+"""Longest reason of a decision, in characters (longer is cut and ends with ``…``): a sentence or two
+naming the rail, the incident, the playbook and the times; it embeds a pause reason, so it is twice
+a verdict's evidence (:data:`robustctl.watch.rules.MAX_EVIDENCE_CHARS`) (our choice)."""
+
+MAX_HOSTS_PARAM_CHARS = 4096
+"""Longest ``hosts`` parameter (comma-separated host names): the playbook engine's longest parameter
+value (``robustctl.playbooks.engine.MAX_PARAM_CHARS``, not imported: the watch's cores import only
+foundation modules). More critical hosts than that at once is not a machine fault to evict but a
+``no-hosts`` skip: the job's whole fleet looking bad is more likely an observer fault (design: the
+eviction circuit breaker)."""
+
+_ELLIPSIS = "…"
+
+
+def _cut(text: str, limit: int) -> str:
+    """``text`` cut to ``limit`` characters, the last one replaced by ``…`` when cut."""
+    return text if len(text) <= limit else text[: limit - 1] + _ELLIPSIS
+
+
+def priority_of(signal: SignalClass) -> int:
+    """Rank of ``signal`` in :data:`PRIORITY`: 0 is the highest; :attr:`SignalClass.UNKNOWN` ranks
+    below every actionable class (``len(PRIORITY)``)."""
+    return PRIORITY.index(signal) if signal in PRIORITY else len(PRIORITY)
+
+
+class Action(str, Enum):
+    """What one evaluation decided (issue 22, §3)."""
+
+    RUN = "run"
+    """Start :attr:`Decision.playbook` with :attr:`Decision.params`."""
+    ADVISE = "advise"
+    """``--advise``: what would run (or that the watcher would stop), acting on nothing."""
+    SKIP = "skip"
+    """Saw something, did nothing, because of :attr:`Decision.rail`."""
+    STOP = "stop"
+    """The hourly recovery limit is reached: stop acting (pause), record why, run ``notify``."""
+    NONE = "none"
+    """Healthy: no rule fired."""
+
+
+class Rail(str, Enum):
+    """Why a ``skip`` (or ``stop``) did not run a playbook (module docstring, rule 6)."""
+
+    PAUSED = "paused"
+    RUNNING = "running"
+    SAME_INCIDENT = "same-incident"
+    LOWER_PRIORITY = "lower-priority"
+    COOLDOWN = "cooldown"
+    NO_HOSTS = "no-hosts"
+    HOURLY_LIMIT = "hourly-limit"
+    UNKNOWN_ONLY = "unknown-only"
+
+
+@dataclass(frozen=True)
+class RunInProgress:
+    """The playbook run the watcher started for the job and has not seen end.
+
+    Attributes:
+        playbook: its name. incident: the incident it recovers. started_s: UNIX s it was decided.
+        run_id: its journal id once the caller began it (:meth:`WatchMemory.with_run_id`), else None.
+    """
+
+    playbook: str
+    incident: str
+    started_s: float
+    run_id: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """Plain JSON values."""
+        return {
+            "playbook": self.playbook,
+            "incident": self.incident,
+            "started_s": self.started_s,
+            "run_id": self.run_id,
+        }
+
+
+@dataclass(frozen=True)
+class OpenIncident:
+    """The job's open incident.
+
+    Attributes:
+        incident_id: ``"<job>-<n>"``, n counting the job's incidents from 1.
+        signal: its class (raised when a higher-priority signal is seen while it is open).
+        onset_s: UNIX s of the evaluation that first saw it (the ledger takes the last good step as
+            the onset of its own record).
+        playbook: the playbook run for it, None while none was.
+        recovery_started_s: UNIX s that recovery was decided, None while none was.
+        recovery_ended_s: UNIX s that recovery's run ended (the journal's finish time), None while it
+            runs or none was.
+    """
+
+    incident_id: str
+    signal: SignalClass
+    onset_s: float
+    playbook: str | None = None
+    recovery_started_s: float | None = None
+    recovery_ended_s: float | None = None
+
+    @property
+    def handled(self) -> bool:
+        """A recovery was started for this incident."""
+        return self.recovery_started_s is not None
+
+    def to_json(self) -> dict[str, Any]:
+        """Plain JSON values."""
+        return {
+            "id": self.incident_id,
+            "class": self.signal.value,
+            "onset_s": self.onset_s,
+            "playbook": self.playbook,
+            "recovery_started_s": self.recovery_started_s,
+            "recovery_ended_s": self.recovery_ended_s,
+        }
+
+
+@dataclass(frozen=True)
+class Pause:
+    """The watcher stopped acting for the job: ``reason`` (the stop decision's), since ``since_s`` (UNIX s)."""
+
+    reason: str
+    since_s: float
+
+    def to_json(self) -> dict[str, Any]:
+        """Plain JSON values."""
+        return {"reason": self.reason, "since_s": self.since_s}
+
+
+@dataclass(frozen=True)
+class WatchMemory:
+    """What the watcher remembers about one job between evaluations (kept in the store by its caller).
+
+    Attributes:
+        recoveries_s: UNIX s each recovery (a ``run``) was decided, oldest first, those within the last
+            :data:`RECOVERY_WINDOW_S` (older ones are dropped at each evaluation).
+        cooldown_until_s: no recovery starts before this UNIX s (None: no cool-down yet).
+        running: the playbook run in progress, or None.
+        incident: the open incident, or None.
+        paused: set by a ``stop``; cleared only by ``resume``.
+        incidents_opened: incidents opened so far (the next incident's number is this + 1).
+        last_evaluated_s: the time of the last evaluation (module docstring, rule 1), None before any.
+    """
+
+    recoveries_s: tuple[float, ...] = ()
+    cooldown_until_s: float | None = None
+    running: RunInProgress | None = None
+    incident: OpenIncident | None = None
+    paused: Pause | None = None
+    incidents_opened: int = 0
+    last_evaluated_s: float | None = None
+
+    def with_run_id(self, run_id: int) -> WatchMemory:
+        """This memory with the journal id of the run in progress set (once the caller began it).
+
+        Raises:
+            ValueError: no run is in progress.
+        """
+        if self.running is None:
+            raise ValueError("no playbook run in progress to give a run id")
+        return replace(self, running=replace(self.running, run_id=run_id))
+
+    def to_json(self) -> dict[str, Any]:
+        """Plain JSON values."""
+        return {
+            "recoveries_s": list(self.recoveries_s),
+            "cooldown_until_s": self.cooldown_until_s,
+            "running": None if self.running is None else self.running.to_json(),
+            "incident": None if self.incident is None else self.incident.to_json(),
+            "paused": None if self.paused is None else self.paused.to_json(),
+            "incidents_opened": self.incidents_opened,
+            "last_evaluated_s": self.last_evaluated_s,
+        }
+
+
+@dataclass(frozen=True)
+class Decision:
+    """One evaluation's decision (one event in the store; one line of ``watch --json``).
+
+    Attributes:
+        job: the job. at_s: UNIX s of the evaluation (after rule 1).
+        action: what was decided. reason: why, one or two sentences, never empty (at most
+            :data:`MAX_REASON_CHARS`). rail: for ``skip`` and ``stop``, the rail that decided it.
+        signal: the class decided on (None for ``none`` and an unknown-only ``skip``).
+        playbook, params: for ``run`` / ``advise`` of a run, the playbook and its parameters as
+            ``(name, value)`` pairs; for ``skip``/``stop``, the playbook that was not run (params
+            empty).
+        incident: the incident concerned (None when none).
+        evidence: the verdicts of :attr:`signal` (for an unknown-only skip, the unknown ones), at most
+            :data:`MAX_EVIDENCE_VERDICTS`. also_seen: every other verdict of the evaluation, priority
+            order, unknown last, at most :data:`MAX_EVIDENCE_VERDICTS`. left_out: verdicts not kept.
+        notify: for ``stop``, the ``notify`` argv the caller runs with this decision's JSON on stdin
+            (empty when none is configured).
+        memory: the watcher's memory after this decision.
+    """
+
+    job: str
+    at_s: float
+    action: Action
+    reason: str
+    memory: WatchMemory
+    rail: Rail | None = None
+    signal: SignalClass | None = None
+    playbook: str | None = None
+    params: tuple[tuple[str, str], ...] = ()
+    incident: str | None = None
+    evidence: tuple[Verdict, ...] = ()
+    also_seen: tuple[Verdict, ...] = ()
+    left_out: int = 0
+    notify: tuple[str, ...] = ()
+    kind: str = "watch-decision"
+    schema_version: int = SCHEMA_VERSION
+
+    def to_json(self) -> dict[str, Any]:
+        """The decision as a strict-JSON document (``kind`` ``"watch-decision"``, ``schema_version``
+        1): non-finite floats among the verdicts' values are spelled as strings
+        (:meth:`~robustctl.watch.rules.Verdict.to_json`), so ``json.dumps(..., allow_nan=False)``
+        never fails on it."""
+        doc = {
+            "kind": self.kind,
+            "schema_version": self.schema_version,
+            "job": self.job,
+            "at_s": self.at_s,
+            "action": self.action.value,
+            "reason": self.reason,
+            "rail": None if self.rail is None else self.rail.value,
+            "signal": None if self.signal is None else self.signal.value,
+            "playbook": self.playbook,
+            "params": dict(self.params),
+            "incident": self.incident,
+            "evidence": [v.to_json() for v in self.evidence],
+            "also_seen": [v.to_json() for v in self.also_seen],
+            "left_out": self.left_out,
+            "notify": list(self.notify),
+            "memory": self.memory.to_json(),
+        }
+        out: dict[str, Any] = strict_jsonable(doc)
+        return out
+
+
+def _check_time(name: str, value: float | None, optional: bool) -> None:
+    if value is None and optional:
+        return
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ValueError(f"{name} must be a finite number of UNIX seconds, not {value!r}")
+
+
+def _fmt_t(t: float) -> str:
+    """A time or duration in seconds for a reason: ``"1700000123.5 s"``, ``"600 s"``."""
+    return f"{t:.1f} s" if t != int(t) else f"{int(t)} s"
+
+
+def _hosts_of(verdicts: Sequence[Verdict]) -> list[str]:
+    """The hosts the verdicts name (values ``host``, ``hosts`` comma-separated), first seen first."""
+    out: list[str] = []
+    for v in verdicts:
+        for name in ("host", "hosts"):
+            value = v.value(name)
+            if not isinstance(value, str):
+                continue
+            for h in value.split(","):
+                h = h.strip()
+                if h and h not in out:
+                    out.append(h)
+    return out
+
+
+def decide(
+    job: str,
+    now: float,
+    verdicts: Sequence[Verdict],
+    memory: WatchMemory,
+    settings: WatchSettings,
+    *,
+    run_ended_s: float | None = None,
+    newest_step_s: float | None = None,
+    advise: bool = False,
+    resume: bool = False,
+) -> Decision:
+    """Decide one evaluation for ``job`` (module docstring: the rules, rails and their sources).
+
+    Args:
+        job: the job's name (the playbooks' ``job`` parameter).
+        now: UNIX s of this evaluation (the reading's time).
+        verdicts: every verdict of this reading (rules and log scan), any order; ``unknown`` included.
+        memory: the memory the previous decision returned (``WatchMemory()`` for a new job).
+        settings: the inventory's ``watch:`` section.
+        run_ended_s: UNIX s the playbook run in progress ended (the journal's finish time, whatever its
+            status), None while it runs (ignored when no run is in progress).
+        newest_step_s: UNIX s of the job's newest step on the control clock, None when unknown (closes
+            a handled incident once later than its run's end).
+        advise: ``--advise`` (module docstring, "Advise").
+        resume: a person cleared a pause (rule 2).
+
+    Returns:
+        The :class:`Decision`, with the new memory.
+
+    Raises:
+        ValueError: a non-finite time, an empty job name, or a verdict that is not a :class:`Verdict`.
+    """
+    if not isinstance(job, str) or not job:
+        raise ValueError(f"job must be a non-empty name, not {job!r}")
+    _check_time("now", now, optional=False)
+    _check_time("run_ended_s", run_ended_s, optional=True)
+    _check_time("newest_step_s", newest_step_s, optional=True)
+    for v in verdicts:
+        if not isinstance(v, Verdict):
+            raise ValueError(f"a verdict must be a Verdict, not {type(v).__name__}")
+
+    # 1. clock and window
+    if memory.last_evaluated_s is not None:
+        now = max(float(now), memory.last_evaluated_s)
+    now = float(now)
+    mem = replace(
+        memory,
+        last_evaluated_s=now,
+        recoveries_s=tuple(t for t in memory.recoveries_s if now - t < RECOVERY_WINDOW_S),
+    )
+    notes: list[str] = []
+
+    # 2. resume
+    if resume:
+        if mem.paused is not None:
+            notes.append(f"resumed by a person (paused since {_fmt_t(mem.paused.since_s)})")
+            mem = replace(mem, paused=None, recoveries_s=())
+        else:
+            notes.append("resume asked while not paused: nothing to clear")
+
+    # 3. the run in progress
+    if mem.running is not None and run_ended_s is not None:
+        run = mem.running
+        ended = min(max(float(run_ended_s), run.started_s), now)
+        until = ended + settings.cooldown_s
+        if mem.cooldown_until_s is not None:
+            until = max(until, mem.cooldown_until_s)
+        incident = mem.incident
+        if incident is not None and incident.incident_id == run.incident:
+            incident = replace(incident, recovery_ended_s=ended)
+        mem = replace(mem, running=None, cooldown_until_s=until, incident=incident)
+        notes.append(f"playbook {run.playbook} for {run.incident} ended at {_fmt_t(ended)}")
+
+    # 4a. a handled incident closes on a new step after its recovery ended
+    inc = mem.incident
+    if (
+        inc is not None
+        and mem.running is None
+        and inc.recovery_ended_s is not None
+        and newest_step_s is not None
+        and newest_step_s > inc.recovery_ended_s
+    ):
+        notes.append(f"incident {inc.incident_id} closed: a new step after its recovery")
+        mem = replace(mem, incident=None)
+
+    # 5. priority
+    ordered = sorted(verdicts, key=lambda v: priority_of(v.signal))
+    actionable = [v for v in ordered if v.signal in PRIORITY]
+
+    def finish(action: Action, reason: str, **kw: Any) -> Decision:
+        evidence: tuple[Verdict, ...] = kw.pop("evidence", ())
+        ev = evidence[:MAX_EVIDENCE_VERDICTS]
+        ids = {id(v) for v in evidence}
+        rest = [v for v in ordered if id(v) not in ids]
+        also = tuple(rest[:MAX_EVIDENCE_VERDICTS])
+        left = len(evidence) - len(ev) + len(rest) - len(also)
+        text = "; ".join([reason, *notes]) if notes else reason
+        return Decision(
+            job=job,
+            at_s=now,
+            action=action,
+            reason=_cut(text, MAX_REASON_CHARS),
+            evidence=ev,
+            also_seen=also,
+            left_out=left,
+            **kw,
+        )
+
+    if not actionable:
+        inc = mem.incident
+        if inc is not None and not inc.handled and not ordered:
+            notes.append(f"incident {inc.incident_id} ({inc.signal.value}) closed: its signal is gone")
+            mem = replace(mem, incident=None)
+        unknown = tuple(ordered)
+        if unknown:
+            return finish(
+                Action.SKIP,
+                f"{len(unknown)} source(s) could not tell (unknown): an unknown verdict never "
+                "triggers an action, and not checked is not healthy",
+                memory=mem,
+                rail=Rail.UNKNOWN_ONLY,
+                evidence=unknown,
+                incident=None if mem.incident is None else mem.incident.incident_id,
+            )
+        return finish(
+            Action.NONE,
+            "healthy: no rule fired",
+            memory=mem,
+            incident=None if mem.incident is None else mem.incident.incident_id,
+        )
+
+    seen = actionable[0].signal
+    inc = mem.incident
+    lower = inc is not None and priority_of(seen) > priority_of(inc.signal)
+    # the class decided on: the open incident's unless the new signal outranks it
+    signal = inc.signal if inc is not None and lower else seen
+    evidence = tuple(v for v in actionable if v.signal is signal) or tuple(
+        v for v in actionable if v.signal is seen
+    )
+    playbook = settings.playbook_for(signal.value)
+
+    if inc is None:
+        n = mem.incidents_opened + 1
+        inc = OpenIncident(f"{job}-{n}", signal, now)
+        mem = replace(mem, incident=inc, incidents_opened=n)
+        notes.insert(0, f"incident {inc.incident_id} opened ({signal.value})")
+    elif priority_of(seen) < priority_of(inc.signal):
+        notes.insert(0, f"incident {inc.incident_id} reclassified {inc.signal.value} -> {seen.value}")
+        inc = replace(inc, signal=seen)
+        mem = replace(mem, incident=inc)
+    common: dict[str, Any] = {"signal": signal, "incident": inc.incident_id, "evidence": evidence}
+
+    # 6. rails
+    if mem.paused is not None:
+        return finish(
+            Action.SKIP,
+            f"saw {seen.value}, did nothing: paused since {_fmt_t(mem.paused.since_s)} "
+            f"({mem.paused.reason}); a person clears it with resume",
+            memory=mem,
+            rail=Rail.PAUSED,
+            playbook=playbook,
+            **common,
+        )
+    if mem.running is not None:
+        run = mem.running
+        rail = Rail.LOWER_PRIORITY if lower else Rail.RUNNING
+        ident = "" if run.run_id is None else f" (run {run.run_id})"
+        what = (
+            f"lower-priority {seen.value} while {inc.signal.value} is open" if lower else f"saw {seen.value}"
+        )
+        return finish(
+            Action.SKIP,
+            f"{what}, did nothing: playbook {run.playbook}{ident} is already running for this job "
+            f"(incident {run.incident}, since {_fmt_t(run.started_s)}); never two at once",
+            memory=mem,
+            rail=rail,
+            playbook=playbook,
+            **common,
+        )
+    if inc.handled:
+        rail = Rail.LOWER_PRIORITY if lower else Rail.SAME_INCIDENT
+        ended_s = inc.recovery_ended_s
+        when = "" if ended_s is None else f" ended at {_fmt_t(ended_s)}"
+        what = (
+            f"lower-priority {seen.value} while {inc.signal.value} is open" if lower else f"saw {seen.value}"
+        )
+        return finish(
+            Action.SKIP,
+            f"{what}, did nothing: incident {inc.incident_id} was already handled by {inc.playbook}"
+            f"{when} and the job has made no step since; never a second recovery for one incident",
+            memory=mem,
+            rail=rail,
+            playbook=playbook,
+            **common,
+        )
+    if mem.cooldown_until_s is not None and now < mem.cooldown_until_s:
+        return finish(
+            Action.SKIP,
+            f"saw {seen.value}, did nothing: cool-down until {_fmt_t(mem.cooldown_until_s)} "
+            f"({_fmt_t(settings.cooldown_s)} after the last recovery ended)",
+            memory=mem,
+            rail=Rail.COOLDOWN,
+            playbook=playbook,
+            **common,
+        )
+    params: list[tuple[str, str]] = [("job", job)]
+    if signal is SignalClass.HOST_CRITICAL:
+        hosts = _hosts_of(evidence)
+        joined = ",".join(hosts)
+        if not hosts or len(joined) > MAX_HOSTS_PARAM_CHARS:
+            why = (
+                "the verdicts name no host"
+                if not hosts
+                else f"{len(hosts)} hosts do not fit one parameter ({MAX_HOSTS_PARAM_CHARS} characters)"
+            )
+            return finish(
+                Action.SKIP,
+                f"saw {seen.value}, did nothing: {why}, and {playbook} evicts named hosts",
+                memory=mem,
+                rail=Rail.NO_HOSTS,
+                playbook=playbook,
+                **common,
+            )
+        params.append(("hosts", joined))
+    limit = settings.max_recoveries_per_hour
+    if len(mem.recoveries_s) >= limit:
+        reason = (
+            f"saw {seen.value} ({inc.incident_id}), stopped acting: {len(mem.recoveries_s)} recoveries "
+            f"in the last {_fmt_t(RECOVERY_WINDOW_S)} reach max_recoveries_per_hour {limit}; "
+            f"{playbook} not run; paused until a person resumes"
+        )
+        if advise:
+            return finish(
+                Action.ADVISE,
+                "would stop: " + reason,
+                memory=mem,
+                rail=Rail.HOURLY_LIMIT,
+                playbook=playbook,
+                **common,
+            )
+        mem = replace(mem, paused=Pause(_cut(reason, MAX_REASON_CHARS // 2), now))
+        return finish(
+            Action.STOP,
+            reason,
+            memory=mem,
+            rail=Rail.HOURLY_LIMIT,
+            playbook=playbook,
+            notify=tuple(settings.notify or ()),
+            **common,
+        )
+
+    # 7. act
+    args = " ".join(f"{k}={v}" for k, v in params)
+    if advise:
+        return finish(
+            Action.ADVISE,
+            f"would run {playbook} ({args}) for {seen.value} ({inc.incident_id}); --advise acts on nothing",
+            memory=mem,
+            playbook=playbook,
+            params=tuple(params),
+            **common,
+        )
+    inc = replace(inc, playbook=playbook, recovery_started_s=now, recovery_ended_s=None)
+    mem = replace(
+        mem,
+        incident=inc,
+        running=RunInProgress(playbook, inc.incident_id, now),
+        recoveries_s=(*mem.recoveries_s, now),
+    )
+    return finish(
+        Action.RUN,
+        f"run {playbook} ({args}) for {signal.value} ({inc.incident_id})",
+        memory=mem,
+        playbook=playbook,
+        params=tuple(params),
+        **common,
+    )
