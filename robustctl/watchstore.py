@@ -289,14 +289,15 @@ def _check_count(job: str, field: str, value: object, most: int = 2**63 - 1) -> 
 
 
 def _json_text(job: str, field: str, doc: object) -> str:
-    """``doc`` (a JSON object) as strict JSON text. Raises WatchStoreInputError: not an object of
+    """``doc`` (a JSON object) as strict JSON text, ASCII (every other character, a lone surrogate
+    included, as its ``\\uXXXX`` escape: it reads back as it was given, and SQLite text is UTF-8). Raises WatchStoreInputError: not an object of
     JSON values, a non-finite number, or nested deeper than :data:`robustctl.store.MAX_JSON_DEPTH`."""
     if not isinstance(doc, Mapping):
         raise WatchStoreInputError(f"job {job!r}: {field} is not a JSON object ({type(doc).__name__})")
     if not _shallow(doc):
         raise WatchStoreInputError(f"job {job!r}: {field} is nested deeper than {MAX_JSON_DEPTH} levels")
     try:
-        return json.dumps(doc, sort_keys=True, allow_nan=False, ensure_ascii=False)
+        return json.dumps(doc, sort_keys=True, allow_nan=False)
     except (TypeError, ValueError, RecursionError) as exc:
         raise WatchStoreInputError(f"job {job!r}: {field} is not strict JSON ({exc})") from None
 
@@ -339,7 +340,7 @@ def _evidence_text(job: str, evidence: Mapping[str, Any]) -> str:
     if len(text) <= MAX_TEXT:
         return text
     head = text[: MAX_TEXT // 2]
-    return json.dumps({"cut": True, "chars": len(text), "head": head}, ensure_ascii=False)
+    return json.dumps({"cut": True, "chars": len(text), "head": head})
 
 
 def _class(job: str, value: str, allowed: Sequence[str]) -> str:
@@ -586,9 +587,6 @@ def put_state(store: Store, job: str, doc: Mapping[str, Any], *, at: float) -> N
         raise WatchStoreInputError(
             f"job {job!r}: state document of {size} bytes is larger than {MAX_STATE_BYTES} (MAX_STATE_BYTES)"
         )
-    text = text.encode("utf-8", "backslashreplace").decode(
-        "utf-8"
-    )  # lone surrogates, as the store keeps text
     with store.transaction() as c:
         c.execute(
             "INSERT INTO watch_state(job, doc, updated_at) VALUES (?, ?, ?) ON CONFLICT(job) DO UPDATE "
@@ -739,7 +737,7 @@ def update_incident(
                     raise WatchStoreInputError(
                         f"{where}: more than {MAX_EVICTED_PER_INCIDENT} machines evicted ({len(grown)})"
                     )
-                sets["machines_evicted"] = json.dumps(grown, ensure_ascii=False)
+                sets["machines_evicted"] = json.dumps(grown)
         if sets:
             assign = ", ".join(f"{f}=?" for f in sets)
             c.execute(f"UPDATE incidents SET {assign} WHERE id=?", (*sets.values(), incident_id))  # noqa: S608

@@ -52,6 +52,34 @@ def test_creates_wal_store_with_schema_version(tmp_path: Path) -> None:
         assert s.schema_version == SCHEMA_VERSION
 
 
+def test_a_version_4_store_gains_the_watch_tables(tmp_path: Path) -> None:
+    """A store written before the watcher's tables existed is migrated forward on open, its rows kept,
+    and the new tables work (robustctl.watchstore)."""
+    from robustctl.store import _MIGRATIONS
+    from robustctl.watchstore import current_incident, get_state, open_incident, put_state
+
+    mine = next(v for v, (desc, _) in _MIGRATIONS.items() if desc.startswith("the watcher"))
+    path = tmp_path / "old.db"
+    conn = sqlite3.connect(path)
+    conn.execute(
+        "CREATE TABLE migrations(version INTEGER PRIMARY KEY, applied_at REAL NOT NULL, description TEXT NOT NULL)"
+    )
+    for v in range(1, mine):
+        for stmt in _MIGRATIONS[v][1].split(";\n"):
+            if stmt.strip():
+                conn.execute(stmt)
+        conn.execute("INSERT INTO migrations VALUES (?, 0, ?)", (v, _MIGRATIONS[v][0]))
+    conn.execute("INSERT INTO machines VALUES ('node01', 'evicted', 'unchecked', 'old', 0)")
+    conn.commit()
+    conn.close()
+    with Store.open(path) as s:
+        assert s.schema_version == SCHEMA_VERSION >= mine and s.machine("node01") is not None
+        inc = open_incident(s, "llama", incident_class="hang", onset_at=1e9, opened_at=1e9)
+        assert current_incident(s, "llama") == inc
+        put_state(s, "llama", {"cooldown_until": 1e9}, at=1e9)
+        assert get_state(s, "llama") == {"cooldown_until": 1e9}
+
+
 def test_state_changes_keep_history_and_are_idempotent(tmp_path: Path) -> None:
     clock = Clock()
     with Store.open(tmp_path / "s.db", clock=clock, who="alice@ops") as s:
