@@ -49,8 +49,9 @@ measured is our choice, with the reason given where it is defined.
    still trains. ``unknown`` never triggers an action (a source that could not be read says nothing
    about the job) but is recorded: a decision seeing only ``unknown`` is a ``skip``, never a
    ``none``, since not checked is never healthy.
-   A signal of higher priority than the open incident's reclassifies it (same id: the hang seen first
-   was the crash's effect); one of lower priority is decided as the open incident's class.
+   A signal of higher priority than the open incident's reclassifies it while no recovery was run
+   for it (same id: the hang seen first was the crash's effect; a handled incident keeps the class
+   its recovery was chosen for); one of lower priority is decided as the open incident's class.
 6. *Rails,* in order, each a ``skip`` naming itself in :attr:`Decision.rail`: ``paused`` (after the
    hourly limit, until resume); ``running`` (never two playbooks at once for one job);
    ``same-incident`` (a recovery already ran for this incident and no new step came after it: never
@@ -543,7 +544,7 @@ def decide(
         inc = OpenIncident(f"{job}-{n}", signal, now)
         mem = replace(mem, incident=inc, incidents_opened=n)
         notes.insert(0, f"incident {inc.incident_id} opened ({signal.value})")
-    elif priority_of(seen) < priority_of(inc.signal):
+    elif not inc.handled and priority_of(seen) < priority_of(inc.signal):
         notes.insert(0, f"incident {inc.incident_id} reclassified {inc.signal.value} -> {seen.value}")
         inc = replace(inc, signal=seen)
         mem = replace(mem, incident=inc)
