@@ -203,7 +203,10 @@ def _step(value: Any) -> int | None:
 def _time(value: Any) -> float | None:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
-    t = float(value)
+    try:
+        t = float(value)
+    except OverflowError:  # an integer past a double's range: not a time, not an internal error
+        return None
     return t if math.isfinite(t) and 0 <= t < 1e11 else None
 
 
