@@ -287,6 +287,15 @@ def _merge_pair(a: StepSample, b: StepSample) -> StepSample:
     )
 
 
+def _clean(s: StepSample) -> StepSample | None:
+    """``s`` with values no reader gives made None (a time that is not a UNIX time, a step time out of
+    range, a loss that is not a number); None for a step that is not an integer in 0 … MAX_STEP."""
+    if _int(s.step, 0, MAX_STEP) is None:
+        return None
+    loss = _loss(s.loss) if isinstance(s.loss, (int, float)) else None
+    return StepSample(s.step, _time(s.at), _step_time(s.step_time_s), loss, str(s.source)[:300])
+
+
 class _SampleSet:
     """Samples merged by step, thread-safe (the fan-out's workers add to it), the newest ``limit`` kept."""
 
@@ -297,7 +306,10 @@ class _SampleSet:
 
     def add(self, samples: Iterable[StepSample]) -> None:
         with self._lock:
-            for s in samples:
+            for raw in samples:
+                s = _clean(raw)
+                if s is None:
+                    continue
                 held = self._by_step.get(s.step)
                 self._by_step[s.step] = s if held is None else _merge_pair(held, s)
             if len(self._by_step) > 2 * self.limit:

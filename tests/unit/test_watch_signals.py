@@ -25,6 +25,7 @@ import pytest
 from robustctl.config import KubernetesSettings, ProgressSpec
 from robustctl.errors import CommandTimeout, HostUnreachable
 from robustctl.inventory import Host, Job, load_inventory
+from robustctl.jobcode.progress import read_progress
 from robustctl.models import Status
 from robustctl.schedulers.kubernetes import Kubernetes
 from robustctl.schedulers.slurm import CommandOutput, Slurm
@@ -571,3 +572,17 @@ def test_a_host_budget_of_log_tails_fits_the_transport_output_bound() -> None:
     # and a host of 64 ranks still gets 64 KiB of each log
     assert MAX_HOST_LOG_BYTES * 4 // 3 + 64 * 8192 < MAX_STDOUT_BYTES
     assert MAX_HOST_LOG_BYTES // 64 >= 64 * 1024 and LOG_READ_TIMEOUT_S <= 60
+
+
+def test_a_time_past_a_doubles_range_is_a_bad_file_not_an_internal_error(tmp_path: Path) -> None:
+    """Regression: read_progress failed the host with "internal error: OverflowError" for an integer
+    mtime of 400 digits; both readers now say the file is unreadable and read the host."""
+    job = two_hosts(tmp_path)
+    doc = {"now": 5.0, "matched": 1, "files": [{"path": "/b/rank0.json", "mtime": 10**400, "text": "{}"}]}
+    answers = {"n1": answer(doc, ranks=(0, 1)), "n2": answer(ranks=(2, 3))}
+    pool = TransportPool(override=FakeTransport(answers=answers))
+    assert job.progress is not None
+    reading = fake_read(job, answers).progress.reading
+    assert reading is not None
+    for hosts in (read_progress(pool, "hb", job.hosts, job.progress).hosts, reading.hosts):
+        assert hosts[0].error is None and hosts[0].problems == ("/b/rank0.json: unreadable",)
