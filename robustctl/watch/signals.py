@@ -90,7 +90,10 @@ __all__ = [
     "MAX_EXITS",
     "MAX_HOST_CHECKS",
     "MAX_HOST_LOG_BYTES",
+    "MAX_PODS",
+    "MAX_REASON_CHARS",
     "MAX_SAMPLES",
+    "MAX_TERMINATION_MESSAGE_CHARS",
     "SACCT_WINDOW",
     "STEP_TIME_FIELD",
     "TAIL_READER",
@@ -156,8 +159,8 @@ SACCT_WINDOW = "now-7days"
 choice): a job watched now that ended more than a week ago is not this job."""
 MAX_TERMINATION_MESSAGE_CHARS = 16_384
 """Longest container termination message scanned: Kubernetes caps one container's message at 4096
-bytes and a pod's at 12 KiB ("Customizing the termination message", kubernetes.io); more is not an
-API server's answer."""
+bytes and a pod's at 12 KiB (kubernetes.io, "Determine the Reason for Pod Failure", "Customizing the
+termination message"); more is not an API server's answer."""
 MAX_PODS = 65_536
 """Most pods of one job examined (a job of MAX_WORLD_SIZE ranks at 16 ranks per pod); more is not one
 job's."""
@@ -542,12 +545,12 @@ def parse_progress_output(
     )
 
 
-def progress_age(hosts: Sequence[HostProgressSignal], read_at: float) -> float | None:
+def progress_age(reading: ProgressReading, clocks: Mapping[str, float]) -> float | None:
     """Seconds since the job's slowest progress entry was written, each measured on its own host's
-    clock: the largest ``now(host) - entry.at`` over every entry (``read_at`` where a host printed no
-    clock); None when no entry was read. Negative when an entry's time lies ahead of its host's
-    clock (the hang rule then answers unknown past its clock tolerance)."""
-    ages = [(h.now if h.now is not None else read_at) - e.at for h in hosts for e in h.progress.entries]
+    clock: the largest ``clocks[host] - entry.at`` over every entry of ``reading`` (its ``read_at``
+    for a host without a clock); None when it has no entry. Negative when every entry's time lies
+    ahead of its host's clock (the hang rule then answers unknown past its clock tolerance)."""
+    ages = [clocks.get(e.host, reading.read_at) - e.at for e in reading.entries]
     return max(ages) if ages else None
 
 
@@ -560,18 +563,33 @@ class ProgressSignal:
             (None when the job has no ``progress:`` section).
         samples: step samples (loss, step time) of every rank and log read, merged per step, the newest
             :data:`MAX_SAMPLES`, oldest first.
-        age_s: seconds since the job's slowest entry was written, on the hosts' own clocks
-            (:func:`progress_age`); None when no entry was read.
         unknown: why the signal says nothing (no ``progress:`` section, no host read, no entry found);
             None when at least one entry was read (hosts that failed are :attr:`errors`).
         tails: the ``log:`` tails read (log mode), scanned like the ranks' logs.
+        clocks: ``(host, UNIX s)``: each host's own clock when its reader ran (hosts that printed one).
     """
 
     reading: ProgressReading | None
     samples: tuple[StepSample, ...] = ()
-    age_s: float | None = None
     unknown: str | None = None
     tails: tuple[LogTail, ...] = ()
+    clocks: tuple[tuple[str, float], ...] = ()
+
+    @property
+    def age_s(self) -> float | None:
+        """Seconds since the job's slowest entry was written, on the hosts' own clocks
+        (:func:`progress_age`); None when no entry was read."""
+        return None if self.reading is None else progress_age(self.reading, dict(self.clocks))
+
+    def since(self, started_at: float) -> ProgressSignal:
+        """This signal with only the entries, and the samples with a time, made at or after
+        ``started_at`` (a restart's time: a former run's heartbeat files do not count); samples
+        without a time (log lines) are kept."""
+        return replace(
+            self,
+            reading=self.reading.since(started_at) if self.reading is not None else None,
+            samples=tuple(s for s in self.samples if s.at is None or s.at >= started_at),
+        )
 
     @property
     def errors(self) -> tuple[SourceError, ...]:
@@ -662,7 +680,7 @@ def read_progress_signal(
     merged = _SampleSet()
     for p in ok:
         merged.add(p.samples)
-    age = progress_age(ok, read_at)
+    clocks = tuple((p.progress.host, p.now) for p in ok if p.now is not None)
     unknown: str | None = None
     if hosts and not ok:
         unknown = "no host could be read: " + "; ".join(reading.errors[:3])
@@ -672,7 +690,7 @@ def read_progress_signal(
             f" ({problems[0]})" if problems else " (nothing matched)"
         )
     tails = tuple(t for p in ok for t in p.tails)
-    return ProgressSignal(reading, merged.result(), age, unknown, tails), read_at
+    return ProgressSignal(reading, merged.result(), unknown, tails, clocks), read_at
 
 
 # ------------------------------------------------------------------------------------------ log tails
@@ -986,6 +1004,8 @@ def _inventory_liveness(
 
     g = job.ranks_per_host
     expected = len(hosts) * g
+    if not hosts:
+        return _unknown_liveness("inventory", 0, f"job {job.name} has no hosts to look for its ranks on")
     if job.process is None:
         return _unknown_liveness(
             "inventory",
@@ -1208,8 +1228,8 @@ def pod_liveness(
     pods_per_host`` indices has a Running pod that is not being deleted; ENDED when every index has a
     Succeeded pod; UNKNOWN with no pod; else WAITING (pods pending or being recreated). A terminated
     container's ``message`` (the termination message, or with ``terminationMessagePolicy:
-    FallbackToLogsOnError`` the last 2048 bytes or 80 lines of its log, kubernetes.io "Customizing the
-    termination message") is scanned like a log tail.
+    FallbackToLogsOnError`` the last 2048 bytes or 80 lines of its log: kubernetes.io, "Determine the
+    Reason for Pod Failure", "Customizing the termination message") is scanned like a log tail.
 
     Args:
         pods: the job's pods as the API returns them (JSON objects; anything else is skipped).

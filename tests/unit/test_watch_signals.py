@@ -586,3 +586,24 @@ def test_a_time_past_a_doubles_range_is_a_bad_file_not_an_internal_error(tmp_pat
     assert reading is not None
     for hosts in (read_progress(pool, "hb", job.hosts, job.progress).hosts, reading.hosts):
         assert hosts[0].error is None and hosts[0].problems == ("/b/rank0.json: unreadable",)
+
+
+def test_a_former_runs_heartbeat_is_left_out_of_the_age_since_the_restart(tmp_path: Path) -> None:
+    job = two_hosts(tmp_path)
+    doc = {
+        "now": 1000.0,
+        "matched": 2,
+        "files": [beat("/b/rank0.json", 40, 998.0), beat("/b/rank1.json", 90, 700.0, "NaN")],  # rank1: stale
+    }
+    r = fake_read(job, {"n1": answer(doc, ranks=(0, 1)), "n2": answer(ranks=(2, 3))})
+    assert r.progress.age_s == pytest.approx(300.0) and r.progress.step == 40
+    fresh = r.progress.since(900.0)
+    assert fresh.age_s == pytest.approx(2.0) and fresh.step == 40
+    assert [s.step for s in fresh.samples if s.at is not None] == [40]
+
+
+def test_a_job_read_on_no_host_is_unknown_not_alive(tmp_path: Path) -> None:
+    job = two_hosts(tmp_path)
+    r = fake_read(job, {}, hosts=[])
+    assert r.liveness.state is Liveness.UNKNOWN and r.ranks_alive is None and r.hosts == ()
+    assert r.progress.unknown is not None and r.newest_step_time is None
