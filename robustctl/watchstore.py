@@ -48,13 +48,9 @@ from __future__ import annotations
 
 import contextlib
 import enum
-import errno
-import fcntl
 import hashlib
 import json
 import math
-import os
-import time
 import urllib.parse
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -63,10 +59,10 @@ from typing import Any
 
 from robustctl.errors import ActionRefused, ConfigError, RobustctlError
 from robustctl.exit_codes import ExitCode
+from robustctl.pidlock import held_lock
 from robustctl.store import (
     MAX_JSON_DEPTH,
     MAX_TEXT,
-    PID_MAX,
     Store,
     StoreError,
     StoreRow,
@@ -859,40 +855,12 @@ def watch_lock(state: Path, job: str) -> Iterator[Path]:
         StoreError: the lock file cannot be created (the store's directory is missing or read-only).
     """
     path = lock_path(state, job)
-    try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    except OSError as exc:
-        raise StoreError(f"{path}: cannot create the watch lock: {exc.strerror}") from None
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as exc:
-            if exc.errno not in (errno.EAGAIN, errno.EACCES):
-                raise StoreError(f"{path}: cannot lock: {exc.strerror}") from None
-            raise WatchBusy(
-                f"another watcher of job {job!r} is running ({_holder(fd)}); this one exits. Lock: {path}"
-            ) from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, json.dumps({"pid": os.getpid(), "job": job, "since": time.time()}).encode(), 0)
-        try:
-            yield path
-        finally:
-            with contextlib.suppress(OSError):
-                os.ftruncate(fd, 0)
-                fcntl.flock(fd, fcntl.LOCK_UN)
-    finally:
-        os.close(fd)
-
-
-def _holder(fd: int) -> str:
-    """Who holds the lock, from what it wrote: ``pid N, started S s ago``."""
-    try:
-        data = json.loads(os.pread(fd, 4096, 0).decode() or "{}")
-    except (OSError, ValueError):
-        data = {}
-    pid = data.get("pid") if isinstance(data, dict) else None
-    if isinstance(pid, bool) or not isinstance(pid, int) or not 0 < pid <= PID_MAX:
-        return "holder's pid unknown"
-    since = data.get("since")
-    ago = f", started {time.time() - float(since):.0f} s ago" if isinstance(since, (int, float)) else ""
-    return f"pid {pid}{ago}"
+    with held_lock(
+        path,
+        what="watch lock",
+        busy=lambda holder: WatchBusy(
+            f"another watcher of job {job!r} is running ({holder}); this one exits. Lock: {path}"
+        ),
+        facts={"job": job},
+    ) as held:
+        yield held

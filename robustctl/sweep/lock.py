@@ -10,17 +10,12 @@ its holder dies, so a killed sweep leaves no stale lock.
 from __future__ import annotations
 
 import contextlib
-import errno
-import fcntl
-import json
-import os
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 from robustctl.errors import RobustctlError
 from robustctl.exit_codes import ExitCode
-from robustctl.store import StoreError
+from robustctl.pidlock import held_lock
 
 __all__ = ["SweepBusy", "lock_path", "sweep_lock"]
 
@@ -44,38 +39,11 @@ def sweep_lock(state: Path) -> Iterator[Path]:
         SweepBusy: another process holds it (the message names its pid and start time).
         StoreError: the lock file cannot be created (the store's directory is missing or read-only).
     """
-    path = lock_path(state)
-    try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    except OSError as exc:
-        raise StoreError(f"{path}: cannot create the sweep lock: {exc.strerror}") from None
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as exc:
-            if exc.errno not in (errno.EAGAIN, errno.EACCES):
-                raise StoreError(f"{path}: cannot lock: {exc.strerror}") from None
-            raise SweepBusy(
-                f"another sweep is running ({_holder(fd)}); this one exits. Lock: {path}"
-            ) from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, json.dumps({"pid": os.getpid(), "since": time.time()}).encode(), 0)
-        try:
-            yield path
-        finally:
-            with contextlib.suppress(OSError):
-                os.ftruncate(fd, 0)
-                fcntl.flock(fd, fcntl.LOCK_UN)
-    finally:
-        os.close(fd)
-
-
-def _holder(fd: int) -> str:
-    try:
-        data = json.loads(os.pread(fd, 4096, 0).decode() or "{}")
-    except (OSError, ValueError):
-        data = {}
-    since = data.get("since") if isinstance(data, dict) else None
-    if not isinstance(since, (int, float)):
-        return "holder unknown"
-    return f"pid {data.get('pid')}, started {time.time() - float(since):.0f} s ago"
+    with held_lock(
+        lock_path(state),
+        what="sweep lock",
+        busy=lambda holder: SweepBusy(
+            f"another sweep is running ({holder}); this one exits. Lock: {lock_path(state)}"
+        ),
+    ) as path:
+        yield path

@@ -1,0 +1,80 @@
+"""A process lock that is never waited for: an ``fcntl`` lock on a file that names its holder.
+
+Used where a second run must not start beside the first (one sweep at a time, one watcher per job):
+the second fails at once, naming the holder's pid and how long it has held the lock. The kernel
+drops the lock when its holder dies, so a killed holder leaves no stale lock; the file itself stays
+(it is truncated on release).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import json
+import os
+import time
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from robustctl.store import PID_MAX, StoreError
+
+__all__ = ["HOLDER_BYTES", "held_lock"]
+
+HOLDER_BYTES = 4096
+"""Most bytes of a lock file read to name its holder (it holds one small JSON object)."""
+
+
+@contextlib.contextmanager
+def held_lock(
+    path: Path, *, what: str, busy: Callable[[str], Exception], facts: Mapping[str, Any] | None = None
+) -> Iterator[Path]:
+    """Hold an exclusive lock on ``path`` for the ``with`` block, or fail at once; yields ``path``.
+
+    The holder writes ``{"pid", "since", **facts}`` into the file for the next one's message.
+
+    Args:
+        what: the lock in messages ("sweep lock"). busy: builds the error raised when another process
+            holds the lock, from ``"pid N, started S s ago"``. facts: more JSON fields to record.
+
+    Raises:
+        the error ``busy`` builds: another process holds the lock.
+        StoreError: the lock file cannot be created or locked (the directory is missing or read-only).
+    """
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as exc:
+        raise StoreError(f"{path}: cannot create the {what}: {exc.strerror}") from None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            if exc.errno not in (errno.EAGAIN, errno.EACCES):
+                raise StoreError(f"{path}: cannot lock: {exc.strerror}") from None
+            raise busy(_holder(fd)) from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, json.dumps({"pid": os.getpid(), **(facts or {}), "since": time.time()}).encode(), 0)
+        try:
+            yield path
+        finally:
+            with contextlib.suppress(OSError):
+                os.ftruncate(fd, 0)
+                fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)
+
+
+def _holder(fd: int) -> str:
+    """Who holds the lock, from what it wrote: ``pid N, started S s ago`` (or that it is unknown)."""
+    try:
+        data = json.loads(os.pread(fd, HOLDER_BYTES, 0).decode() or "{}")
+    except (OSError, ValueError):
+        data = {}
+    pid = data.get("pid") if isinstance(data, dict) else None
+    if isinstance(pid, bool) or not isinstance(pid, int) or not 0 < pid <= PID_MAX:
+        return "holder's pid unknown"
+    since = data.get("since")
+    ok = isinstance(since, (int, float)) and not isinstance(since, bool) and abs(float(since)) < 1e12
+    ago = f", started {time.time() - float(since):.0f} s ago" if ok else ""
+    return f"pid {pid}{ago}"
