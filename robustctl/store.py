@@ -20,7 +20,8 @@ What it holds (schema version :data:`SCHEMA_VERSION`, migrations recorded in ``m
 * ``watch_events``, ``watch_state``, ``incidents``, ``watch_waiting`` (:mod:`robustctl.watchstore`):
   ``robustctl watch``'s decisions (append-only), its per-job state (one JSON document a restarted watcher
   resumes from), and the ETTR ledger's input: incidents with the times of their phases (forward only, at
-  most one open per job) and spans of waiting with no action.
+  most one open per job) and spans of waiting with no action; ``watch_progress``: the job's progress
+  samples (a change of step, or a sparse keep-alive; the oldest dropped past a bound per job).
 * ``audit`` + ``audit_steps``: an append-only log (deleting rows is refused by a trigger). An action
   writes its record *before* applying (status ``started``, the plan JSON included), marks each step
   ``running`` before it runs and ``done``/``noop``/``failed`` after, then the final status. A robustctl
@@ -117,7 +118,7 @@ __all__ = [
     "whoami",
 ]
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 """Version of the store's schema; :meth:`Store.open` migrates older files forward."""
 
 MAX_TEXT = 65_536
@@ -627,6 +628,19 @@ _MIGRATIONS: dict[int, tuple[str, str]] = {
                 OR NEW.reason IS NOT OLD.reason OR NEW.incident_id IS NOT OLD.incident_id
                 OR (OLD.end_at IS NOT NULL AND NEW.end_at IS NOT OLD.end_at)
             BEGIN SELECT RAISE(ABORT, 'a waiting span keeps its start and reason; its end is set once'); END
+        """,
+    ),
+    6: (
+        "the watcher's progress samples (when a job's step advanced: the ETTR ledger's productive time)",
+        # robustctl.watchstore.record_progress writes them: a change of step, or a sparse keep-alive;
+        # the oldest rows of a job beyond watchstore.MAX_PROGRESS_ROWS are dropped (retention), so no
+        # append-only trigger here. A sample never changes once written.
+        """
+        CREATE TABLE watch_progress(
+            id INTEGER PRIMARY KEY AUTOINCREMENT, job TEXT NOT NULL, at REAL NOT NULL, step INTEGER NOT NULL);
+        CREATE INDEX watch_progress_job_at ON watch_progress(job, at);
+        CREATE TRIGGER watch_progress_fixed BEFORE UPDATE ON watch_progress
+            BEGIN SELECT RAISE(ABORT, 'a progress sample never changes'); END
         """,
     ),
 }

@@ -29,6 +29,13 @@ recoveries for the same incident" (issue 22, item 1). **Waiting spans** (table `
 spans in which the job was down and the watcher did nothing (after the hourly limit), with why; the
 end is set once.
 
+**Progress samples** (table ``watch_progress``, schema version 6): when the job's step advanced, the
+ETTR ledger's productive time (:class:`robustctl.watch.ledger.ProgressSample`). :func:`record_progress`
+stores a reading only when it says something new (the rule is in its docstring: a change of step, or a
+keep-alive at most every :data:`PROGRESS_KEEPALIVE_S`), so a watcher evaluating every few seconds
+writes a row per step change, not per evaluation; past :data:`MAX_PROGRESS_ROWS` rows of a job, its
+oldest are dropped. :func:`progress_samples` reads them back, checked.
+
 **Reading**: every row is checked as it is read (:class:`~robustctl.store.StoreRow`): times finite and
 in the store's range, ids and steps non-negative integers, the class and action one of theirs, JSON
 documents of the right shape, finite, bounded in depth. A row that fails is a
@@ -77,11 +84,14 @@ __all__ = [
     "MAX_EVENTS_LIMIT",
     "MAX_EVICTED_PER_INCIDENT",
     "MAX_INCIDENTS_READ",
+    "MAX_PROGRESS_ROWS",
     "MAX_STATE_BYTES",
     "MAX_WAITING_READ",
     "PHASE_FIELDS",
+    "PROGRESS_KEEPALIVE_S",
     "IncidentRecord",
     "IncidentRefused",
+    "ProgressRecord",
     "WaitingRecord",
     "WatchAction",
     "WatchBusy",
@@ -95,8 +105,10 @@ __all__ = [
     "lock_path",
     "open_incident",
     "open_waiting",
+    "progress_samples",
     "put_state",
     "record_event",
+    "record_progress",
     "set_event_run",
     "update_incident",
     "waiting",
@@ -136,6 +148,19 @@ MAX_WAITING_READ = 10_000
 MAX_EVICTED_PER_INCIDENT = 4_096
 """Most machines one incident records as evicted: the ledger's
 :data:`robustctl.watch.ledger.MAX_EVICTED_PER_INCIDENT` (a whole job of 4,096 machines)."""
+
+MAX_PROGRESS_ROWS = 200_000
+"""Most progress samples the store keeps per job; past it the oldest (by time) are dropped. The ETTR
+ledger processes at most as many (:data:`robustctl.watch.ledger.MAX_SAMPLES`: one sample a minute for
+138 days, more than the three-month job of ByteRobust, arXiv 2509.16293); at a few dozen bytes a row,
+a job's samples stay under about 10 MB of the store."""
+
+PROGRESS_KEEPALIVE_S = 600.0
+"""Longest time :func:`record_progress` lets pass without a row while the step does not change,
+seconds: a reading of an unchanged step at least this long after the job's newest row is kept (a
+keep-alive: the job was seen at that step then), any other unchanged reading is not. Ten minutes is
+the most issue 22 lets ``stall_after_s`` default to, so a stall long enough to be a hang has at least
+one keep-alive inside it; a stalled job adds at most six rows an hour."""
 
 LOCK_NAME_CHARS = 100
 """Longest job part of a lock file's name (percent-encoded); a longer one is replaced by its SHA-256
@@ -268,6 +293,21 @@ class WaitingRecord:
     incident_id: int | None
 
 
+@dataclass(frozen=True)
+class ProgressRecord:
+    """A progress sample of a job (a ``watch_progress`` row).
+
+    Attributes:
+        id. job. at: when the step was reached, UNIX s (the heartbeat's time, else the file's mtime).
+        step: the training step, a non-negative integer.
+    """
+
+    id: int
+    job: str
+    at: float
+    step: int
+
+
 # --- checks of what is written ------------------------------------------------------------------
 
 
@@ -390,6 +430,7 @@ _INCIDENT_COLUMNS = (
     "close_reason",
 )  # fmt: skip
 _WAITING_COLUMNS = ("id", "job", "start_at", "end_at", "reason", "incident_id")
+_PROGRESS_COLUMNS = ("id", "job", "at", "step")
 
 
 def _event(r: StoreRow) -> WatchEvent:
@@ -831,6 +872,88 @@ def waiting(
         "watch_waiting", _WAITING_COLUMNS, where + " ORDER BY start_at DESC, id DESC LIMIT ?", [*args, limit]
     )
     return [_waiting(r) for r in reversed(rows)]
+
+
+# --- progress samples ---------------------------------------------------------------------------
+
+
+def record_progress(store: Store, job: str, *, at: float, step: int) -> bool:
+    """Record that ``job`` was at ``step`` at ``at``; return whether a row was written.
+
+    The rule (idempotent: the same reading twice writes one row): a reading is kept when the job has
+    no sample yet, when its step differs from the step of the job's newest sample (by time, then id),
+    or, for an unchanged step, when ``at`` is at least :data:`PROGRESS_KEEPALIVE_S` after that
+    newest sample's time (a sparse keep-alive). Any other reading (the same step, seen again within
+    the keep-alive, or at an earlier time; a reading already stored, same time and step) writes
+    nothing. After a write, the job's oldest rows past
+    :data:`MAX_PROGRESS_ROWS` are dropped, in the same transaction.
+
+    Args:
+        at: when the step was reached, UNIX s (the heartbeat's time, else the file's mtime).
+        step: the training step, an integer in [0, 2**63 - 1].
+
+    Raises:
+        WatchStoreInputError: ``at`` not a time, ``step`` not a non-negative integer.
+        StoreError: the store cannot be written.
+    """
+    at = _check_time(job, "at", at)
+    step = _check_count(job, "step", step)
+    name = journal_text(job)
+    with store.transaction() as c:
+        newest = c.execute(
+            "SELECT at, step FROM watch_progress WHERE job=? ORDER BY at DESC, id DESC LIMIT 1", (name,)
+        ).fetchone()
+        if newest is not None and newest[1] == step:
+            last = newest[0]  # a damaged row's time (not a number) does not hold a reading back
+            if isinstance(last, (int, float)) and at - float(last) < PROGRESS_KEEPALIVE_S:
+                return False
+        if c.execute(
+            "SELECT 1 FROM watch_progress WHERE job=? AND at=? AND step=? LIMIT 1", (name, at, step)
+        ).fetchone():
+            return False
+        c.execute("INSERT INTO watch_progress(job, at, step) VALUES (?, ?, ?)", (name, at, step))
+        (count,) = c.execute("SELECT COUNT(*) FROM watch_progress WHERE job=?", (name,)).fetchone()
+        if count > MAX_PROGRESS_ROWS:
+            c.execute(
+                "DELETE FROM watch_progress WHERE id IN (SELECT id FROM watch_progress WHERE job=? "
+                "ORDER BY at, id LIMIT ?)",
+                (name, count - MAX_PROGRESS_ROWS),
+            )
+    return True
+
+
+def progress_samples(
+    store: Store, job: str, since: float | None = None, *, limit: int = MAX_PROGRESS_ROWS
+) -> list[ProgressRecord]:
+    """The job's progress samples by time (then id), at most ``limit`` (the newest).
+
+    With ``since`` (UNIX s): those at or after it, and the newest one before it (so that a step that
+    advanced across ``since`` is counted by a ledger window starting there), all within ``limit``.
+
+    Raises:
+        WatchStoreInputError: ``limit`` not in [1, :data:`MAX_PROGRESS_ROWS`], ``since`` not a time.
+        StoreError: the store cannot be read, or a row read holds a bad field (it names the row).
+    """
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_PROGRESS_ROWS:
+        raise WatchStoreInputError(f"job {job!r}: limit {limit!r:.40} is not in [1, {MAX_PROGRESS_ROWS}]")
+    order = " ORDER BY at DESC, id DESC LIMIT ?"
+    if since is None:
+        rows = store.rows("watch_progress", _PROGRESS_COLUMNS, "WHERE job=?" + order, [job, limit])
+    else:
+        t = _check_time(job, "since", since)
+        rows = store.rows(
+            "watch_progress", _PROGRESS_COLUMNS, "WHERE job=? AND at>=?" + order, [job, t, limit]
+        )
+        if len(rows) < limit:
+            rows += store.rows(
+                "watch_progress", _PROGRESS_COLUMNS, "WHERE job=? AND at<?" + order, [job, t, 1]
+            )
+    return [_progress(r) for r in reversed(rows)]
+
+
+def _progress(r: StoreRow) -> ProgressRecord:
+    """A ``watch_progress`` row, each field checked. Raises StoreError."""
+    return ProgressRecord(id=r.count("id"), job=r.text("job"), at=r.time("at"), step=r.count("step"))
 
 
 # --- the one-watcher-per-job lock ---------------------------------------------------------------

@@ -80,6 +80,38 @@ def test_a_version_4_store_gains_the_watch_tables(tmp_path: Path) -> None:
         assert get_state(s, "llama") == {"cooldown_until": 1e9}
 
 
+def test_a_version_5_store_gains_the_progress_samples(tmp_path: Path) -> None:
+    """A store written before ``watch_progress`` existed is migrated forward on open: its incidents
+    kept, the new table works (robustctl.watchstore.record_progress / progress_samples) and a sample
+    once written is not rewritten (a trigger)."""
+    from robustctl.store import _MIGRATIONS
+    from robustctl.watchstore import incidents, progress_samples, record_progress
+
+    mine = next(v for v, (desc, _) in _MIGRATIONS.items() if desc.startswith("the watcher's progress"))
+    path = tmp_path / "v5.db"
+    conn = sqlite3.connect(path)
+    conn.execute(
+        "CREATE TABLE migrations(version INTEGER PRIMARY KEY, applied_at REAL NOT NULL, description TEXT NOT NULL)"
+    )
+    for v in range(1, mine):
+        for stmt in _MIGRATIONS[v][1].split(";\n"):
+            if stmt.strip():
+                conn.execute(stmt)
+        conn.execute("INSERT INTO migrations VALUES (?, 0, ?)", (v, _MIGRATIONS[v][0]))
+    conn.execute("INSERT INTO incidents(job, class, onset_at, opened_at) VALUES ('llama', 'hang', 1e9, 1e9)")
+    conn.commit()
+    assert "watch_progress" not in {r[0] for r in conn.execute("SELECT name FROM sqlite_master")}
+    conn.close()
+    with Store.open(path) as s:
+        assert s.schema_version == SCHEMA_VERSION >= mine
+        assert [i.onset_at for i in incidents(s, "llama")] == [1e9]
+        assert record_progress(s, "llama", at=1e9 + 10, step=7)
+        assert [(p.at, p.step) for p in progress_samples(s, "llama")] == [(1e9 + 10, 7)]
+        with pytest.raises(StoreError, match="never changes"):
+            with s.transaction() as c:
+                c.execute("UPDATE watch_progress SET step=8")
+
+
 def test_state_changes_keep_history_and_are_idempotent(tmp_path: Path) -> None:
     clock = Clock()
     with Store.open(tmp_path / "s.db", clock=clock, who="alice@ops") as s:
