@@ -25,7 +25,7 @@ import json
 import math
 import re
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -44,9 +44,12 @@ __all__ = [
     "HostProgress",
     "ProgressReading",
     "RankProgress",
+    "ReaderFile",
+    "host_progress",
     "parse_heartbeat",
     "parse_log_tail",
     "read_progress",
+    "reader_files",
 ]
 
 MAX_HEARTBEAT_BYTES = 65_536
@@ -256,47 +259,90 @@ def parse_log_tail(text: str, pattern: re.Pattern[str]) -> int | None:
     return None
 
 
-def _parse_host(host: str, doc: Any, spec: ProgressSpec, pattern: re.Pattern[str] | None) -> HostProgress:
+@dataclass(frozen=True)
+class ReaderFile:
+    """One file of the progress reader's document, read: ``text`` is what was searched (a log tail
+    without its cut first line), ``entry`` the step it gave or ``problem`` why it gave none (both None:
+    a heartbeat without a step), ``is_log`` whether it is a log (else a heartbeat file)."""
+
+    path: str
+    text: str
+    mtime: float
+    entry: RankProgress | None
+    problem: str | None
+    is_log: bool
+    size: Any
+
+
+def reader_files(
+    host: str, doc: Any, spec: ProgressSpec, pattern: re.Pattern[str] | None
+) -> Iterator[ReaderFile | str]:
+    """Each file of the progress reader's document ``doc`` for ``host``: a :class:`ReaderFile`, or a
+    problem line for a file that could not be read (error, unreadable, a heartbeat past
+    :data:`MAX_HEARTBEAT_BYTES`). The one parse of the reader's files (:func:`read_progress` and the
+    watch's progress signal both read through it).
+
+    Raises:
+        HostError: ``doc`` is not the reader's document.
+    """
     if not isinstance(doc, dict) or not isinstance(doc.get("files"), list):
         raise HostError(host, "the progress reader printed no document")
-    entries: list[RankProgress] = []
-    problems: list[str] = []
-    for f in doc["files"]:
+    for f in doc["files"][: spec.max_files]:
         if not isinstance(f, dict):
             continue
         path = str(f.get("path", "?"))[:4096]
         if "error" in f:
-            problems.append(f"{path}: {str(f['error'])[:200]}")
+            yield f"{path}: {' '.join(str(f['error']).split())[:200]}"
             continue
         text = f.get("text")
         mtime = _time(f.get("mtime"))
         if not isinstance(text, str) or mtime is None:
-            problems.append(f"{path}: unreadable")
+            yield f"{path}: unreadable"
             continue
         if pattern is None:
             if f.get("cut"):
-                problems.append(f"{path}: larger than {MAX_HEARTBEAT_BYTES} bytes")
+                yield f"{path}: larger than {MAX_HEARTBEAT_BYTES} bytes"
                 continue
             entry, why = parse_heartbeat(host, path, text, mtime, spec)
-            if entry is not None:
-                entries.append(entry)
-            elif why is not None:
-                problems.append(why)
+            yield ReaderFile(path, text, mtime, entry, why, False, f.get("size"))
+            continue
+        if f.get("cut"):
+            text = text.split("\n", 1)[1] if "\n" in text else ""
+        step = parse_log_tail(text, pattern)
+        if step is None:
+            why = f"{path}: no line matches the pattern in its last {spec.tail_bytes} bytes"
+            yield ReaderFile(path, text, mtime, None, why, True, f.get("size"))
         else:
-            if f.get("cut"):
-                text = text.split("\n", 1)[1] if "\n" in text else ""
-            step = parse_log_tail(text, pattern)
-            if step is None:
-                problems.append(f"{path}: no line matches the pattern in its last {spec.tail_bytes} bytes")
-            else:
-                entries.append(RankProgress(host, path, None, step, mtime))
-    matched = doc.get("matched")
+            yield ReaderFile(
+                path, text, mtime, RankProgress(host, path, None, step, mtime), None, True, f.get("size")
+            )
+
+
+def host_progress(
+    host: str, doc: Any, entries: Sequence[RankProgress], problems: Sequence[str]
+) -> HostProgress:
+    """A host's :class:`HostProgress` from its entries and problems (at most 64 problems kept) and the
+    reader's ``matched`` count (the entries' count when the reader gave none)."""
+    matched = doc.get("matched") if isinstance(doc, dict) else None
     return HostProgress(
         host,
         tuple(entries),
         matched if isinstance(matched, int) and not isinstance(matched, bool) else len(entries),
         tuple(problems[:64]),
     )
+
+
+def _parse_host(host: str, doc: Any, spec: ProgressSpec, pattern: re.Pattern[str] | None) -> HostProgress:
+    entries: list[RankProgress] = []
+    problems: list[str] = []
+    for f in reader_files(host, doc, spec, pattern):
+        if isinstance(f, str):
+            problems.append(f)
+        elif f.entry is not None:
+            entries.append(f.entry)
+        elif f.problem is not None:
+            problems.append(f.problem)
+    return host_progress(host, doc, entries, problems)
 
 
 def reader_argv(host: Host, spec: ProgressSpec) -> list[str]:

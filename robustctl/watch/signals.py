@@ -60,14 +60,13 @@ from typing import TYPE_CHECKING, Any
 
 from robustctl.errors import HostError, RobustctlError
 from robustctl.jobcode.progress import (
-    MAX_HEARTBEAT_BYTES,
     MAX_STEP,
     HostProgress,
     ProgressReading,
     RankProgress,
-    parse_heartbeat,
-    parse_log_tail,
+    host_progress,
     reader_argv,
+    reader_files,
 )
 from robustctl.models import Status
 from robustctl.sweep.history import HOST_CHECK, CheckState, check_states
@@ -491,54 +490,27 @@ def parse_progress_output(
         doc = json.loads(stdout.decode(_TEXT, "replace"))
     except (ValueError, RecursionError):
         raise HostError(host, "the progress reader printed no JSON document") from None
-    if not isinstance(doc, dict) or not isinstance(doc.get("files"), list):
-        raise HostError(host, "the progress reader printed no document")
     entries: list[RankProgress] = []
     problems: list[str] = []
     samples: list[StepSample] = []
     tails: list[LogTail] = []
-    for f in doc["files"][: spec.max_files]:
-        if not isinstance(f, dict):
+    for f in reader_files(host, doc, spec, pattern):
+        if isinstance(f, str):
+            problems.append(f)
             continue
-        path = str(f.get("path", "?"))[:4096]
-        if "error" in f:
-            problems.append(f"{path}: {_line(f['error'], 200)}")
+        if f.entry is not None:
+            entries.append(f.entry)
+        elif f.problem is not None:
+            problems.append(f.problem)
+        if not f.is_log:
+            if f.entry is not None:
+                samples.append(_heartbeat_sample(f.entry, f.text))
             continue
-        text = f.get("text")
-        mtime = _time(f.get("mtime"))
-        if not isinstance(text, str) or mtime is None:
-            problems.append(f"{path}: unreadable")
-            continue
-        if pattern is None:
-            if f.get("cut"):
-                problems.append(f"{path}: larger than {MAX_HEARTBEAT_BYTES} bytes")
-                continue
-            entry, why = parse_heartbeat(host, path, text, mtime, spec)
-            if entry is not None:
-                entries.append(entry)
-                samples.append(_heartbeat_sample(entry, text))
-            elif why is not None:
-                problems.append(why)
-            continue
-        if f.get("cut"):
-            text = text.split("\n", 1)[1] if "\n" in text else ""
-        step = parse_log_tail(text, pattern)
-        if step is None:
-            problems.append(f"{path}: no line matches the pattern in its last {spec.tail_bytes} bytes")
-        else:
-            entries.append(RankProgress(host, path, None, step, mtime))
-        where = _line(f"{host} {path}", 200)
-        samples.extend(training_samples(text, where))
-        size = _int(f.get("size"), 0, 2**63)
-        tails.append(LogTail(host, path, (), scan_log(text[-MAX_TAIL_BYTES:]), size, len(text)))
-    matched = doc.get("matched")
+        samples.extend(training_samples(f.text, _line(f"{host} {f.path}", 200)))
+        size = _int(f.size, 0, 2**63)
+        tails.append(LogTail(host, f.path, (), scan_log(f.text[-MAX_TAIL_BYTES:]), size, len(f.text)))
     return HostProgressSignal(
-        HostProgress(
-            host,
-            tuple(entries),
-            matched if isinstance(matched, int) and not isinstance(matched, bool) else len(entries),
-            tuple(problems[:64]),
-        ),
+        host_progress(host, doc, entries, problems),
         tuple(samples[-MAX_SAMPLES:]),
         tuple(tails),
         _time(doc.get("now")),
