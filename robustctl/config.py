@@ -1046,14 +1046,11 @@ MAX_WATCH_NOTIFY_ARGS = 64
 class WatchSettings(StrictModel):
     """``watch:``: what ``robustctl watch`` reads, when it judges a signal, and the rails of acting.
 
-    (The inventory file takes this section once ``robustctl watch`` reads it; until then the model is
-    the settings' one definition for the watch's library parts.)
+    ``robustctl watch --once`` reads it (:func:`robustctl.commands.watch.run_watch_once`).
 
     Defaults and where they come from (each rule's own docstring in :mod:`robustctl.watch.rules` gives
     the detail):
 
-    * ``interval_s`` 30: one evaluation every 30 s; a hang is judged in minutes, a 30 s reading period
-      costs one small probe per host.
     * ``stall_after_s`` unset: derived from the job's own step time, max(10 × p99 step time, 120 s),
       and 600 s while no step time has been measured (PyTorch's default NCCL collective timeout,
       10 minutes, the wait this replaces).
@@ -1069,7 +1066,6 @@ class WatchSettings(StrictModel):
       left out keeps its default.
     """
 
-    interval_s: float = Field(30.0, ge=1, le=3600, description="Seconds between evaluations.")
     stall_after_s: float | None = Field(
         None, ge=10, le=7 * 86400, description="No new step for this long is a hang (default: derived)."
     )
@@ -1081,15 +1077,6 @@ class WatchSettings(StrictModel):
         5.0, gt=1, le=1e6, description="Loss over the rolling median that is a spike."
     )
     loss_window: int = Field(50, ge=5, le=10_000, description="Losses in the spike rule's rolling median.")
-    log_tail_bytes: int = Field(
-        65_536,
-        ge=1024,
-        le=262_144,
-        description="Bytes read from the end of each rank's log (at most 256 KiB).",
-    )
-    read_timeout_s: float = Field(
-        30.0, gt=0, le=600, description="Deadline of one reading of every source, s."
-    )
     cooldown_s: float = Field(
         600.0, ge=0, le=86_400, description="Wait after a recovery before the next one, s."
     )
@@ -1137,6 +1124,7 @@ class InventoryFile(StrictModel):
         description="The inventory's own playbook files (relative to the inventory); at most 256.",
     )
     sweep: SweepSettings = Field(default_factory=SweepSettings)
+    watch: WatchSettings = Field(default_factory=WatchSettings)
 
 
 ENV_VARS: dict[str, str] = {

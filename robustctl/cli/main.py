@@ -117,9 +117,16 @@ def _register_sweep() -> None:
     app.command("lemons", epilog=sweep_cmd.LEMONS_EXAMPLES)(sweep_cmd.lemons)
 
 
+def _register_watch() -> None:
+    from robustctl.cli import watch as watch_cmd
+
+    app.command("watch", epilog=watch_cmd.WATCH_EXAMPLES)(watch_cmd.watch)
+
+
 _register_optional()
 _register_actions()
 _register_sweep()
+_register_watch()
 
 
 def main(argv: list[str] | None = None) -> int:

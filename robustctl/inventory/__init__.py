@@ -35,6 +35,7 @@ from robustctl.config import (
     SchedulerSettings,
     SshSettings,
     SweepSettings,
+    WatchSettings,
     apply_env,
     env_override_of,
 )
@@ -112,6 +113,7 @@ class Inventory:
     policy: PolicySettings = field(default_factory=PolicySettings)
     playbooks: tuple[Path, ...] = ()
     sweep: SweepSettings = field(default_factory=SweepSettings)
+    watch: WatchSettings = field(default_factory=WatchSettings)
 
     def job(self, name: str) -> Job:
         """The job called ``name``. Raises InventoryError (listing the known jobs) if there is none."""
@@ -219,6 +221,7 @@ def load_inventory(path: Path, *, environ: dict[str, str] | None = None) -> Inve
         policy=model.policy,
         playbooks=_playbook_paths(model, path, smap),
         sweep=model.sweep,
+        watch=model.watch,
     )
 
 

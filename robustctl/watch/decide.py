@@ -95,6 +95,8 @@ if TYPE_CHECKING:
 __all__ = [
     "MAX_EVIDENCE_VERDICTS",
     "MAX_HOSTS_PARAM_CHARS",
+    "MAX_MEMORY_ID_CHARS",
+    "MAX_MEMORY_RECOVERIES",
     "MAX_REASON_CHARS",
     "PRIORITY",
     "RECOVERY_WINDOW_S",
@@ -141,6 +143,15 @@ value (``robustctl.playbooks.engine.MAX_PARAM_CHARS``, not imported: the watch's
 foundation modules). More critical hosts than that at once is not a machine fault to evict but a
 ``no-hosts`` skip: the job's whole fleet looking bad is more likely an observer fault (design: the
 eviction circuit breaker)."""
+
+MAX_MEMORY_RECOVERIES = 100
+"""Most recovery times :meth:`WatchMemory.from_json` accepts: the largest ``max_recoveries_per_hour``
+the inventory accepts (:class:`robustctl.config.WatchSettings`, 100); :func:`decide` never keeps more
+than that many in its window, so more in a stored document means it was damaged."""
+
+MAX_MEMORY_ID_CHARS = 512
+"""Longest incident id or playbook name :meth:`WatchMemory.from_json` accepts, in characters: an id is
+``"<job>-<n>"`` and a playbook name at most 256 characters in the inventory (our choice: twice that)."""
 
 _ELLIPSIS = "…"
 
@@ -292,8 +303,108 @@ class WatchMemory:
             raise ValueError("no playbook run in progress to give a run id")
         return replace(self, running=replace(self.running, run_id=run_id))
 
+    @classmethod
+    def from_json(cls, doc: object) -> WatchMemory:
+        """The memory :meth:`to_json` wrote, read back and checked (a stored document may be damaged).
+
+        Every field is checked for its type and bound: times finite numbers, at most
+        :data:`MAX_MEMORY_RECOVERIES` recovery times, ids and names non-empty text of at most
+        :data:`MAX_MEMORY_ID_CHARS` characters, a pause reason at most :data:`MAX_REASON_CHARS`, an
+        incident class one of :class:`~robustctl.watch.rules.SignalClass`'s actionable classes
+        (:data:`PRIORITY`), a run id and the incident count non-negative integers.
+
+        Raises:
+            ConfigError: ``doc`` is not such a document; the message names the field at fault.
+        """
+        from robustctl.errors import ConfigError
+
+        def bad(field: str, value: object) -> ConfigError:
+            return ConfigError(f"watch memory: {field}: {value!r:.80} is not valid")
+
+        def obj(field: str, value: object) -> dict[str, Any]:
+            if not isinstance(value, dict):
+                raise bad(field, value)
+            return value
+
+        def time_of(field: str, value: object, optional: bool = False) -> float | None:
+            if value is None and optional:
+                return None
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+                raise bad(field, value)
+            return float(value)
+
+        def text(field: str, value: object, limit: int = MAX_MEMORY_ID_CHARS) -> str:
+            if not isinstance(value, str) or not value or len(value) > limit:
+                raise bad(field, value)
+            return value
+
+        def count(field: str, value: object, optional: bool = False) -> int | None:
+            if value is None and optional:
+                return None
+            if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**63:
+                raise bad(field, value)
+            return value
+
+        d = obj("memory", doc)
+        known = {
+            "recoveries_s",
+            "cooldown_until_s",
+            "running",
+            "incident",
+            "paused",
+            "incidents_opened",
+            "last_evaluated_s",
+        }
+        extra = sorted(str(k) for k in d if k not in known)
+        if extra:
+            raise bad(extra[0], d[extra[0]])
+        recoveries = d.get("recoveries_s", [])
+        if not isinstance(recoveries, list) or len(recoveries) > MAX_MEMORY_RECOVERIES:
+            raise bad("recoveries_s", recoveries)
+        rec = tuple(float(time_of("recoveries_s[]", t) or 0.0) for t in recoveries)
+        running = None
+        if d.get("running") is not None:
+            r = obj("running", d["running"])
+            running = RunInProgress(
+                playbook=text("running.playbook", r.get("playbook")),
+                incident=text("running.incident", r.get("incident")),
+                started_s=float(time_of("running.started_s", r.get("started_s")) or 0.0),
+                run_id=count("running.run_id", r.get("run_id"), optional=True),
+            )
+        incident = None
+        if d.get("incident") is not None:
+            i = obj("incident", d["incident"])
+            classes = {c.value: c for c in PRIORITY}
+            if i.get("class") not in classes:
+                raise bad("incident.class", i.get("class"))
+            playbook = i.get("playbook")
+            incident = OpenIncident(
+                incident_id=text("incident.id", i.get("id")),
+                signal=classes[i["class"]],
+                onset_s=float(time_of("incident.onset_s", i.get("onset_s")) or 0.0),
+                playbook=None if playbook is None else text("incident.playbook", playbook),
+                recovery_started_s=time_of("incident.recovery_started_s", i.get("recovery_started_s"), True),
+                recovery_ended_s=time_of("incident.recovery_ended_s", i.get("recovery_ended_s"), True),
+            )
+        paused = None
+        if d.get("paused") is not None:
+            p = obj("paused", d["paused"])
+            paused = Pause(
+                reason=text("paused.reason", p.get("reason"), MAX_REASON_CHARS),
+                since_s=float(time_of("paused.since_s", p.get("since_s")) or 0.0),
+            )
+        return cls(
+            recoveries_s=rec,
+            cooldown_until_s=time_of("cooldown_until_s", d.get("cooldown_until_s"), True),
+            running=running,
+            incident=incident,
+            paused=paused,
+            incidents_opened=count("incidents_opened", d.get("incidents_opened", 0)) or 0,
+            last_evaluated_s=time_of("last_evaluated_s", d.get("last_evaluated_s"), True),
+        )
+
     def to_json(self) -> dict[str, Any]:
-        """Plain JSON values."""
+        """Plain JSON values (:meth:`from_json` reads them back to an equal memory)."""
         return {
             "recoveries_s": list(self.recoveries_s),
             "cooldown_until_s": self.cooldown_until_s,

@@ -1,0 +1,81 @@
+"""``robustctl watch``: one evaluation of a job's signals (``--once``), or its recorded decisions."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from robustctl.cli.common import InventoryOpt, JsonOpt, StateOpt
+from robustctl.cli.help import examples
+from robustctl.commands.base import exit_code_of, result_json
+
+WATCH_EXAMPLES = examples(
+    (
+        "robustctl watch -i cluster.yaml --job llm --once --advise",
+        "what the watcher would do now, acting on nothing",
+    ),
+    ("robustctl watch -i cluster.yaml --job llm --once", "from cron: judge once, run the matching playbook"),
+    ("robustctl watch --history --job llm", "every decision recorded for the job"),
+)
+
+
+def watch(
+    job: Annotated[str, typer.Option("--job", "-j", help="The job to watch (an inventory job).")],
+    inventory: InventoryOpt = None,
+    state: StateOpt = None,
+    once: Annotated[
+        bool, typer.Option("--once", help="Make one evaluation and exit (required for now: no loop yet).")
+    ] = False,
+    advise: Annotated[
+        bool, typer.Option("--advise", help="Decide and record, act on nothing (prints what would run).")
+    ] = False,
+    resume: Annotated[
+        bool, typer.Option("--resume", help="Clear the pause after the hourly recovery limit.")
+    ] = False,
+    history: Annotated[
+        bool, typer.Option("--history", help="List the job's recorded decisions (nothing is read or run).")
+    ] = False,
+    json_out: JsonOpt = False,
+) -> int:
+    """Judge a job's signals and run the matching recovery playbook unattended.
+
+    One evaluation (--once): read progress, liveness, log tails and host findings; classify (crash,
+    hang, fail-slow, nan-loss, host-critical); decide with rails (one playbook at a time, one recovery
+    per incident, cool-down, hourly limit); record the decision; run the playbook unless --advise.
+    One watcher per job: a second exits 3 naming the holder's pid. Settings: the inventory's watch:.
+    Exit: 0 healthy, 1 a rail held it back, 2 a fault found (recovery run, advised, or stopped),
+    3 could not check / recovery failed / another watcher, 64 usage, 78 config or store.
+    """
+    from robustctl.errors import UsageError
+    from robustctl.report.console import emit_json, stderr_console
+
+    if history:
+        refused = [f for f, on in (("--once", once), ("--advise", advise), ("--resume", resume)) if on]
+        if refused or inventory is not None:
+            raise UsageError(f"{(refused or ['--inventory'])[0]} cannot take effect with --history")
+        from robustctl.commands.watch import WatchHistoryRequest, run_watch_history
+        from robustctl.report.watch import render_watch_history
+
+        hist = run_watch_history(WatchHistoryRequest(job=job, state=state))
+        if json_out:
+            emit_json(result_json(hist), to_stdout=True, output=None)
+        else:
+            render_watch_history(hist, stderr_console(wide=True))
+        return exit_code_of(hist)
+    if not once:
+        raise UsageError(
+            "--once is required for now: robustctl watch makes one evaluation per call (run it from cron or a timer)"
+        )
+    from robustctl.commands import options
+    from robustctl.commands.watch import WatchRequest, run_watch_once
+    from robustctl.report.watch import render_watch
+
+    request = WatchRequest(
+        inventory=options.inventory(inventory), job=job, state=state, advise=advise, resume=resume
+    )
+    result = run_watch_once(request)
+    render_watch(result, stderr_console(wide=True))
+    if json_out:
+        emit_json(result_json(result), to_stdout=True, output=None)
+    return exit_code_of(result)
