@@ -1703,6 +1703,129 @@ def _lemon_standby(tmp: Path) -> None:
     assert both(tmp, at("sweep.lemon_no_standby", True), picked, at("hosts", two)) == ("spare1", "spare2")
 
 
+# ---- watch: (robustctl watch --once, through run_watch_once with a fixed reading) ---------------
+
+
+def _reading(
+    inv: Inventory,
+    *,
+    newest_age_s: float | None = 5.0,
+    step_times: Sequence[float] = (),
+    losses: Sequence[float] = (),
+) -> Any:
+    """A reading of job ``j`` taken now: every rank alive, logs and findings read clean; the newest
+    step ``newest_age_s`` old; one sample per step time and per loss."""
+    from robustctl.watch.signals import (
+        FindingsSignal,
+        JobReading,
+        Liveness,
+        LivenessSignal,
+        LogSignal,
+        ProgressSignal,
+        StepSample,
+    )
+
+    now = time.time()
+    n = max(len(step_times), len(losses))
+    samples = tuple(
+        StepSample(
+            i + 1,
+            step_time_s=step_times[i] if i < len(step_times) else None,
+            loss=losses[i] if i < len(losses) else None,
+        )
+        for i in range(n)
+    )
+
+    class Reading(JobReading):
+        @property
+        def newest_step_time(self) -> float | None:
+            return None if newest_age_s is None else self.read_at - newest_age_s
+
+    hosts = tuple(h.name for h in inv.job("j").hosts)
+    return Reading(
+        job="j",
+        backend="inventory",
+        hosts=hosts,
+        read_at=now,
+        progress=ProgressSignal(None, samples),
+        liveness=LivenessSignal("inventory", Liveness.ALIVE, 8, 8),
+        logs=LogSignal(),
+        findings=FindingsSignal(),
+    )
+
+
+def _watch(
+    *, advise: bool = True, memory: Callable[[float], Any] | None = None, **reading: Any
+) -> Callable[[Inventory], Any]:
+    """One ``watch --once`` evaluation of job ``j`` on a fixed reading, in a fresh store (seeded with
+    ``memory(now)`` as the watcher's remembered state): ``(action, rail, class, playbook)``."""
+    from robustctl import watchstore
+    from robustctl.commands.watch import STATE_VERSION, WatchRequest, run_watch_once
+    from robustctl.watch.rules import FailSlowState
+
+    def observe(inv: Inventory) -> Any:
+        state = Path(inv.source).with_suffix(".db")
+        if memory is not None:
+            with Store.open(state) as store:
+                doc = {
+                    "version": STATE_VERSION,
+                    "memory": memory(time.time()).to_json(),
+                    "fail_slow": FailSlowState().to_json(),
+                    "last_step": None,
+                    "incident_id": None,
+                }
+                watchstore.put_state(store, "j", doc, at=time.time())
+        result = run_watch_once(
+            WatchRequest(inventory=inv, job="j", state=state, advise=advise),
+            reader=lambda *a, **kw: _reading(inv, **reading),
+        )
+        d = result.decision
+        return d["action"], d["rail"], d["signal"], d["playbook"], result.notify is not None
+
+    return observe
+
+
+def _recent_run(ago_s: float) -> Callable[[float], Any]:
+    """A memory whose last recovery (no incident open) was decided ``ago_s`` before now."""
+    from robustctl.watch.decide import RunInProgress, WatchMemory
+
+    return lambda now: WatchMemory(
+        recoveries_s=(now - ago_s,), running=RunInProgress("hang", "j-1", now - ago_s), incidents_opened=1
+    )
+
+
+_CALM = [1.0 + 0.001 * (i % 7) for i in range(30)]
+expect("watch.stall_after_s", "watch --once (hang)", at("watch.stall_after_s", 30), _watch(newest_age_s=60),
+       lambda d, c: d[0] == "none" and c[:3] == ("advise", None, "hang"))  # fmt: skip
+expect("watch.slow_factor", "watch --once (fail-slow)", at("watch.slow_factor", 2.0),
+       _watch(step_times=[*_CALM, *[1.5 + 0.001 * (i % 5) for i in range(15)]]),
+       lambda d, c: d[:3] == ("advise", None, "fail-slow") and c[0] == "none")  # fmt: skip
+expect("watch.persist_steps", "watch --once (fail-slow)", at("watch.persist_steps", 3),
+       _watch(step_times=[*_CALM, *[3.0 + 0.001 * (i % 5) for i in range(5)]]),
+       lambda d, c: d[0] == "none" and c[:3] == ("advise", None, "fail-slow"))  # fmt: skip
+expect("watch.spike_factor", "watch --once (nan-loss)", at("watch.spike_factor", 3.0),
+       _watch(losses=[2.0] * 10 + [8.0]),
+       lambda d, c: d[0] == "none" and c[:3] == ("advise", None, "nan-loss"))  # fmt: skip
+expect("watch.loss_window", "watch --once (nan-loss)", at("watch.loss_window", 5),
+       _watch(losses=[100.0] * 10 + [1.0] * 5 + [6.0]),
+       lambda d, c: d[0] == "none" and c[:3] == ("advise", None, "nan-loss"))  # fmt: skip
+expect("watch.playbooks", "watch --once (hang)", at("watch.playbooks", {"hang": "my-hang"}),
+       _watch(newest_age_s=60), lambda d, c: d[3] == "hang" and c[3] == "my-hang",
+       at("watch.stall_after_s", 30))  # fmt: skip
+expect("watch.cooldown_s", "watch --once (rails)", at("watch.cooldown_s", 0),
+       _watch(newest_age_s=60, memory=_recent_run(100)),
+       lambda d, c: d[:2] == ("skip", "cooldown") and c[:2] == ("advise", None),
+       at("watch.stall_after_s", 30))  # fmt: skip
+expect("watch.max_recoveries_per_hour", "watch --once (rails)", at("watch.max_recoveries_per_hour", 1),
+       _watch(newest_age_s=60, memory=_recent_run(100)),
+       lambda d, c: d[:2] == ("advise", None) and c[:2] == ("advise", "hourly-limit"),
+       at("watch.stall_after_s", 30), at("watch.cooldown_s", 0))  # fmt: skip
+expect("watch.notify", "watch --once (hourly limit)", at("watch.notify", ["true"]),
+       _watch(advise=False, newest_age_s=60, memory=_recent_run(100)),
+       lambda d, c: d == ("stop", "hourly-limit", "hang", "hang", False) and c[4],
+       at("watch.stall_after_s", 30), at("watch.cooldown_s", 0), at("watch.max_recoveries_per_hour", 1))  # fmt: skip
+
+
 # ---- the table's own tests ----------------------------------------------------------------------
 
 
