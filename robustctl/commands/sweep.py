@@ -25,6 +25,7 @@ from robustctl.exit_codes import ExitCode
 from robustctl.models import SCHEMA_VERSION, RunReport, Status
 
 if TYPE_CHECKING:
+    from robustctl.commands.ettr import JobEttr
     from robustctl.diagnose import ProgressSink
     from robustctl.inventory import Inventory
     from robustctl.store import Store
@@ -113,8 +114,9 @@ class SweepResult:
         skipped: hosts not swept (evicted); decisions: the policy's reading of each host with a
         CRITICAL check; acted: what ``--act`` did (None without it), ``{"suspect": [...], "drained":
         [...], "skipped": [...], "error": str|None}``; lemons: lemons now (the ``sweep:`` window);
-        recent: each host's newest state changes; counters: each host's counters; warnings: one line each (clock went backwards);
-        state: the store file; report: the diagnose engine's report.
+        recent: each host's newest state changes; counters: each host's counters; warnings: one line each (clock went backwards,
+        a job's ETTR ledger that could not be read); state: the store file; report: the diagnose engine's report;
+        ettr: the ETTR of each job of the inventory that has ledger data (:func:`_job_ettrs`, best effort).
     """
 
     started_at: float
@@ -129,6 +131,7 @@ class SweepResult:
     warnings: tuple[str, ...]
     state: str
     report: RunReport
+    ettr: tuple[JobEttr, ...] = ()
     kind: str = "sweep"
     schema_version: int = SCHEMA_VERSION
 
@@ -404,6 +407,7 @@ def run_sweep(
         )
         recent = {n: tuple(history.changes(store, host=n, limit=RECENT_CHANGES)) for n in names}
         counters = history.counters(store, names)
+        ettrs = _job_ettrs(request.inventory, store, rec.at, warnings)
     by_decision = {d.host: d for d in decisions}
     swept = tuple(
         SweepHost(
@@ -433,9 +437,28 @@ def run_sweep(
         warnings=tuple(warnings),
         state=str(path),
         report=report,
+        ettr=ettrs,
     )
     _write_outputs(request, result)
     return result
+
+
+def _job_ettrs(inventory: Inventory, store: Store, now: float, warnings: list[str]) -> tuple[JobEttr, ...]:
+    """The cumulative ETTR ledger of each job of the inventory, for the textfile (issue 22, item 4):
+    :func:`robustctl.commands.ettr.ettr_of_store` over all the store holds for the job. Best effort: a
+    job without data is left out; a store or ledger error is one warning line, never a failed sweep."""
+    from robustctl.commands.ettr import ettr_of_store
+
+    out: list[JobEttr] = []
+    for job in sorted(inventory.jobs):
+        try:
+            summary = ettr_of_store(store, job, now=now).summary()
+        except ConfigError as exc:  # StoreError, LedgerInputError, WatchStoreInputError: all exit 78
+            warnings.append(f"robustctl: warning: job {job!r}: no ETTR in the textfile: {exc}")
+            continue
+        if summary is not None:
+            out.append(summary)
+    return tuple(out)
 
 
 def _verdict(states: Mapping[tuple[str, str], CheckState], host: str, engine: Status) -> Status:

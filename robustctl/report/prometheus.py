@@ -19,11 +19,19 @@ Metrics::
     robustctl_host_observations_total{host}        counter sweeps and diagnose runs that observed it
     robustctl_host_failures_total{host}            counter times it was named (verdict into critical)
     robustctl_lemon{host}                          gauge  1 for each lemon
+    robustctl_job_ettr{job}                        gauge  cumulative ETTR of the job, 0 to 1
+    robustctl_job_unproductive_seconds_total{job,cause}  counter  unproductive seconds by cause
 
 A host's verdict is the sweep policy's (:func:`robustctl.sweep.policy.record_sweep`), as the history
 records it: ``critical`` only when the policy names the host, ``warning`` while a CRITICAL check is
 pending (its ``robustctl_check_status`` still says ``critical``). A *failure* is a change of that
 verdict into ``critical`` (or a diagnose run's critical verdict): what ``robustctl lemons`` counts.
+
+The two job families (issue 22, item 4) come from each job's ETTR ledger over everything the store
+holds for it (:func:`robustctl.commands.ettr.ettr_of_store`), for every job of the inventory that has
+ledger data; a job without is absent (never ETTR 1). The unproductive seconds grow with the window
+(it ends at the sweep), so they are counters; ``cause`` is one of the ledger's unproductive causes
+(detection, localization, eviction, restart, recomputation, waiting, unaccounted).
 """
 
 from __future__ import annotations
@@ -104,4 +112,10 @@ def sweep_textfile(result: SweepResult) -> str:
                      [({"host": h.host}, c.failures) for h, c in counters])  # fmt: skip
     lines += _family("robustctl_lemon", "gauge", "1 for each lemon host (repeated failures or returns).",
                      [({"host": lm.host}, 1) for lm in result.lemons])  # fmt: skip
+    lines += _family("robustctl_job_ettr", "gauge", "Cumulative effective training time ratio of the job (0 to 1).",
+                     [({"job": e.job}, e.cumulative_ettr) for e in result.ettr])  # fmt: skip
+    lines += _family(
+        "robustctl_job_unproductive_seconds_total", "counter", "Seconds of the job's time not spent training, by cause.",
+        [({"job": e.job, "cause": c}, v) for e in result.ettr for c, v in e.unproductive_s.items()],
+    )  # fmt: skip
     return "\n".join(lines) + "\n"

@@ -271,6 +271,47 @@ def test_sweep_names_the_faulty_host_and_records_history(
     assert 'data-host="node2" data-check="host.xid"' in grid and "<script" not in grid
 
 
+def test_sweep_textfile_carries_each_jobs_ettr_best_effort(
+    tmp_path: Path, healthy_host_data: dict[str, Any]
+) -> None:
+    """A job of the inventory with ETTR ledger data gets robustctl_job_ettr and
+    robustctl_job_unproductive_seconds_total{cause}; a job whose data cannot be read is a warning and
+    is left out, and the sweep still writes its textfile."""
+    from robustctl.watchstore import open_incident, record_progress, update_incident
+
+    state, prom, clock = tmp_path / "s.db", tmp_path / "r.prom", Clock()
+    t0 = clock.t - 1000
+    with Store.open(state, clock=clock) as store:
+        for at, step in ((0, 0), (400, 40), (600, 30), (1000, 70)):
+            record_progress(store, "j", at=t0 + at, step=step)
+        inc = open_incident(store, "j", incident_class="crash", onset_at=t0 + 400, opened_at=t0 + 450)
+        update_incident(
+            store, inc.id, decision_at=t0 + 500, restart_start_at=t0 + 500, first_new_step_at=t0 + 600
+        )
+    req = sweep_request(inventory=inventory(tmp_path, jobs=True), state=state, textfile=prom, environ={})
+    res = run_sweep(req, pool=TransportPool(override=fake(healthy_host_data, bad=None)), clock=clock)
+    assert res.exit_code == 0 and [e.job for e in res.ettr] == ["j"]
+    fams = {f.name: f for f in text_string_to_metric_families(prom.read_text())}
+    assert fams["robustctl_job_ettr"].type == "gauge"
+    ((labels, ettr),) = [(s.labels, s.value) for s in fams["robustctl_job_ettr"].samples]
+    # productive [0,400] and [600,1000]; crash: detection 100 s, restart 100 s (checkpoint unknown)
+    assert labels == {"job": "j"} and ettr == pytest.approx(0.8)
+    unproductive = fams["robustctl_job_unproductive_seconds"]
+    assert unproductive.type == "counter"
+    by_cause = {s.labels["cause"]: s.value for s in unproductive.samples if s.name.endswith("_total")}
+    assert by_cause["detection"] == pytest.approx(100) and by_cause["restart"] == pytest.approx(100)
+    assert set(by_cause) == {"detection", "localization", "eviction", "restart", "recomputation", "waiting",
+                             "unaccounted"}  # fmt: skip
+    # a damaged row: one warning, the job left out, the sweep and its textfile as before
+    with Store.open(state, clock=clock) as store, store.transaction() as c:
+        c.execute("INSERT INTO watch_progress(job, at, step) VALUES ('j', 'soon', 1)")
+    res = run_sweep(req, pool=TransportPool(override=fake(healthy_host_data, bad=None)), clock=clock)
+    assert res.exit_code == 0 and res.ettr == ()
+    assert any("job 'j': no ETTR" in w and "watch_progress" in w for w in res.warnings), res.warnings
+    fams = {f.name: f for f in text_string_to_metric_families(prom.read_text())}
+    assert fams["robustctl_job_ettr"].samples == [] and "robustctl_host_status" in fams
+
+
 def test_sweep_act_records_suspect_then_drains_through_evict(
     tmp_path: Path, healthy_host_data: dict[str, Any]
 ) -> None:
