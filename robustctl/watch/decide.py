@@ -80,6 +80,7 @@ and any sequence of valid times give a decision; nothing else raises.
 
 from __future__ import annotations
 
+import datetime
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -489,8 +490,17 @@ def _check_time(name: str, value: float | None, optional: bool) -> None:
 
 
 def _fmt_t(t: float) -> str:
-    """A time or duration in seconds for a reason: ``"1700000123.5 s"``, ``"600 s"``."""
+    """A duration in seconds for a reason: ``"12.5 s"``, ``"600 s"``."""
     return f"{t:.1f} s" if t != int(t) else f"{int(t)} s"
+
+
+def _at(t: float) -> str:
+    """A UNIX time for a reason, in UTC to the second: ``"2026-11-26 20:59:37 UTC"`` (the number
+    itself when the calendar cannot show it)."""
+    try:
+        return datetime.datetime.fromtimestamp(t, datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    except (OverflowError, OSError, ValueError):
+        return _fmt_t(t)
 
 
 def _hosts_of(verdicts: Sequence[Verdict]) -> list[str]:
@@ -564,7 +574,7 @@ def decide(
     # 2. resume
     if resume:
         if mem.paused is not None:
-            notes.append(f"resumed by a person (paused since {_fmt_t(mem.paused.since_s)})")
+            notes.append(f"resumed by a person (paused since {_at(mem.paused.since_s)})")
             mem = replace(mem, paused=None, recoveries_s=())
         else:
             notes.append("resume asked while not paused: nothing to clear")
@@ -580,7 +590,7 @@ def decide(
         if incident is not None and incident.incident_id == run.incident:
             incident = replace(incident, recovery_ended_s=ended)
         mem = replace(mem, running=None, cooldown_until_s=until, incident=incident)
-        notes.append(f"playbook {run.playbook} for {run.incident} ended at {_fmt_t(ended)}")
+        notes.append(f"playbook {run.playbook} for {run.incident} ended at {_at(ended)}")
 
     # 4a. a handled incident closes on a new step after its recovery ended
     inc = mem.incident
@@ -665,7 +675,7 @@ def decide(
     if mem.paused is not None:
         return finish(
             Action.SKIP,
-            f"saw {seen.value}, did nothing: paused since {_fmt_t(mem.paused.since_s)} "
+            f"saw {seen.value}, did nothing: paused since {_at(mem.paused.since_s)} "
             f"({mem.paused.reason}); a person clears it with resume",
             memory=mem,
             rail=Rail.PAUSED,
@@ -682,7 +692,7 @@ def decide(
         return finish(
             Action.SKIP,
             f"{what}, did nothing: playbook {run.playbook}{ident} is already running for this job "
-            f"(incident {run.incident}, since {_fmt_t(run.started_s)}); never two at once",
+            f"(incident {run.incident}, since {_at(run.started_s)}); never two at once",
             memory=mem,
             rail=rail,
             playbook=playbook,
@@ -691,7 +701,7 @@ def decide(
     if inc.handled:
         rail = Rail.LOWER_PRIORITY if lower else Rail.SAME_INCIDENT
         ended_s = inc.recovery_ended_s
-        when = "" if ended_s is None else f" ended at {_fmt_t(ended_s)}"
+        when = "" if ended_s is None else f" ended at {_at(ended_s)}"
         what = (
             f"lower-priority {seen.value} while {inc.signal.value} is open" if lower else f"saw {seen.value}"
         )
@@ -707,7 +717,7 @@ def decide(
     if mem.cooldown_until_s is not None and now < mem.cooldown_until_s:
         return finish(
             Action.SKIP,
-            f"saw {seen.value}, did nothing: cool-down until {_fmt_t(mem.cooldown_until_s)} "
+            f"saw {seen.value}, did nothing: cool-down until {_at(mem.cooldown_until_s)} "
             f"({_fmt_t(settings.cooldown_s)} after the last recovery ended)",
             memory=mem,
             rail=Rail.COOLDOWN,
