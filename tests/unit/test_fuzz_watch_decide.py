@@ -164,3 +164,39 @@ def test_resume_reopens_acting_and_nothing_raises(settings: WatchSettings, seq: 
             assert not paused
             paused = True
         assert (d.memory.paused is not None) == paused
+
+
+JSON_VALUES = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**70), 2**70)
+    | st.floats(allow_nan=True, allow_infinity=True)
+    | st.text(max_size=20),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=12), inner, max_size=5),
+    max_leaves=25,
+)
+
+
+@given(SETTINGS, steps(resume=True), st.data())
+def test_a_stored_memory_reads_back_or_is_one_config_error(
+    settings: WatchSettings, seq: list[Step], data: st.DataObject
+) -> None:
+    """What the watcher saved reads back equal; any damage to it (a field replaced by any JSON value,
+    a field dropped) is a ConfigError naming the field, never another exception."""
+    from robustctl.errors import ConfigError
+
+    results = run_sequence(settings, seq)
+    if not results:
+        return
+    doc = json.loads(json.dumps(results[-1][2].memory.to_json()))
+    assert WatchMemory.from_json(doc).to_json() == doc
+    damaged = dict(doc)
+    key = data.draw(st.sampled_from(sorted(damaged)))
+    if data.draw(st.booleans()):
+        damaged[key] = data.draw(JSON_VALUES)
+    else:
+        del damaged[key]
+    try:
+        WatchMemory.from_json(damaged)
+    except ConfigError as exc:
+        assert "\n" not in str(exc)
