@@ -49,8 +49,7 @@ def ettr(
     the unproductive time by cause, and one row per incident (onset, class, playbook, MTTR,
     machines evicted).
 
-    Nothing is written. Exit: 0 a ledger, 3 no data for the job (never reported as ETTR 100%),
-    64 usage, 78 unreadable store or inventory.
+    Nothing is written. Exit: 0 a ledger, 3 no data (never shown as ETTR 100%), 64 usage, 78 config.
     """
     from robustctl.commands import options
     from robustctl.commands.ettr import EttrRequest, run_ettr

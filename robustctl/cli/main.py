@@ -118,9 +118,11 @@ def _register_sweep() -> None:
 
 
 def _register_watch() -> None:
+    from robustctl.cli import ettr as ettr_cmd
     from robustctl.cli import watch as watch_cmd
 
     app.command("watch", epilog=watch_cmd.WATCH_EXAMPLES)(watch_cmd.watch)
+    app.command("ettr", epilog=ettr_cmd.EXAMPLES)(ettr_cmd.ettr)
 
 
 _register_optional()
