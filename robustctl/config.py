@@ -1046,7 +1046,8 @@ MAX_WATCH_NOTIFY_ARGS = 64
 class WatchSettings(StrictModel):
     """``watch:``: what ``robustctl watch`` reads, when it judges a signal, and the rails of acting.
 
-    ``robustctl watch --once`` reads it (:func:`robustctl.commands.watch.run_watch_once`).
+    ``robustctl watch`` reads it (:func:`robustctl.commands.watch.run_watch_once`, and the loop
+    :func:`robustctl.commands.watch.run_watch_loop` reads ``interval_s``).
 
     Defaults and where they come from (each rule's own docstring in :mod:`robustctl.watch.rules` gives
     the detail):
@@ -1064,7 +1065,17 @@ class WatchSettings(StrictModel):
       acting, records why and runs ``notify`` (a crash loop wants a person).
     * ``playbooks``: the playbook run for each signal class (:data:`DEFAULT_WATCH_PLAYBOOKS`); a class
       left out keeps its default.
+    * ``interval_s`` 30: the loop (``robustctl watch`` without ``--once``,
+      :func:`robustctl.commands.watch.run_watch_loop`) evaluates every 30 s. A hang is judged after
+      ``stall_after_s`` (at least 120 s when derived), so 30 s adds at most a quarter of the shortest
+      derived stall to the detection time while one evaluation (a few bounded reads per host) stays a
+      small load; 1 s is the floor (one evaluation's reads take about that), 1 h the ceiling (a slower
+      watcher is a cron job: use ``--once``).
     """
+
+    interval_s: float = Field(
+        30.0, ge=1, le=3600, description="Seconds between evaluations of the watch loop (not --once)."
+    )
 
     stall_after_s: float | None = Field(
         None, ge=10, le=7 * 86400, description="No new step for this long is a hang (default: derived)."

@@ -1,4 +1,5 @@
-"""``robustctl watch``: one evaluation of a job's signals (``--once``), or its recorded decisions."""
+"""``robustctl watch``: the watch loop, one evaluation of a job's signals (``--once``), or its recorded
+decisions (``--history``)."""
 
 from __future__ import annotations
 
@@ -11,11 +12,11 @@ from robustctl.cli.help import examples
 from robustctl.commands.base import exit_code_of, result_json
 
 WATCH_EXAMPLES = examples(
+    ("robustctl watch -i cluster.yaml --job llm", "watch unattended until stopped or the job ends"),
     (
         "robustctl watch -i cluster.yaml --job llm --once --advise",
         "what the watcher would do now, acting on nothing",
     ),
-    ("robustctl watch -i cluster.yaml --job llm --once", "from cron: judge once, run the matching playbook"),
     ("robustctl watch --history --job llm", "every decision recorded for the job"),
 )
 
@@ -25,7 +26,7 @@ def watch(
     inventory: InventoryOpt = None,
     state: StateOpt = None,
     once: Annotated[
-        bool, typer.Option("--once", help="Make one evaluation and exit (required for now: no loop yet).")
+        bool, typer.Option("--once", help="Make one evaluation and exit (cron, timers, tests).")
     ] = False,
     advise: Annotated[
         bool, typer.Option("--advise", help="Decide and record, act on nothing (prints what would run).")
@@ -40,6 +41,10 @@ def watch(
 ) -> int:
     """Judge a job's signals and run the matching recovery playbook unattended.
 
+    Without --once: evaluate every watch.interval_s (default 30 s), holding the job's watch lock, until
+    SIGINT/SIGTERM (exit 130) or the job ends (exit 0); a status line on a terminal, --json one JSON
+    document per evaluation (JSON lines). A recovery run left unfinished by a watcher that died is
+    resumed through the playbook journal, never started twice.
     One evaluation (--once): read progress, liveness, log tails and host findings; classify (crash,
     hang, fail-slow, nan-loss, host-critical); decide with rails (one playbook at a time, one recovery
     per incident, cool-down, hourly limit); record the decision; run the playbook unless --advise.
@@ -63,19 +68,21 @@ def watch(
         else:
             render_watch_history(hist, stderr_console(wide=True))
         return exit_code_of(hist)
-    if not once:
-        raise UsageError(
-            "--once is required for now: robustctl watch makes one evaluation per call (run it from cron or a timer)"
-        )
     from robustctl.commands import options
-    from robustctl.commands.watch import WatchRequest, run_watch_once
-    from robustctl.report.watch import render_watch
+    from robustctl.commands.watch import WatchRequest, run_watch_loop, run_watch_once
+    from robustctl.report.watch import LoopView, render_watch
 
     request = WatchRequest(
         inventory=options.inventory(inventory), job=job, state=state, advise=advise, resume=resume
     )
-    result = run_watch_once(request)
-    render_watch(result, stderr_console(wide=True))
-    if json_out:
-        emit_json(result_json(result), to_stdout=True, output=None)
-    return exit_code_of(result)
+    console = stderr_console(wide=True)
+    if once:
+        result = run_watch_once(request)
+        render_watch(result, console)
+        if json_out:
+            emit_json(result_json(result), to_stdout=True, output=None)
+        return exit_code_of(result)
+    with LoopView(console, job, request.inventory.watch.interval_s, json_lines=json_out) as view:
+        ended = run_watch_loop(request, on_result=view.show)
+        view.finish(ended)
+    return exit_code_of(ended)

@@ -26,11 +26,14 @@ recovery's playbook run failed, or another watcher holds the job's lock (:class:
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import subprocess
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -51,22 +54,31 @@ from robustctl.watch.rules import (
 if TYPE_CHECKING:
     from robustctl.config import WatchSettings
     from robustctl.inventory import Inventory
+    from robustctl.playbooks.journal import JournalRun
     from robustctl.store import Store
     from robustctl.transport.pool import TransportPool
     from robustctl.watch.signals import JobReading
     from robustctl.watchstore import WatchEvent
 
 __all__ = [
+    "ADOPT_RUNS_READ",
+    "ADOPT_SLACK_S",
+    "EVICTION_KINDS",
+    "LOCALIZATION_KINDS",
     "NOTIFY_TIMEOUT_S",
+    "RESTART_KINDS",
     "SOURCE_FINDINGS",
     "SOURCE_LIVENESS",
     "STATE_VERSION",
     "WatchHistoryRequest",
     "WatchHistoryResult",
+    "WatchLoopResult",
     "WatchRequest",
     "WatchResult",
+    "incident_phases",
     "reading_verdicts",
     "run_watch_history",
+    "run_watch_loop",
     "run_watch_once",
 ]
 
@@ -119,6 +131,10 @@ class WatchResult:
             ``none``, which is not an event). incident_id: the store's incident concerned (None: none).
         playbook_run: for ``run``: ``{run_id, playbook, status, message}`` of the recovery run.
         notify: for ``stop``: ``{argv, exit_code, error}`` of the notifier (None: none configured).
+        resumed: ``{run_id, playbook, status, message, event_id}`` of a recovery run an earlier watcher
+            began and died in, resumed through the journal before this evaluation (None: none).
+        job_ended: the back end says the job completed and no recovery is in progress (the loop
+            stops on it).
     """
 
     job: str
@@ -129,6 +145,8 @@ class WatchResult:
     incident_id: int | None = None
     playbook_run: Mapping[str, Any] | None = None
     notify: Mapping[str, Any] | None = None
+    resumed: Mapping[str, Any] | None = None
+    job_ended: bool = False
     kind: str = "watch"
     schema_version: int = SCHEMA_VERSION
 
@@ -141,6 +159,8 @@ class WatchResult:
     def exit_code(self) -> ExitCode:
         """The module docstring's mapping."""
         action = self.action
+        if self.resumed is not None and self.resumed.get("status") != "done" and action in ("none", "skip"):
+            return ExitCode.UNKNOWN  # the resumed recovery failed
         if action == Action.NONE.value:
             return ExitCode.OK
         if action == Action.SKIP.value:
@@ -166,6 +186,8 @@ class WatchResult:
             "incident_id": self.incident_id,
             "playbook_run": None if self.playbook_run is None else dict(self.playbook_run),
             "notify": None if self.notify is None else dict(self.notify),
+            "resumed": None if self.resumed is None else dict(self.resumed),
+            "job_ended": self.job_ended,
             "exit_code": int(self.exit_code),
         }
         out: dict[str, Any] = strict_jsonable(doc)
@@ -431,22 +453,40 @@ def run_watch_once(
         ConfigError / StoreError: the store cannot be opened or its watch state is damaged (exit 78).
     """
     from robustctl import watchstore
-    from robustctl.actions.hosts import job_hosts
     from robustctl.commands.options import state_path
-    from robustctl.schedulers import make_scheduler
-    from robustctl.store import Store
-    from robustctl.watch.signals import read_job
 
     inv = request.inventory
     try:
         job = inv.job(request.job)
     except InventoryError as exc:
         raise UsageError(str(exc)) from None
-    settings = inv.watch
     path = state_path(request.state)
+    with watchstore.watch_lock(path, job.name):
+        return _evaluate(request, path, pool=pool, clock=clock, reader=reader)
+
+
+def _evaluate(
+    request: WatchRequest,
+    path: Path,
+    *,
+    pool: TransportPool | None,
+    clock: Callable[[], float],
+    reader: Reader | None,
+) -> WatchResult:
+    """:func:`run_watch_once`'s evaluation, the job's watch lock already held by the caller."""
+    from robustctl import watchstore
+    from robustctl.actions.hosts import job_hosts
+    from robustctl.schedulers import make_scheduler
+    from robustctl.store import Store
+    from robustctl.watch.signals import Liveness, read_job
+
+    inv = request.inventory
+    job = inv.job(request.job)
+    settings = inv.watch
     read = reader if reader is not None else read_job
-    with watchstore.watch_lock(path, job.name), Store.open(path, clock=clock) as store:
+    with Store.open(path, clock=clock) as store:
         st = _State.from_json(watchstore.get_state(store, job.name), f"{path}: job {job.name}")
+        st, resumed = _resume_orphaned(request, store, job.name, st, clock())
         scheduler = make_scheduler(inv.scheduler, inventory=inv, store=store)
         current = job_hosts(job.name, scheduler=scheduler, store=store, inventory=inv)
         hosts = [inv.by_name(n) for n in current.hosts]
@@ -468,6 +508,16 @@ def run_watch_once(
         finally:
             if own:
                 pool.close()
+        if reading.newest_step_time is not None and reading.progress.step is not None:
+            with contextlib.suppress(watchstore.WatchStoreInputError):  # a step the store cannot hold
+                watchstore.record_progress(
+                    store,
+                    job.name,
+                    at=min(reading.newest_step_time, reading.read_at),
+                    step=reading.progress.step,
+                )
+        if st.incident_id is not None:
+            _fill_incident(store, job.name, st.incident_id, reading.newest_step_time)
         verdicts, fail_slow, last_step = reading_verdicts(reading, st.fail_slow, st.last_step, settings)
         decision = decide(
             job.name,
@@ -526,8 +576,12 @@ def run_watch_once(
                     watchstore.update_incident(
                         store, inc_id, decision_at=now, playbook=decision.playbook, playbook_run_id=run_id
                     )
+                    _fill_incident(store, job.name, inc_id, None)
         elif decision.action is Action.STOP and decision.notify:
             notified = _notify(decision.notify, decision)
+        # the job completed and no recovery is in progress (one just run is: the next evaluation
+        # sees what it left)
+        ended = reading.liveness.state is Liveness.ENDED and st.memory.running is None
     return WatchResult(
         job=job.name,
         decision=doc,
@@ -537,6 +591,8 @@ def run_watch_once(
         incident_id=inc_id,
         playbook_run=playbook_run,
         notify=notified,
+        resumed=resumed,
+        job_ended=ended,
     )
 
 
@@ -559,6 +615,302 @@ def _run_recovery(request: WatchRequest, decision: Decision) -> dict[str, Any]:
     if not isinstance(out, RunOutcome):  # pragma: no cover - not a dry run
         return {"run_id": None, "playbook": name, "status": "refused", "message": "not run"}
     return {"run_id": out.run_id, "playbook": out.playbook, "status": out.status, "message": out.message}
+
+
+# ----------------------------------------------------------------------- resume, incident phases
+
+
+LOCALIZATION_KINDS = ("diagnose", "stacks", "replay-sdc")
+"""Playbook step kinds whose time is the incident's localization phase (issue 22 §4: "localization
+(stacks/diagnose/replay)")."""
+
+EVICTION_KINDS = ("evict", "standby-activate")
+"""Step kinds whose time is the eviction phase (issue 22 §4: "eviction and standby swap")."""
+
+RESTART_KINDS = ("restart", "rollback")
+"""Step kinds that start the restart phase (``rollback`` restarts the job on the older code)."""
+
+ADOPT_SLACK_S = 5.0
+"""How much earlier than the watcher's decision an unfinished run of the job may have begun and still be
+adopted as the decision's run (the watcher died after beginning it, before storing its id), in seconds.
+The decision's time and the journal's are the same host's clock read moments apart; 5 s covers a
+clock slewed by NTP meanwhile, while a run a person began by hand earlier is not taken for it."""
+
+ADOPT_RUNS_READ = 8
+"""Most journal runs of the job read when adopting one (the newest; begin_run allows one unfinished)."""
+
+
+def _pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` exists on this host (this process counts as alive)."""
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _resume_orphaned(
+    request: WatchRequest, store: Store, job: str, st: _State, now: float
+) -> tuple[_State, dict[str, Any] | None]:
+    """Resume the recovery run an earlier watcher began and died in, through the journal.
+
+    The stored memory names a run in progress; when its journal record is still ``running`` and the
+    process that ran it is gone, :func:`robustctl.commands.playbook.run_playbook_resume` carries it on
+    (a finished step is never run again; a destructive step whose audit record finished is not applied
+    again: the engine's resume rule), after an event saying so. A run begun but whose id the watcher
+    had not stored yet is adopted (the job's unfinished run begun since the decision, see
+    :data:`ADOPT_SLACK_S`). Nothing is resumed with ``--advise`` or while the run's process lives (the
+    engine's job lock refuses it then too). Returns the state (with the adopted id) and the resumed
+    run's summary (None: nothing resumed).
+    """
+    from robustctl import watchstore
+    from robustctl.commands.playbook import PlaybookResumeRequest, run_playbook_resume
+    from robustctl.playbooks import journal
+    from robustctl.store import StoreLocked
+
+    run = st.memory.running
+    if run is None or request.advise:
+        return st, None
+    rid = run.run_id
+    if rid is None:
+        found = [
+            r
+            for r in journal.runs(store, job=job, limit=ADOPT_RUNS_READ)
+            if r.status == journal.RunStatus.RUNNING and r.started_at >= run.started_s - ADOPT_SLACK_S
+        ]
+        if not found:
+            return st, None
+        rid = found[0].id
+        st = _State(st.memory.with_run_id(rid), st.fail_slow, st.last_step, st.incident_id)
+        watchstore.put_state(store, job, st.to_json(), at=now)
+    rec = journal.run_record(store, rid)
+    if rec is None or rec.status != journal.RunStatus.RUNNING or _pid_alive(rec.pid):
+        return st, None
+    incident = st.memory.incident
+    cls = incident.signal.value if incident is not None else SignalClass.UNKNOWN.value
+    done = [x.step for x in rec.steps if x.status in ("done", "skipped")]
+    event_id = watchstore.record_event(
+        store,
+        job,
+        at=now,
+        signal_class=cls,
+        rule="watch.resume",
+        action=watchstore.WatchAction.RUN,
+        reason=(
+            f"resumed playbook run {rid} ({rec.playbook}) of incident {run.incident}: the process that "
+            f"ran it (pid {rec.pid}) is gone; the journal carries it on, no finished step runs again"
+        ),
+        playbook=rec.playbook,
+        evidence=strict_jsonable({"run_id": rid, "dead_pid": rec.pid, "steps_finished": done[:64]}),
+        incident_id=st.incident_id,
+        playbook_run_id=rid,
+    )
+    if st.incident_id is not None:  # the watcher died before it could record the run on the incident
+        with contextlib.suppress(watchstore.IncidentRefused):
+            watchstore.update_incident(
+                store, st.incident_id, decision_at=run.started_s, playbook=rec.playbook, playbook_run_id=rid
+            )
+    req = PlaybookResumeRequest(run_id=rid, inventory=Path(request.inventory.source), state=request.state)
+    try:
+        out = run_playbook_resume(req)
+        info: dict[str, Any] = {
+            "run_id": out.run_id,
+            "playbook": out.playbook,
+            "status": out.status,
+            "message": out.message,
+        }
+    except StoreLocked:
+        return st, None  # its process lives after all (another pid namespace): it carries on
+    except RobustctlError as exc:
+        info = {"run_id": rid, "playbook": rec.playbook, "status": "refused", "message": str(exc)[:1024]}
+    info["event_id"] = event_id
+    if st.incident_id is not None:
+        _fill_incident(store, job, st.incident_id, None)
+    return st, info
+
+
+def incident_phases(run: JournalRun) -> dict[str, Any]:
+    """The incident fields a recovery's journal run gives (for :func:`robustctl.watchstore.update_incident`).
+
+    Pure. Steps skipped are not counted. ``localization_start_at``/``_end_at``: the first start and the
+    last end of the :data:`LOCALIZATION_KINDS` steps (the end only once each of them has ended);
+    ``eviction_start_at``/``_end_at``: the same for :data:`EVICTION_KINDS`; ``restart_start_at``: the
+    first start of a :data:`RESTART_KINDS` step; ``machines_evicted``: the targets of the ``evict``
+    steps that applied (an apply document, or one rebuilt from the audit on resume);
+    ``checkpoint_step`` / ``last_step``: from a restart step's result when it names them
+    (``checkpoint_step`` or ``ckpt_iter``; ``last_step``). Keys without a value are left out.
+    """
+    steps = [x for x in run.steps if x.status != "skipped"]
+    out: dict[str, Any] = {}
+
+    def span(kinds: tuple[str, ...], start: str, end: str) -> None:
+        mine = [x for x in steps if x.kind in kinds]
+        if not mine:
+            return
+        out[start] = min(x.started_at for x in mine)
+        ends = [x.finished_at for x in mine]
+        if all(e is not None for e in ends) and not any(x.status == "running" for x in mine):
+            out[end] = max(e for e in ends if e is not None)
+
+    span(LOCALIZATION_KINDS, "localization_start_at", "localization_end_at")
+    span(EVICTION_KINDS, "eviction_start_at", "eviction_end_at")
+    restarts = [x for x in steps if x.kind in RESTART_KINDS]
+    if restarts:
+        out["restart_start_at"] = min(x.started_at for x in restarts)
+    machines: list[str] = []
+    for x in steps:
+        doc = x.result or {}
+        if x.kind != "evict" or x.status != "done" or doc.get("kind") != "apply":
+            continue
+        if doc.get("status") != "applied":
+            continue
+        plan = doc.get("plan")
+        targets = doc.get("targets") or (plan.get("targets") if isinstance(plan, Mapping) else None)
+        if isinstance(targets, list):
+            machines.extend(t for t in targets if isinstance(t, str) and t)
+    if machines:
+        out["machines_evicted"] = tuple(dict.fromkeys(machines))
+    for x in restarts:
+        doc = x.result or {}
+        for key, names in (
+            ("checkpoint_step", ("checkpoint_step", "ckpt_iter")),
+            ("last_step", ("last_step",)),
+        ):
+            for n in names:
+                v = doc.get(n)
+                if key not in out and isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 2**63:
+                    out[key] = v
+    return out
+
+
+def _fill_incident(store: Store, job: str, incident_id: int, newest_step_s: float | None) -> None:
+    """Fill the job's open incident's phases from its recovery run's journal (:func:`incident_phases`)
+    and, once the run has ended, its first new step: the first progress sample after the run's end
+    (else ``newest_step_s`` when later than that end). Forward only: a field set keeps its value."""
+    from robustctl import watchstore
+    from robustctl.playbooks import journal
+
+    inc = watchstore.current_incident(store, job)
+    if inc is None or inc.id != incident_id or inc.playbook_run_id is None:
+        return
+    run = journal.run_record(store, inc.playbook_run_id)
+    if run is None:
+        return
+    fields = incident_phases(run)
+    end = run.finished_at
+    if end is not None and inc.first_new_step_at is None:
+        after = [p.at for p in watchstore.progress_samples(store, job, since=end) if p.at > end]
+        first = min(after) if after else newest_step_s
+        if first is not None and first > end:
+            fields["first_new_step_at"] = first
+    machines = tuple(fields.pop("machines_evicted", ()))
+    try:
+        watchstore.update_incident(store, incident_id, machines_evicted=machines, **fields)
+    except watchstore.IncidentRefused:
+        for k, v in fields.items():  # a field set otherwise earlier holds the others back: one by one
+            with contextlib.suppress(watchstore.IncidentRefused):
+                watchstore.update_incident(store, incident_id, **{k: v})
+
+
+# ------------------------------------------------------------------------------------------- loop
+
+
+@dataclass(frozen=True)
+class WatchLoopResult:
+    """The loop's end (kind ``watch-loop``): the job, the evaluations made, why it ended (``job-ended``:
+    the back end says the job completed and no recovery runs; ``stopped``: the stop event was set) and
+    the last evaluation. Exit 0 (a signal ends the CLI with 130 before any result)."""
+
+    job: str
+    evaluations: int
+    reason: str
+    last: WatchResult | None = None
+    kind: str = "watch-loop"
+    schema_version: int = SCHEMA_VERSION
+
+    @property
+    def exit_code(self) -> ExitCode:
+        """Always OK: the watcher ended as asked, or with its job."""
+        return ExitCode.OK
+
+    def to_json(self) -> dict[str, Any]:
+        """The strict-JSON document (the last line of ``watch --json``)."""
+        doc = {
+            "kind": self.kind,
+            "schema_version": self.schema_version,
+            "job": self.job,
+            "evaluations": self.evaluations,
+            "reason": self.reason,
+            "exit_code": int(self.exit_code),
+        }
+        out: dict[str, Any] = strict_jsonable(doc)
+        return out
+
+
+def run_watch_loop(
+    request: WatchRequest,
+    *,
+    sleep: Callable[[float], object] | None = None,
+    clock: Callable[[], float] = time.time,
+    stop_event: threading.Event | None = None,
+    on_result: Callable[[WatchResult], None] | None = None,
+    pool: TransportPool | None = None,
+    reader: Reader | None = None,
+) -> WatchLoopResult:
+    """``robustctl watch`` without ``--once``: evaluate every ``watch.interval_s`` until stopped.
+
+    Holds the job's watch lock for the whole loop (a second watcher exits 3) and one transport pool
+    (None: a new one, closed at the end). Each evaluation is :func:`run_watch_once`'s (``--resume``
+    applies to the first only: a person clears the pause once) and is passed to ``on_result``. Ends
+    when an evaluation says the job ended (:attr:`WatchResult.job_ended`) or ``stop_event`` is set
+    (checked before each evaluation and after it); between evaluations it calls
+    ``sleep(interval_s)`` (None: ``stop_event.wait``, which a stop wakes). SIGINT and SIGTERM are the
+    CLI's (:mod:`robustctl.interrupts`: exit 130; a recovery run interrupted stays ``running`` in the
+    journal and the next watcher resumes it).
+
+    Raises:
+        UsageError: the inventory has no such job (64). WatchBusy: another watcher (3).
+        ConfigError / StoreError: the store or its watch state (78); the loop stops on them.
+    """
+    from robustctl import watchstore
+    from robustctl.commands.options import state_path
+
+    inv = request.inventory
+    try:
+        job = inv.job(request.job)
+    except InventoryError as exc:
+        raise UsageError(str(exc)) from None
+    interval = inv.watch.interval_s
+    stop = stop_event if stop_event is not None else threading.Event()
+    wait = sleep if sleep is not None else stop.wait
+    path = state_path(request.state)
+    count, last = 0, None
+    with watchstore.watch_lock(path, job.name):
+        own = pool is None
+        if pool is None:
+            from robustctl.transport.pool import TransportPool
+
+            pool = TransportPool(scheduler=inv.scheduler)
+        try:
+            while not stop.is_set():
+                req = request if count == 0 else replace(request, resume=False)
+                last = _evaluate(req, path, pool=pool, clock=clock, reader=reader)
+                count += 1
+                if on_result is not None:
+                    on_result(last)
+                if last.job_ended:
+                    return WatchLoopResult(job.name, count, "job-ended", last)
+                if stop.is_set():
+                    break
+                wait(interval)
+        finally:
+            if own:
+                pool.close()
+    return WatchLoopResult(job.name, count, "stopped", last)
 
 
 # ---------------------------------------------------------------------------------------- history

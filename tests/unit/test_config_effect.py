@@ -1826,6 +1826,34 @@ expect("watch.notify", "watch --once (hourly limit)", at("watch.notify", ["true"
        at("watch.stall_after_s", 30), at("watch.cooldown_s", 0), at("watch.max_recoveries_per_hour", 1))  # fmt: skip
 
 
+def _loop_periods(inv: Inventory) -> list[float]:
+    """The waits between three evaluations of ``robustctl watch``'s loop (the job healthy; a fake
+    sleep records each period; the stop event is set after the third evaluation)."""
+    from robustctl.commands.watch import WatchRequest, run_watch_loop
+
+    stop = threading.Event()
+    periods: list[float] = []
+    seen: list[object] = []
+
+    def on_result(result: object) -> None:
+        seen.append(result)
+        if len(seen) == 3:
+            stop.set()
+
+    run_watch_loop(
+        WatchRequest(inventory=inv, job="j", state=Path(inv.source).with_suffix(".db")),
+        sleep=periods.append,
+        stop_event=stop,
+        on_result=on_result,
+        reader=lambda *a, **kw: _reading(inv),
+    )
+    return periods
+
+
+expect("watch.interval_s", "watch (the loop)", at("watch.interval_s", 5), _loop_periods,
+       lambda d, c: d == [30.0, 30.0] and c == [5.0, 5.0])  # fmt: skip
+
+
 # ---- the table's own tests ----------------------------------------------------------------------
 
 

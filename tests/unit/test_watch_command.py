@@ -23,11 +23,22 @@ import yaml
 
 from robustctl import watchstore
 from robustctl.cli.main import main
-from robustctl.commands.watch import WatchHistoryRequest, WatchRequest, run_watch_history, run_watch_once
+from robustctl.commands.watch import (
+    WatchHistoryRequest,
+    WatchRequest,
+    incident_phases,
+    run_watch_history,
+    run_watch_loop,
+    run_watch_once,
+)
 from robustctl.errors import UsageError
 from robustctl.inventory import load_inventory
+from robustctl.playbooks import journal
 from robustctl.store import Store
-from robustctl.watch.decide import WatchMemory
+from robustctl.watch import signals
+from robustctl.watch.decide import OpenIncident, RunInProgress, WatchMemory
+from robustctl.watch.rules import SignalClass
+from robustctl.watchstore import WatchBusy
 from tests.unit.test_restart import Job as BedJob
 from tests.unit.test_watch_signals import POLL_S, start
 
@@ -165,8 +176,8 @@ def test_bad_input_is_a_one_line_usage_or_config_error(
     inv = str(bed.inventory)
     assert main(["watch", "-i", inv, "--state", str(bed.state), "--job", "nope", "--once"]) == 64
     assert "nope" in capsys.readouterr().err
-    assert main(["watch", "-i", inv, "--job", "hb"]) == 64
-    assert "--once is required" in capsys.readouterr().err
+    assert main(["watch", "-i", inv, "--job", "nope"]) == 64  # the loop refuses an unknown job too
+    assert "nope" in capsys.readouterr().err
     assert main(["watch", "--history", "--once", "--job", "hb"]) == 64
     bad = bed.tmp / "bad.yaml"
     bad.write_text(bed.inventory.read_text() + "watch:\n  stall_after_s: 1\n")
@@ -177,3 +188,269 @@ def test_bad_input_is_a_one_line_usage_or_config_error(
         run_watch_once(
             WatchRequest(inventory=load_inventory(bed.inventory, environ={}), job="nope", state=bed.state)
         )
+
+
+# ---- the loop -----------------------------------------------------------------------------------
+
+
+def fake_reading(
+    *, step: int = 5, newest_age_s: float = 1.0, state: signals.Liveness = signals.Liveness.ALIVE
+) -> Any:
+    """A reader (run_watch_once's ``reader``) giving job hb healthy at ``step``, its newest step
+    ``newest_age_s`` old, its ranks in liveness ``state``."""
+
+    class Progress(signals.ProgressSignal):
+        @property
+        def step(self) -> int | None:
+            return step
+
+    class Reading(signals.JobReading):
+        @property
+        def newest_step_time(self) -> float | None:
+            return self.read_at - newest_age_s
+
+    def read(job: Any, pool: Any, **kw: Any) -> Any:
+        return Reading(
+            job="hb",
+            backend="inventory",
+            hosts=tuple(h.name for h in job.hosts),
+            read_at=kw["clock"](),
+            progress=Progress(None),
+            liveness=signals.LivenessSignal("inventory", state, 4, 4),
+            logs=signals.LogSignal(),
+            findings=signals.FindingsSignal(),
+        )
+
+    return read
+
+
+def loop_request(bed: BedJob) -> WatchRequest:
+    return WatchRequest(inventory=load_inventory(bed.inventory, environ={}), job="hb", state=bed.state)
+
+
+def test_the_loop_evaluates_every_interval_until_the_job_ends_holding_the_lock(bed: BedJob) -> None:
+    bed.write()
+    configure(bed, interval_s=7)
+    sleeps: list[float] = []
+    seen: list[str] = []
+    readers = [fake_reading(step=5), fake_reading(step=6), fake_reading(step=6, state=signals.Liveness.ENDED)]
+
+    def reader(*a: Any, **kw: Any) -> Any:
+        return readers[len(seen)](*a, **kw)
+
+    def on_result(r: Any) -> None:
+        seen.append(r.action)
+        with pytest.raises(WatchBusy):  # the loop holds the job's watch lock between evaluations too
+            run_watch_once(loop_request(bed), reader=reader)
+
+    out = run_watch_loop(loop_request(bed), sleep=sleeps.append, reader=reader, on_result=on_result)
+    assert (out.reason, out.evaluations, out.exit_code) == ("job-ended", 3, 0)
+    assert sleeps == [7.0, 7.0] and seen == ["none", "none", "none"]
+    assert out.last is not None and out.last.job_ended
+    with Store.open(bed.state) as store:  # one progress sample per new step seen
+        assert [p.step for p in watchstore.progress_samples(store, "hb")] == [5, 6]
+
+
+def test_the_loop_stops_on_its_stop_event_and_the_cli_prints_json_lines(
+    bed: BedJob, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import threading
+
+    bed.write()
+    configure(bed, interval_s=3)
+    stop = threading.Event()
+    sleeps: list[float] = []
+    count = [0]
+
+    def on_result(r: Any) -> None:
+        count[0] += 1
+        if count[0] == 2:
+            stop.set()
+
+    out = run_watch_loop(
+        loop_request(bed), sleep=sleeps.append, stop_event=stop, reader=fake_reading(), on_result=on_result
+    )
+    assert (out.reason, out.evaluations, sleeps) == ("stopped", 2, [3.0])
+    # the CLI: the job ends at the second evaluation; one JSON line per evaluation, then the loop's
+    calls = [fake_reading(step=7), fake_reading(state=signals.Liveness.ENDED)]
+    monkeypatch.setattr(signals, "read_job", lambda *a, **kw: calls.pop(0)(*a, **kw))
+    monkeypatch.setattr(
+        "robustctl.commands.watch.threading.Event.wait", lambda self, timeout=None: self.is_set()
+    )
+    rc = main(["watch", "-i", str(bed.inventory), "--state", str(bed.state), "--job", "hb", "--json"])
+    got = capsys.readouterr()
+    lines = [json.loads(x) for x in got.out.splitlines()]
+    assert rc == 0 and [d["kind"] for d in lines] == ["watch", "watch", "watch-loop"]
+    assert all(d["schema_version"] == 1 for d in lines) and lines[1]["job_ended"] is True
+    assert lines[2]["reason"] == "job-ended" and "the job ended" in got.err
+
+
+# ---- resume after SIGKILL -----------------------------------------------------------------------
+
+TWO_STEPS = """\
+name: hang
+description: test recovery whose second step waits for a go file
+params:
+  job: {required: true, description: the job}
+steps:
+  - id: first
+    kind: notify
+    args: {command: [%(py)s, -c, "import sys; open(sys.argv[1], 'a').write('a\\\\n')", %(marker)s]}
+  - id: second
+    kind: notify
+    args:
+      command:
+        - %(py)s
+        - -c
+        - "import os, sys, time\\nopen(sys.argv[1], 'a').write('b\\\\n')\\nend = time.monotonic() + 60\\nwhile not os.path.exists(sys.argv[2]) and time.monotonic() < end: time.sleep(0.05)"
+        - %(marker)s
+        - %(go)s
+"""
+
+
+def test_a_watcher_killed_mid_playbook_is_resumed_not_repeated(bed: BedJob) -> None:
+    start(bed)
+    marker = configure(bed)
+    go = bed.tmp / "go"
+    (bed.tmp / "hang.yaml").write_text(
+        TWO_STEPS
+        % {"py": json.dumps(sys.executable), "marker": json.dumps(str(marker)), "go": json.dumps(str(go))}
+    )
+    stall(bed)
+    argv = [sys.executable, "-m", "robustctl", "watch", "-i", str(bed.inventory), "--state", str(bed.state)]
+    log = bed.tmp / "watcher.err"
+    with log.open("w") as err:
+        proc = subprocess.Popen([*argv, "--job", "hb", "--once"], stdout=subprocess.DEVNULL, stderr=err)
+    try:
+        deadline = time.monotonic() + 60
+        run: Any = None
+        while time.monotonic() < deadline:
+            if bed.state.exists():
+                with Store.open(bed.state) as store:
+                    found = journal.runs(store, job="hb")
+                    run = journal.run_record(store, found[0].id) if found else None
+                if run is not None and any(x.step == "second" and x.status == "running" for x in run.steps):
+                    break
+            if proc.poll() is not None:
+                with Store.open(bed.state) as store:
+                    pytest.fail(
+                        f"the watcher ended before its second step ran: {journal.runs(store, job='hb')}"
+                    )
+            time.sleep(POLL_S)
+        else:
+            pytest.fail("the journal never showed the second step running")
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=20)
+    finally:
+        go.write_text("go")  # lets the orphaned step's command end
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=20)
+    again = once(bed)
+    assert (
+        again.resumed is not None and again.resumed["run_id"] == run.id and again.resumed["status"] == "done"
+    )
+    assert again.action == "skip" and again.decision["rail"] == "same-incident"  # no second recovery
+    with Store.open(bed.state) as store:
+        runs = journal.runs(store, job="hb")
+        rec = journal.run_record(store, run.id)
+        evs = watchstore.events(store, "hb")
+        inc = watchstore.current_incident(store, "hb")
+    assert [r.id for r in runs] == [run.id] and runs[0].status == "done"
+    assert rec is not None  # the finished step did not run again; the one killed ran once more
+    assert [(x.step, x.status) for x in rec.steps] == [
+        ("first", "done"),
+        ("second", "interrupted"),
+        ("second", "done"),
+    ]
+    assert marker.read_text().count("a\n") == 1
+    assert [e.action.value for e in evs] == ["run", "run", "skip"]
+    assert evs[1].rule == "watch.resume" and "resumed playbook run" in evs[1].reason
+    assert evs[1].playbook_run_id == run.id and evs[1].evidence["dead_pid"] == proc.pid
+    assert inc is not None and inc.playbook_run_id == run.id
+
+
+# ---- incident phases ----------------------------------------------------------------------------
+
+
+def _seed_run(store: Store, clock: list[float]) -> int:
+    """A finished recovery run of hb in the journal: stacks 110-120, evict 120-125 (node2 applied),
+    standby 125-130, restart 130-140 (checkpoint 40, last step 57), each time taken from ``clock``."""
+    rid = journal.begin_run(store, "hang", "shipped", "name: hang", "hb", {"job": "hb"})
+    for kind, t0, t1, result in (
+        ("stacks", 110.0, 120.0, {"kind": "stacks"}),
+        ("evict", 120.0, 125.0, {"kind": "apply", "status": "applied", "plan": {"targets": ["node2"]}}),
+        (
+            "standby-activate",
+            125.0,
+            130.0,
+            {"kind": "apply", "status": "applied", "plan": {"targets": ["s1"]}},
+        ),
+        (
+            "restart",
+            130.0,
+            140.0,
+            {"kind": "apply", "status": "applied", "checkpoint_step": 40, "last_step": 57},
+        ),
+    ):
+        clock[0] = t0
+        seq = journal.step_start(store, rid, kind, kind, 1)
+        clock[0] = t1
+        journal.step_end(store, rid, seq, "done", exit_code=0, result=result)
+    journal.step_skipped(store, rid, "diagnose", "diagnose", "when: false")
+    clock[0] = 141.0
+    journal.finish_run(store, rid, "done", "reached the end")
+    return rid
+
+
+def test_incident_phases_come_from_the_recovery_runs_journal(bed: BedJob) -> None:
+    bed.write()
+    configure(bed)
+    clock = [100.0]
+    with Store.open(bed.state, clock=lambda: clock[0]) as store:
+        rid = _seed_run(store, clock)
+        run = journal.run_record(store, rid)
+        inc = watchstore.open_incident(store, "hb", incident_class="hang", onset_at=90.0, opened_at=105.0)
+        watchstore.update_incident(store, inc.id, decision_at=105.0, playbook="hang", playbook_run_id=rid)
+        memory = WatchMemory(
+            recoveries_s=(105.0,),
+            running=RunInProgress("hang", "hb-1", 105.0, rid),
+            incident=OpenIncident("hb-1", SignalClass.HANG, 100.0, "hang", 105.0),
+            incidents_opened=1,
+        )
+        doc = {
+            "version": 1,
+            "memory": memory.to_json(),
+            "fail_slow": {},
+            "last_step": 57,
+            "incident_id": inc.id,
+        }
+        from robustctl.watch.rules import FailSlowState
+
+        doc["fail_slow"] = FailSlowState().to_json()
+        watchstore.put_state(store, "hb", doc, at=105.0)
+    assert run is not None
+    phases = incident_phases(run)
+    assert phases == {
+        "localization_start_at": 110.0,
+        "localization_end_at": 120.0,
+        "eviction_start_at": 120.0,
+        "eviction_end_at": 130.0,
+        "restart_start_at": 130.0,
+        "machines_evicted": ("node2",),
+        "checkpoint_step": 40,
+        "last_step": 57,
+    }
+    # an evaluation after the run: the phases filled, the first new step (155) after the run's end
+    # (141) from the reading; the incident closes on that new step
+    now = [160.0]
+    out = run_watch_once(
+        loop_request(bed), clock=lambda: now[0], reader=fake_reading(step=60, newest_age_s=5)
+    )
+    assert out.action == "none", (out.decision["rail"], out.decision["reason"], out.verdicts)
+    with Store.open(bed.state) as store:
+        got = next(i for i in watchstore.incidents(store, "hb") if i.id == inc.id)
+    assert (got.localization_start_at, got.localization_end_at) == (110.0, 120.0)
+    assert (got.eviction_start_at, got.eviction_end_at, got.restart_start_at) == (120.0, 130.0, 130.0)
+    assert got.machines_evicted == ("node2",) and (got.checkpoint_step, got.last_step) == (40, 57)
+    assert got.first_new_step_at == 155.0 and got.closed_at == 160.0
