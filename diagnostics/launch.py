@@ -11,8 +11,10 @@ in from the inventory's ``launch:`` templates); by hand, ``--spec FILE`` names a
 same list. Each process is started with ``subprocess.Popen``: no shell, ``argv`` as given, this
 environment plus ``env``, in ``cwd`` (None: the current directory), in a new session
 (``setsid``: the SSH session's end, the probe's lifeline and a hang-up reach it not), standard input
-``/dev/null``, standard output and error appended to ``log`` (its directory created, mode 0755).
-A leading ``~`` in ``log`` and ``cwd`` is this user's home.
+``/dev/null``, standard output and error appended to ``log`` (its directory created, mode 0755),
+after one line starting with :data:`LAUNCH_MARKER` (a log is appended to across launches: the
+watch's log scan reads only what follows the newest marker, so a former launch's traceback is not
+taken for the new processes'). A leading ``~`` in ``log`` and ``cwd`` is this user's home.
 
 ``data``::
 
@@ -29,11 +31,15 @@ import json
 import os
 import subprocess
 import sys
+import time
 from typing import Any, Sequence
 
 from _prelude import Document, describe, probe_main
 
 PROBE = "launch"
+LAUNCH_MARKER = "[robustctl] launch "
+"""First characters of the line written to a log before each process starts (then the UTC time);
+``robustctl.watch.logscan.LAUNCH_MARKER`` is the same text."""
 _SPEC: list[dict[str, Any]] = []
 
 
@@ -49,6 +55,10 @@ def start_one(index: int, item: dict[str, Any]) -> dict[str, Any]:
         if log != "/dev/null":
             os.makedirs(os.path.dirname(log) or ".", mode=0o755, exist_ok=True)
         with open(log, "ab") as out:
+            if log != "/dev/null":
+                stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+                out.write(f"{LAUNCH_MARKER}{stamp}: output of a new process follows\n".encode())
+                out.flush()
             proc = subprocess.Popen(
                 argv,
                 stdin=subprocess.DEVNULL,

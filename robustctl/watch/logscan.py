@@ -1,8 +1,10 @@
 """Explicit errors in a bounded tail of one rank's log: the cause of a crash and its evidence line.
 
 :func:`scan_log` reads at most :data:`MAX_TAIL_BYTES` (the newest), at most :data:`MAX_LINES` lines
-(the newest), each cut to :data:`MAX_LINE_CHARS` characters, with ANSI colour sequences removed, and
-looks for, in this order of precedence (:data:`CAUSE_PRIORITY`):
+(the newest), each cut to :data:`MAX_LINE_CHARS` characters, with ANSI colour sequences removed, only
+the lines after the newest :data:`LAUNCH_MARKER` line (the launch probe writes one before each process
+it starts in a log appended to across launches: a former launch's crash is history), and looks for,
+in this order of precedence (:data:`CAUSE_PRIORITY`):
 
 * ``xid``: an NVIDIA ``NVRM: Xid (PCI:…): N, …`` line (parsed by :mod:`robustctl.analysis.xid`); fatal
   when the catalog's verdict is CRITICAL (evict or reset the GPU);
@@ -53,6 +55,7 @@ __all__ = [
     "CAUSE_PRIORITY",
     "CAUSE_PYTHON",
     "CAUSE_XID",
+    "LAUNCH_MARKER",
     "MAX_DETAIL_CHARS",
     "MAX_LINES",
     "MAX_LINE_CHARS",
@@ -62,6 +65,10 @@ __all__ = [
     "LogScan",
     "scan_log",
 ]
+
+LAUNCH_MARKER = "[robustctl] launch "
+"""The start of the line the node-side ``launch`` probe (``diagnostics/launch.py``, same constant) writes
+to a log before it starts a process there: what precedes the newest one is an earlier launch's."""
 
 MAX_TAIL_BYTES = 256 * 1024
 """Most bytes of a log's tail read (the newest; for text, characters): a crash's evidence sits in the
@@ -436,6 +443,10 @@ def scan_log(tail: bytes | str) -> LogScan:
     if len(lines) > MAX_LINES:
         lines = lines[-MAX_LINES:]
         cut = True
+    for at in range(len(lines) - 1, -1, -1):
+        if lines[at].startswith(LAUNCH_MARKER):
+            lines = lines[at + 1 :]
+            break
     first: dict[str, LogFinding] = {}
     counts: dict[str, int] = {}
     in_traceback = False
