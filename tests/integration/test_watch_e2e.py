@@ -270,4 +270,6 @@ def test_watch_recovers_a_hang_then_a_crash_unattended(watched: tuple[HangJob, W
     rows = ettr.incidents
     assert len(rows) == 2, dumps(ettr.to_json())
     assert [r.playbook for r in rows] == ["hang", "job-failed"], dumps(ettr.to_json())
+    assert [sorted(r.machines_evicted) for r in rows] == [pp_group, [crashed_host]], dumps(ettr.to_json())
+    assert all(r.mttr_s is not None and r.mttr_s > 0 for r in rows), dumps(ettr.to_json())
     assert ettr.ledger is not None and 0 < ettr.ledger.cumulative_ettr < 1, dumps(ettr.to_json())
