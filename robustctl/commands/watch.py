@@ -640,17 +640,20 @@ ADOPT_RUNS_READ = 8
 """Most journal runs of the job read when adopting one (the newest; begin_run allows one unfinished)."""
 
 
-def _pid_alive(pid: int) -> bool:
-    """Whether process ``pid`` exists on this host (this process counts as alive)."""
+def _run_alive(store: Store, job: str, pid: int) -> bool:
+    """Whether the process of a journal run still carries it: this process, or another that holds the
+    job's playbook lock (:func:`robustctl.playbooks.journal.job_lock`, held for a whole run and
+    released by the kernel when its process dies, so a pid reused since does not count)."""
+    from robustctl.playbooks import journal
+    from robustctl.store import StoreLocked
+
     if pid == os.getpid():
         return True
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
+        with journal.job_lock(store, job):
+            return False
+    except StoreLocked:
         return True
-    return True
 
 
 def _resume_orphaned(
@@ -659,12 +662,12 @@ def _resume_orphaned(
     """Resume the recovery run an earlier watcher began and died in, through the journal.
 
     The stored memory names a run in progress; when its journal record is still ``running`` and the
-    process that ran it is gone, :func:`robustctl.commands.playbook.run_playbook_resume` carries it on
+    process that ran it is gone (it no longer holds the job's playbook lock: :func:`_run_alive`),
+    :func:`robustctl.commands.playbook.run_playbook_resume` carries it on
     (a finished step is never run again; a destructive step whose audit record finished is not applied
     again: the engine's resume rule), after an event saying so. A run begun but whose id the watcher
     had not stored yet is adopted (the job's unfinished run begun since the decision, see
-    :data:`ADOPT_SLACK_S`). Nothing is resumed with ``--advise`` or while the run's process lives (the
-    engine's job lock refuses it then too). Returns the state (with the adopted id) and the resumed
+    :data:`ADOPT_SLACK_S`). Nothing is resumed with ``--advise`` or while the run's process lives. Returns the state (with the adopted id) and the resumed
     run's summary (None: nothing resumed).
     """
     from robustctl import watchstore
@@ -688,7 +691,7 @@ def _resume_orphaned(
         st = _State(st.memory.with_run_id(rid), st.fail_slow, st.last_step, st.incident_id)
         watchstore.put_state(store, job, st.to_json(), at=now)
     rec = journal.run_record(store, rid)
-    if rec is None or rec.status != journal.RunStatus.RUNNING or _pid_alive(rec.pid):
+    if rec is None or rec.status != journal.RunStatus.RUNNING or _run_alive(store, job, rec.pid):
         return st, None
     incident = st.memory.incident
     cls = incident.signal.value if incident is not None else SignalClass.UNKNOWN.value

@@ -454,3 +454,46 @@ def test_incident_phases_come_from_the_recovery_runs_journal(bed: BedJob) -> Non
     assert (got.eviction_start_at, got.eviction_end_at, got.restart_start_at) == (120.0, 130.0, 130.0)
     assert got.machines_evicted == ("node2",) and (got.checkpoint_step, got.last_step) == (40, 57)
     assert got.first_new_step_at == 155.0 and got.closed_at == 160.0
+
+
+def test_a_run_whose_process_still_holds_the_job_lock_is_not_resumed(bed: BedJob) -> None:
+    bed.write()
+    configure(bed)
+    holder = subprocess.Popen(
+        [sys.executable, "-c",
+         "import sys; from pathlib import Path; from robustctl.store import Store\n"
+         "from robustctl.playbooks import journal\n"
+         "with Store.open(Path(sys.argv[1])) as s, journal.job_lock(s, 'hb'):\n"
+         " print(journal.begin_run(s, 'hang', 'shipped', 'name: hang', 'hb', {'job': 'hb'}), flush=True)\n"
+         " sys.stdin.read()",
+         str(bed.state)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert holder.stdout is not None
+    rid = int(holder.stdout.readline())  # a run begun by another process, which runs it still
+    with Store.open(bed.state) as store:
+        memory = WatchMemory(
+            recoveries_s=(time.time() - 5,),
+            running=RunInProgress("hang", "hb-1", time.time() - 5, rid),
+            incident=OpenIncident("hb-1", SignalClass.HANG, time.time() - 9, "hang", time.time() - 5),
+            incidents_opened=1,
+        )
+        from robustctl.watch.rules import FailSlowState
+
+        doc = {
+            "version": 1,
+            "memory": memory.to_json(),
+            "fail_slow": FailSlowState().to_json(),
+            "last_step": None,
+            "incident_id": None,
+        }
+        watchstore.put_state(store, "hb", doc, at=time.time())
+    try:
+        out = run_watch_once(loop_request(bed), reader=fake_reading(newest_age_s=60))
+    finally:
+        holder.communicate("", timeout=20)
+    assert out.resumed is None and out.action == "skip" and out.decision["rail"] == "running"
+    with Store.open(bed.state) as store:
+        rec = journal.run_record(store, rid)
+        assert rec is not None and rec.status == "running"
+        assert all(e.rule != "watch.resume" for e in watchstore.events(store, "hb"))
