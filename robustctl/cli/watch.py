@@ -12,7 +12,7 @@ from robustctl.cli.help import examples
 from robustctl.commands.base import exit_code_of, result_json
 
 WATCH_EXAMPLES = examples(
-    ("robustctl watch -i cluster.yaml --job llm", "watch unattended until stopped or the job ends"),
+    ("robustctl watch -i cluster.yaml --job llm --yes", "watch unattended until stopped or the job ends"),
     (
         "robustctl watch -i cluster.yaml --job llm --once --advise",
         "what the watcher would do now, acting on nothing",
@@ -34,6 +34,12 @@ def watch(
     resume: Annotated[
         bool, typer.Option("--resume", help="Clear the pause after the hourly recovery limit.")
     ] = False,
+    yes: Annotated[
+        bool,
+        typer.Option(
+            "--yes", "-y", help="Run the decided playbooks' destructive steps unattended (or say --advise)."
+        ),
+    ] = False,
     history: Annotated[
         bool, typer.Option("--history", help="List the job's recorded decisions (nothing is read or run).")
     ] = False,
@@ -47,7 +53,8 @@ def watch(
     resumed through the playbook journal, never started twice.
     One evaluation (--once): read progress, liveness, log tails and host findings; classify (crash,
     hang, fail-slow, nan-loss, host-critical); decide with rails (one playbook at a time, one recovery
-    per incident, cool-down, hourly limit); record the decision; run the playbook unless --advise.
+    per incident, cool-down, hourly limit); record the decision; with --yes run the playbook
+    (destructive steps included), with --advise only say what would run: one of the two is required.
     One watcher per job: a second exits 3 naming the holder's pid. Settings: the inventory's watch:.
     Exit: 0 healthy, 1 a rail held it back, 2 a fault found (recovery run, advised, or stopped),
     3 could not check / recovery failed / another watcher, 64 usage, 78 config or store.
@@ -56,7 +63,8 @@ def watch(
     from robustctl.report.console import emit_json, stderr_console
 
     if history:
-        refused = [f for f, on in (("--once", once), ("--advise", advise), ("--resume", resume)) if on]
+        flags = (("--once", once), ("--advise", advise), ("--resume", resume), ("--yes", yes))
+        refused = [f for f, on in flags if on]
         if refused or inventory is not None:
             raise UsageError(f"{(refused or ['--inventory'])[0]} cannot take effect with --history")
         from robustctl.commands.watch import WatchHistoryRequest, run_watch_history
@@ -68,12 +76,19 @@ def watch(
         else:
             render_watch_history(hist, stderr_console(wide=True))
         return exit_code_of(hist)
+    if advise == yes:
+        raise UsageError(
+            "watch acts on a job unattended: say --yes to let it run the decided playbooks "
+            "(their destructive steps included), or --advise to decide and record only"
+            if not yes
+            else "--advise and --yes cannot both take effect"
+        )
     from robustctl.commands import options
     from robustctl.commands.watch import WatchRequest, run_watch_loop, run_watch_once
     from robustctl.report.watch import LoopView, render_watch
 
     request = WatchRequest(
-        inventory=options.inventory(inventory), job=job, state=state, advise=advise, resume=resume
+        inventory=options.inventory(inventory), job=job, state=state, advise=advise, resume=resume, yes=yes
     )
     console = stderr_console(wide=True)
     if once:

@@ -110,7 +110,10 @@ class WatchRequest:
     Attributes:
         inventory: the resolved inventory. job: the job's name. state: the store file (None:
         ``$ROBUSTCTL_STATE``/XDG). advise: decide and record, act on nothing. resume: a person
-        clears the pause after the hourly limit.
+        clears the pause after the hourly limit. yes: the recovery playbooks' destructive steps run
+        without asking (``--yes``: the watcher is unattended); without it a playbook with destructive
+        steps runs only where its own policy applies them, else it is refused before anything runs
+        (recorded as a refused attempt, not as a recovery).
     """
 
     inventory: Inventory
@@ -118,6 +121,7 @@ class WatchRequest:
     state: Path | None = None
     advise: bool = False
     resume: bool = False
+    yes: bool = False
 
 
 @dataclass(frozen=True)
@@ -519,6 +523,7 @@ def _evaluate(
         if st.incident_id is not None:
             _fill_incident(store, job.name, st.incident_id, reading.newest_step_time)
         verdicts, fail_slow, last_step = reading_verdicts(reading, st.fail_slow, st.last_step, settings)
+        prior = st.memory
         decision = decide(
             job.name,
             reading.read_at,
@@ -567,6 +572,11 @@ def _evaluate(
         if decision.action is Action.RUN and decision.playbook is not None:
             playbook_run = _run_recovery(request, decision)
             run_id = playbook_run.get("run_id")
+            if not isinstance(run_id, int):
+                # refused before anything ran: not a recovery (no cool-down, not counted in the hour,
+                # the incident still unhandled); the next evaluation decides again
+                st = _State(decision.memory.refused(prior), fail_slow, last_step, inc_id)
+                watchstore.put_state(store, job.name, st.to_json(), at=now)
             if isinstance(run_id, int):
                 st = _State(memory.with_run_id(run_id), fail_slow, last_step, inc_id)
                 watchstore.put_state(store, job.name, st.to_json(), at=now)
@@ -596,6 +606,14 @@ def _evaluate(
     )
 
 
+def _confirm(request: WatchRequest) -> Callable[[Any], bool] | None:
+    """The playbook engine's ``confirm``: yes to every destructive step with ``--yes``, else None
+    (the playbook's own policy decides, and a playbook that needs a person is refused)."""
+    from robustctl.actions.session import always
+
+    return always if request.yes else None
+
+
 def _run_recovery(request: WatchRequest, decision: Decision) -> dict[str, Any]:
     """Run the decided playbook (unattended: its policy decides destructive steps); its outcome."""
     from robustctl.commands.playbook import PlaybookRunRequest, run_playbook_run
@@ -609,7 +627,7 @@ def _run_recovery(request: WatchRequest, decision: Decision) -> dict[str, Any]:
         state=request.state,
     )
     try:
-        out = run_playbook_run(req)
+        out = run_playbook_run(req, confirm=_confirm(request))
     except RobustctlError as exc:
         return {"run_id": None, "playbook": name, "status": "refused", "message": str(exc)[:1024]}
     if not isinstance(out, RunOutcome):  # pragma: no cover - not a dry run
@@ -719,7 +737,7 @@ def _resume_orphaned(
             )
     req = PlaybookResumeRequest(run_id=rid, inventory=Path(request.inventory.source), state=request.state)
     try:
-        out = run_playbook_resume(req)
+        out = run_playbook_resume(req, confirm=_confirm(request))
         info: dict[str, Any] = {
             "run_id": out.run_id,
             "playbook": out.playbook,

@@ -294,6 +294,22 @@ class WatchMemory:
     incidents_opened: int = 0
     last_evaluated_s: float | None = None
 
+    def refused(self, prior: WatchMemory) -> WatchMemory:
+        """This memory (a ``run`` decision's) after the playbook engine refused the run before anything
+        ran (a playbook that needs a person, another run of the job unfinished, a store error): not a
+        recovery. Nothing is running; the recoveries and cool-down are ``prior``'s (the refusal counts
+        toward neither); the incident stays open and unhandled, so the next evaluation decides again."""
+        incident = self.incident
+        if incident is not None:
+            incident = replace(incident, playbook=None, recovery_started_s=None, recovery_ended_s=None)
+        return replace(
+            self,
+            running=None,
+            recoveries_s=prior.recoveries_s,
+            cooldown_until_s=prior.cooldown_until_s,
+            incident=incident,
+        )
+
     def with_run_id(self, run_id: int) -> WatchMemory:
         """This memory with the journal id of the run in progress set (once the caller began it).
 

@@ -48,13 +48,10 @@ from tests.support.needs import needed
 
 from .conftest import require_testbed
 from .hangjob import JOB, JOB_HOSTS, HangJob, dumps
-from .jobrunner import REPO
 from .testbed import Testbed
 
 STANDBYS = (4, 5, 6)
 """node05-node07: two for the hang's PP group, one for the crashed rank's host."""
-UNATTENDED = ("hang", "job-failed")
-"""The shipped playbooks the watcher runs here (issue 22's table: hang -> hang, crash -> job-failed)."""
 STALL_AFTER_S = 10.0
 """The smallest ``watch.stall_after_s`` the inventory accepts: the hang is judged 10 s after its onset."""
 HUNG = 2  # PP group {0, 2}: node01 and node03 are over-evicted
@@ -84,7 +81,7 @@ class Watcher(threading.Thread):
         try:
             while not self.done.is_set():
                 res = run_watch_once(
-                    WatchRequest(inventory=self.inventory, job=JOB, state=self.state), pool=pool
+                    WatchRequest(inventory=self.inventory, job=JOB, state=self.state, yes=True), pool=pool
                 )
                 self.results.append(res)
                 self.done.wait(EVAL_INTERVAL_S)
@@ -104,25 +101,11 @@ class Watcher(threading.Thread):
         self.join(timeout=RECOVERY_TIMEOUT_S)
 
 
-def unattended_copy(name: str, into: Path) -> Path:
-    """The shipped playbook ``name`` with ``policy: {apply_without_confirmation: true}``, its steps as
-    shipped: the watcher has nobody to pass ``--yes``, so a playbook's own policy must let its
-    destructive steps run (``robustctl.playbooks.engine``)."""
-    doc = yaml.safe_load((REPO / "playbooks" / f"{name}.yaml").read_text())
-    doc["policy"] = {"apply_without_confirmation": True}
-    path = into / f"{name}.yaml"
-    path.write_text(yaml.safe_dump(doc, sort_keys=False))
-    return path
-
-
 def add_watch(hj: HangJob) -> None:
-    """The inventory with a third standby, a small ``watch:`` section and the unattended copies of the
-    ``hang`` and ``job-failed`` playbooks; the standbys ready."""
+    """The inventory with a third standby and a small ``watch:`` section (the shipped ``hang`` and
+    ``job-failed`` playbooks, run with ``--yes``: the watcher is unattended); the standbys ready."""
     doc = yaml.safe_load(hj.inventory.read_text())
     doc["hosts"] = [*hj.tb.host_entries(JOB_HOSTS), *hj.tb.host_entries(STANDBYS, state="standby")]
-    own = hj.workdir / "playbooks"
-    own.mkdir(exist_ok=True)
-    doc["playbooks"] = [str(unattended_copy(n, own)) for n in UNATTENDED]
     doc["watch"] = {"stall_after_s": STALL_AFTER_S, "cooldown_s": 0, "interval_s": 1}
     hj.inventory.write_text(yaml.safe_dump(doc, sort_keys=False))
     hj.standbys = [hj.tb.name(i) for i in STANDBYS]

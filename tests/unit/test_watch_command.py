@@ -162,7 +162,9 @@ def test_a_second_watcher_exits_3_naming_the_holder(bed: BedJob, capsys: pytest.
     )  # fmt: skip
     try:
         assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
-        rc = main(["watch", "-i", str(bed.inventory), "--state", str(bed.state), "--job", "hb", "--once"])
+        rc = main(
+            ["watch", "-i", str(bed.inventory), "--state", str(bed.state), "--job", "hb", "--once", "--yes"]
+        )
         err = capsys.readouterr().err
         assert rc == 3 and str(holder.pid) in err and "another watcher" in err
     finally:
@@ -174,14 +176,20 @@ def test_bad_input_is_a_one_line_usage_or_config_error(
 ) -> None:
     bed.write()
     inv = str(bed.inventory)
-    assert main(["watch", "-i", inv, "--state", str(bed.state), "--job", "nope", "--once"]) == 64
+    assert main(["watch", "-i", inv, "--state", str(bed.state), "--job", "nope", "--once", "--yes"]) == 64
     assert "nope" in capsys.readouterr().err
-    assert main(["watch", "-i", inv, "--job", "nope"]) == 64  # the loop refuses an unknown job too
+    assert main(["watch", "-i", inv, "--job", "nope", "--yes"]) == 64  # the loop refuses an unknown job too
     assert "nope" in capsys.readouterr().err
     assert main(["watch", "--history", "--once", "--job", "hb"]) == 64
+    capsys.readouterr()
+    # acting needs consent: neither --yes nor --advise (or both) is a usage error naming them
+    for flags in ([], ["--advise", "--yes"]):
+        assert main(["watch", "-i", inv, "--state", str(bed.state), "--job", "hb", "--once", *flags]) == 64
+        err = capsys.readouterr().err
+        assert "--yes" in err and "--advise" in err and len(err.strip().splitlines()) == 1, err
     bad = bed.tmp / "bad.yaml"
     bad.write_text(bed.inventory.read_text() + "watch:\n  stall_after_s: 1\n")
-    assert main(["watch", "-i", str(bad), "--state", str(bed.state), "--job", "hb", "--once"]) == 78
+    assert main(["watch", "-i", str(bad), "--state", str(bed.state), "--job", "hb", "--once", "--yes"]) == 78
     err = capsys.readouterr().err
     assert "stall_after_s" in err and "Traceback" not in err
     with pytest.raises(UsageError):
@@ -277,7 +285,9 @@ def test_the_loop_stops_on_its_stop_event_and_the_cli_prints_json_lines(
     monkeypatch.setattr(
         "robustctl.commands.watch.threading.Event.wait", lambda self, timeout=None: self.is_set()
     )
-    rc = main(["watch", "-i", str(bed.inventory), "--state", str(bed.state), "--job", "hb", "--json"])
+    rc = main(
+        ["watch", "-i", str(bed.inventory), "--state", str(bed.state), "--job", "hb", "--json", "--yes"]
+    )
     got = capsys.readouterr()
     lines = [json.loads(x) for x in got.out.splitlines()]
     assert rc == 0 and [d["kind"] for d in lines] == ["watch", "watch", "watch-loop"]
@@ -320,7 +330,9 @@ def test_a_watcher_killed_mid_playbook_is_resumed_not_repeated(bed: BedJob) -> N
     argv = [sys.executable, "-m", "robustctl", "watch", "-i", str(bed.inventory), "--state", str(bed.state)]
     log = bed.tmp / "watcher.err"
     with log.open("w") as err:
-        proc = subprocess.Popen([*argv, "--job", "hb", "--once"], stdout=subprocess.DEVNULL, stderr=err)
+        proc = subprocess.Popen(
+            [*argv, "--job", "hb", "--once", "--yes"], stdout=subprocess.DEVNULL, stderr=err
+        )
     try:
         deadline = time.monotonic() + 60
         run: Any = None
@@ -497,3 +509,38 @@ def test_a_run_whose_process_still_holds_the_job_lock_is_not_resumed(bed: BedJob
         rec = journal.run_record(store, rid)
         assert rec is not None and rec.status == "running"
         assert all(e.rule != "watch.resume" for e in watchstore.events(store, "hb"))
+
+
+EVICTING = """\
+name: hang
+description: test recovery with a destructive step
+params:
+  job: {required: true, description: the job}
+steps:
+  - id: out
+    kind: evict
+    args: {hosts: n1, reason: watch test}
+"""
+
+
+def test_a_refused_recovery_is_not_counted_as_one(bed: BedJob) -> None:
+    """A playbook with a destructive step and nobody to confirm (no --yes, no policy) is refused
+    before anything runs: recorded as refused, no cool-down, not counted in the hour, the incident
+    unhandled, so the next evaluation decides to run again."""
+    start(bed)
+    configure(bed, cooldown_s=600)
+    (bed.tmp / "hang.yaml").write_text(EVICTING)
+    stall(bed)
+    first = once(bed)
+    assert first.action == "run" and first.playbook_run["status"] == "refused", first.playbook_run
+    assert "--yes" in first.playbook_run["message"]
+    with Store.open(bed.state) as store:
+        mem = WatchMemory.from_json((watchstore.get_state(store, "hb") or {})["memory"])
+        assert store.machine("n1") is None or store.machine("n1").state.value == "active"
+    assert mem.running is None and mem.recoveries_s == () and mem.cooldown_until_s is None
+    assert mem.incident is not None and not mem.incident.handled
+    second = once(bed)
+    assert second.action == "run" and second.playbook_run["status"] == "refused"
+    with Store.open(bed.state) as store:
+        assert [e.action.value for e in watchstore.events(store, "hb")] == ["run", "run"]
+        assert len({e.incident_id for e in watchstore.events(store, "hb")}) == 1
