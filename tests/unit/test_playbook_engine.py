@@ -32,6 +32,7 @@ from robustctl.playbooks import engine, journal
 from robustctl.playbooks.engine import PLAYBOOK_STEP_SLEEP_ENV, RunOutcome
 from robustctl.playbooks.kinds import KINDS, StepArgs, StepError, StepKind
 from robustctl.store import SCHEMA_VERSION, MachineState, Readiness, Store
+from tests.support.oldstore import migration_version, store_before
 
 INVENTORY = """\
 gpus_per_host: 2
@@ -92,21 +93,10 @@ def audits(box: Path, action: str = "evict") -> list[Any]:
 
 def test_a_store_of_the_previous_schema_gains_the_journal(tmp_path: Path) -> None:
     """A store written before the journal existed is migrated forward on open, its rows kept."""
-    import sqlite3
 
-    from robustctl.store import _MIGRATIONS
-
-    mine = next(v for v, (desc, _) in _MIGRATIONS.items() if desc.startswith("playbook runs"))
+    mine = migration_version("playbook runs")
     path = tmp_path / "old.db"
-    conn = sqlite3.connect(path)
-    conn.execute(
-        "CREATE TABLE migrations(version INTEGER PRIMARY KEY, applied_at REAL NOT NULL, description TEXT NOT NULL)"
-    )
-    for v in range(1, mine):
-        for stmt in _MIGRATIONS[v][1].split(";\n"):
-            if stmt.strip():
-                conn.execute(stmt)
-        conn.execute("INSERT INTO migrations VALUES (?, 0, ?)", (v, _MIGRATIONS[v][0]))
+    conn = store_before(path, mine)
     conn.execute("INSERT INTO machines VALUES ('node01', 'evicted', 'unchecked', 'old', 0)")
     conn.commit()
     conn.close()

@@ -23,6 +23,7 @@ from robustctl.store import (
     default_path,
     time_problem,
 )
+from tests.support.oldstore import migration_version, store_before
 
 
 class Clock:
@@ -55,20 +56,11 @@ def test_creates_wal_store_with_schema_version(tmp_path: Path) -> None:
 def test_a_version_4_store_gains_the_watch_tables(tmp_path: Path) -> None:
     """A store written before the watcher's tables existed is migrated forward on open, its rows kept,
     and the new tables work (robustctl.watchstore)."""
-    from robustctl.store import _MIGRATIONS
     from robustctl.watchstore import current_incident, get_state, open_incident, put_state
 
-    mine = next(v for v, (desc, _) in _MIGRATIONS.items() if desc.startswith("the watcher"))
+    mine = migration_version("the watcher")
     path = tmp_path / "old.db"
-    conn = sqlite3.connect(path)
-    conn.execute(
-        "CREATE TABLE migrations(version INTEGER PRIMARY KEY, applied_at REAL NOT NULL, description TEXT NOT NULL)"
-    )
-    for v in range(1, mine):
-        for stmt in _MIGRATIONS[v][1].split(";\n"):
-            if stmt.strip():
-                conn.execute(stmt)
-        conn.execute("INSERT INTO migrations VALUES (?, 0, ?)", (v, _MIGRATIONS[v][0]))
+    conn = store_before(path, mine)
     conn.execute("INSERT INTO machines VALUES ('node01', 'evicted', 'unchecked', 'old', 0)")
     conn.commit()
     conn.close()
@@ -84,20 +76,11 @@ def test_a_version_5_store_gains_the_progress_samples(tmp_path: Path) -> None:
     """A store written before ``watch_progress`` existed is migrated forward on open: its incidents
     kept, the new table works (robustctl.watchstore.record_progress / progress_samples) and a sample
     once written is not rewritten (a trigger)."""
-    from robustctl.store import _MIGRATIONS
     from robustctl.watchstore import incidents, progress_samples, record_progress
 
-    mine = next(v for v, (desc, _) in _MIGRATIONS.items() if desc.startswith("the watcher's progress"))
+    mine = migration_version("the watcher's progress")
     path = tmp_path / "v5.db"
-    conn = sqlite3.connect(path)
-    conn.execute(
-        "CREATE TABLE migrations(version INTEGER PRIMARY KEY, applied_at REAL NOT NULL, description TEXT NOT NULL)"
-    )
-    for v in range(1, mine):
-        for stmt in _MIGRATIONS[v][1].split(";\n"):
-            if stmt.strip():
-                conn.execute(stmt)
-        conn.execute("INSERT INTO migrations VALUES (?, 0, ?)", (v, _MIGRATIONS[v][0]))
+    conn = store_before(path, mine)
     conn.execute("INSERT INTO incidents(job, class, onset_at, opened_at) VALUES ('llama', 'hang', 1e9, 1e9)")
     conn.commit()
     assert "watch_progress" not in {r[0] for r in conn.execute("SELECT name FROM sqlite_master")}
