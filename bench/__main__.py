@@ -14,6 +14,9 @@ in the same process.
 - :mod:`bench.recovery`: ``playbook run hang`` on the test bed, hung rank to the job's first new step,
   broken down, against the job's own cold start; then ``playbook run gpu-lost`` through slurmctld on
   the Slurm test bed against a plain requeue of the whole job.
+- :mod:`bench.failslow`: the watch's fail-slow rule (BOCPD + medians) on step-time traces of the
+  test-bed job, healthy and with a slow rank: detection delay and false alarms vs the rolling-median
+  rule alone.
 - :mod:`bench.sweep_srun`: ``robustctl sweep --transport srun`` over the Slurm test bed's nodes vs the
   same sweep over SSH (sshd test-bed hosts of the same count): wall time and client CPU.
 
@@ -23,6 +26,7 @@ in the same process.
 import sys
 
 from bench import (
+    failslow,
     fanout,
     recovery,
     replay_sdc,
@@ -46,6 +50,7 @@ BENCHES = {
     "sweep-srun": sweep_srun.main,
     "ssh-connect": ssh_connect.main,
     "recovery": recovery.main,
+    "failslow": failslow.main,
 }
 
 args = sys.argv[1:]
