@@ -17,6 +17,9 @@ in the same process.
 - :mod:`bench.failslow`: the watch's fail-slow rule (BOCPD + medians) on step-time traces of the
   test-bed job, healthy and with a slow rank: detection delay and false alarms vs the rolling-median
   rule alone.
+- :mod:`bench.soak` (first cut): a hang then a crash on the test bed under ``robustctl watch``, then
+  the same schedule under today's practice (the job's collective timeout, a whole-job restart in
+  place): detect, localize, MTTR and machines evicted per class, MTTR baseline / watch.
 - :mod:`bench.sweep_srun`: ``robustctl sweep --transport srun`` over the Slurm test bed's nodes vs the
   same sweep over SSH (sshd test-bed hosts of the same count): wall time and client CPU.
 
@@ -31,6 +34,7 @@ from bench import (
     recovery,
     replay_sdc,
     saved_dumps,
+    soak,
     ssh_connect,
     stacks,
     stacks_e2e,
@@ -51,6 +55,7 @@ BENCHES = {
     "ssh-connect": ssh_connect.main,
     "recovery": recovery.main,
     "failslow": failslow.main,
+    "soak": soak.main,
 }
 
 args = sys.argv[1:]
