@@ -61,6 +61,8 @@ BENCHES = {
 args = sys.argv[1:]
 if args and args[0] in BENCHES:
     raise SystemExit(BENCHES[args[0]](args[1:]))
+if args:
+    raise SystemExit(f"python -m bench: no benchmark {args[0]!r} (known: {', '.join(BENCHES)})")
 rc = 0
 for name, fn in BENCHES.items():
     print(f"== bench {name}", flush=True)
