@@ -50,6 +50,7 @@ __all__ = [
     "parse_log_tail",
     "read_progress",
     "reader_files",
+    "unix_time",
 ]
 
 MAX_HEARTBEAT_BYTES = 65_536
@@ -203,7 +204,9 @@ def _step(value: Any) -> int | None:
     return None
 
 
-def _time(value: Any) -> float | None:
+def unix_time(value: Any) -> float | None:
+    """A UNIX time a host reported: a finite number in [0, 1e11), else None (an integer past a double's
+    range included)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
     try:
@@ -231,7 +234,7 @@ def parse_heartbeat(
     step = _step(doc.get(spec.step_field))
     if step is None:
         return None, f"{path}: no integer {spec.step_field!r}"
-    at = _time(doc.get(spec.time_field)) if spec.time_field else None
+    at = unix_time(doc.get(spec.time_field)) if spec.time_field else None
     rank = doc.get("rank")
     rank_i = rank if isinstance(rank, int) and not isinstance(rank, bool) and 0 <= rank <= 10**7 else None
     return RankProgress(host, path, rank_i, step, at if at is not None else mtime), None
@@ -295,7 +298,7 @@ def reader_files(
             yield f"{path}: {' '.join(str(f['error']).split())[:200]}"
             continue
         text = f.get("text")
-        mtime = _time(f.get("mtime"))
+        mtime = unix_time(f.get("mtime"))
         if not isinstance(text, str) or mtime is None:
             yield f"{path}: unreadable"
             continue

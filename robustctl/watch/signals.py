@@ -67,6 +67,7 @@ from robustctl.jobcode.progress import (
     host_progress,
     reader_argv,
     reader_files,
+    unix_time,
 )
 from robustctl.models import Status
 from robustctl.sweep.history import HOST_CHECK, CheckState, check_states
@@ -195,17 +196,6 @@ def _int(value: object, lo: int, hi: int) -> int | None:
     return value if lo <= value <= hi else None
 
 
-def _time(value: object) -> float | None:
-    """A UNIX time: a finite number in [0, 1e11), else None (the progress reader's rule)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    try:
-        t = float(value)
-    except OverflowError:
-        return None
-    return t if math.isfinite(t) and 0 <= t < 1e11 else None
-
-
 def _step_time(value: object) -> float | None:
     """A step duration in seconds: a finite number in (0, :data:`MAX_STEP_TIME_S`], else None."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -295,7 +285,7 @@ def _clean(s: StepSample) -> StepSample | None:
     if _int(s.step, 0, MAX_STEP) is None:
         return None
     loss = _loss(s.loss) if isinstance(s.loss, (int, float)) else None
-    return StepSample(s.step, _time(s.at), _step_time(s.step_time_s), loss, str(s.source)[:300])
+    return StepSample(s.step, unix_time(s.at), _step_time(s.step_time_s), loss, str(s.source)[:300])
 
 
 class _SampleSet:
@@ -513,7 +503,7 @@ def parse_progress_output(
         host_progress(host, doc, entries, problems),
         tuple(samples[-MAX_SAMPLES:]),
         tuple(tails),
-        _time(doc.get("now")),
+        unix_time(doc.get("now")),
     )
 
 
@@ -778,7 +768,7 @@ def parse_tail_output(
         size = _int(f.get("size"), 0, 2**63)
         start = _int(f.get("start"), 0, 2**63)
         out.append(TailFile(path, data, size, start or 0))
-    return tuple(out), _time(doc.get("now"))
+    return tuple(out), unix_time(doc.get("now"))
 
 
 @dataclass(frozen=True)
@@ -1172,7 +1162,7 @@ def _rfc3339(value: object) -> float | None:
     if dt.tzinfo is None:
         dt = dt.replace(tzinfo=timezone.utc)
     try:
-        return _time(dt.timestamp())
+        return unix_time(dt.timestamp())
     except (OverflowError, OSError, ValueError):
         return None
 
