@@ -64,6 +64,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from robustctl.config import WATCH_CLASSES
 from robustctl.errors import ActionRefused, ConfigError, RobustctlError
 from robustctl.exit_codes import ExitCode
 from robustctl.pidlock import held_lock
@@ -115,9 +116,8 @@ __all__ = [
     "watch_lock",
 ]
 
-INCIDENT_CLASSES = ("crash", "hang", "fail-slow", "nan-loss", "host-critical")
-"""The signal classes an incident may have: :data:`robustctl.config.WATCH_CLASSES` (not imported: this
-module imports the store only; a test keeps the two equal)."""
+INCIDENT_CLASSES = WATCH_CLASSES
+"""The signal classes an incident may have: those ``robustctl watch`` tells apart."""
 
 EVENT_CLASSES = (*INCIDENT_CLASSES, "unknown")
 """The signal classes a decision event may name: an incident's, and ``unknown`` (a source that could

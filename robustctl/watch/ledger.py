@@ -84,6 +84,7 @@ from typing import Any
 
 from robustctl.errors import ConfigError
 from robustctl.models import SCHEMA_VERSION, strict_jsonable
+from robustctl.store import TIME_MAX, TIME_MIN
 
 __all__ = [
     "DEFAULT_SLIDING_WINDOW_S",
@@ -154,14 +155,12 @@ DEFAULT_SLIDING_WINDOW_S = 86_400.0
 """Sliding-window length, seconds: 24 hours, the ``--window 24h`` example of issue 22; a window of a
 day hides no daily pattern and still shows a bad day."""
 
-LEDGER_TIME_MIN = 0.0
-"""Earliest window start, UNIX seconds (1970-01-01): the state store's own range
-(``robustctl.store.TIME_MIN``; not imported, the controller does not import the store)."""
+LEDGER_TIME_MIN = TIME_MIN
+"""Earliest window start, UNIX seconds (1970-01-01): the state store's own range."""
 
-LEDGER_TIME_MAX = 253_402_300_800.0
-"""Latest window end, UNIX seconds (10000-01-01 UTC): the state store's own range
-(``robustctl.store.TIME_MAX``). Window lengths stay far from float overflow and keep sub-millisecond
-resolution."""
+LEDGER_TIME_MAX = TIME_MAX
+"""Latest window end, UNIX seconds (10000-01-01 UTC): the state store's own range. Window lengths stay
+far from float overflow and keep sub-millisecond resolution."""
 
 _SHOWN_CHARS = 80
 """Longest ``repr`` of a bad value or id quoted in an error or a note."""
