@@ -507,6 +507,10 @@ def record_event(
 ) -> int:
     """Append one decision of the watcher and return its id.
 
+    A ``skip`` the same as the job's newest event (class, rule, action, playbook, reason, incident)
+    is not appended again: a watcher that evaluates every 30 s through a 10-minute cool-down leaves one
+    line saying so, not twenty; the newest event's id is returned. Any other decision is appended.
+
     Args:
         at: when the decision was made, UNIX s. signal_class: one of :data:`EVENT_CLASSES`.
         evidence: a JSON object of finite values (None: ``{}``); kept whole up to
@@ -526,6 +530,22 @@ def record_event(
         if value is not None:
             _check_count(job, field, value)
     with store.transaction() as c:
+        if action is WatchAction.SKIP:
+            newest = c.execute(
+                "SELECT id, signal_class, rule, action, playbook, reason, incident_id FROM watch_events "
+                "WHERE job=? ORDER BY id DESC LIMIT 1",
+                (journal_text(job),),
+            ).fetchone()
+            same = (
+                signal_class,
+                journal_text(rule),
+                action.value,
+                _opt_text(playbook),
+                journal_text(reason),
+                incident_id,
+            )
+            if newest is not None and tuple(newest[1:]) == same:
+                return int(newest[0])
         cur = c.execute(
             "INSERT INTO watch_events(job, at, signal_class, rule, action, playbook, reason, evidence, "
             "incident_id, playbook_run_id, who) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",

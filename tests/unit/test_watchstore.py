@@ -327,3 +327,31 @@ def test_lock_file_names_stay_short_and_apart(tmp_path: Path) -> None:
     with pytest.raises(StoreError, match="cannot create the watch lock"):
         with watch_lock(tmp_path / "missing" / "s.db", "llama"):
             pass
+
+
+def test_a_repeated_skip_is_recorded_once_until_something_else_happens(store: Store) -> None:
+    def skip(at: float, reason: str = "cool-down until 12:00", incident: int | None = None) -> int:
+        return record_event(
+            store, "llama", at=at, signal_class="hang", rule="hang.stall", action=WatchAction.SKIP,
+            reason=reason, incident_id=incident,
+        )  # fmt: skip
+
+    first = skip(T0)
+    assert skip(T0 + 30) == first and skip(T0 + 60) == first
+    changed = skip(T0 + 90, reason="cool-down until 12:10")
+    assert changed != first
+    other_incident = skip(T0 + 95, reason="cool-down until 12:10", incident=7)
+    assert other_incident != changed
+    advise = record_event(
+        store, "llama", at=T0 + 100, signal_class="hang", rule="hang.stall", action=WatchAction.ADVISE,
+        reason="would run hang",
+    )  # fmt: skip
+    again = record_event(
+        store, "llama", at=T0 + 110, signal_class="hang", rule="hang.stall", action=WatchAction.ADVISE,
+        reason="would run hang",
+    )  # fmt: skip
+    assert again != advise  # only skips fold: every other decision is its own line
+    after = skip(T0 + 120, reason="cool-down until 12:10", incident=7)
+    assert after not in (other_incident, again)
+    got = events(store, "llama")
+    assert [e.at for e in got] == [T0, T0 + 90, T0 + 95, T0 + 100, T0 + 110, T0 + 120]
