@@ -513,9 +513,304 @@ MAX_RANKS = 1_000_000
 """``# Using devices`` ranks kept (the largest world size :mod:`robustctl.inventory.topology` accepts)."""
 
 _MAX_HEADER_KEYS = 100
+"""Distinct ``# nThread ...`` header keys kept. ``_HEADER_KV_RE`` names 10 keys, so real output never
+reaches it: a backstop for the header dict should that pattern be widened to any ``key: value``."""
 
 _MAX_SPLIT_GAP = 16
 """Lines (other ranks' output) allowed between two pieces of a row a launcher split."""
+
+
+class _NcclTestsParser:
+    """The state of :func:`parse_nccl_tests` while it reads one output, line by line.
+
+    Feed every line to :meth:`feed` in order, then call :meth:`result` once. Each kind of line has
+    its own method, which updates the fields below and says whether the line was its kind:
+
+    - a table row, whole (:meth:`data_row`) or a piece of one a launcher split over several lines
+      (:meth:`row_piece`);
+    - a ``Test NCCL failure`` / ``Test CUDA failure`` line (:meth:`failure_line`);
+    - the trailer: ``# Out of bounds values : N OK|FAILED`` (:meth:`out_of_bounds_line`) and
+      ``# Avg bus bandwidth : X`` (:meth:`avg_busbw_line`);
+    - a ``# Using devices`` rank line (:meth:`rank_line`), the ``# nThread 1 nGpus 8 minBytes ...``
+      header (:meth:`config_line`), the column header (:meth:`column_header_line`) and a command
+      line naming the test binary (:meth:`command_line`).
+
+    Fields (their names match :class:`NcclTestsResult` where they end up there):
+        rows: rows kept so far, in order. rows_dropped: rows read past the caps and not kept.
+        extra_rows: rows kept past :data:`MAX_ROWS` (at most :data:`MAX_EXTRA_ROWS`).
+        peak_busbw_gbps: the highest busbw of the rows kept (``-inf`` before the first), GB/s.
+        ranks: ``# Using devices`` lines by rank. header: the ``# nThread ...`` values.
+        error_column: ``"#wrong"``/``"error"`` from the column header, ``None`` before one.
+        saw_column_header: True once a column header was read.
+        out_of_bounds, out_of_bounds_ok, avg_busbw_gbps: the trailer lines, ``None`` before them.
+        failures: failure lines kept (at most :data:`MAX_FAILURES`). failures_dropped: the others.
+        collective, collective_source: from the first command line naming an nccl-tests binary.
+        command_ranks: the rank count that command line gives, ``None`` when it gives none.
+        pending: the tokens so far of a row a launcher split over lines (other ranks' lines may come
+            in between; see :func:`_row_start`), empty when none. pending_line: the line it started
+            on. pending_gap: lines read since its last piece. pending_cells: its cells so far.
+    """
+
+    def __init__(self) -> None:
+        """An empty parser: no line read yet."""
+        self.rows: list[NcclRow] = []
+        self.rows_dropped = 0
+        self.extra_rows = 0
+        self.peak_busbw_gbps = float("-inf")
+        self.ranks: dict[int, NcclRank] = {}
+        self.header: dict[str, str] = {}
+        self.error_column: str | None = None
+        self.saw_column_header = False
+        self.out_of_bounds: int | None = None
+        self.out_of_bounds_ok: bool | None = None
+        self.avg_busbw_gbps: float | None = None
+        self.failures: list[str] = []
+        self.failures_dropped = 0
+        self.collective: str | None = None
+        self.collective_source: str | None = None
+        self.command_ranks: int | None = None
+        self.pending: list[str] = []
+        self.pending_line = 0
+        self.pending_gap = 0
+        self.pending_cells = 0
+
+    def feed(self, raw: str, line_no: int) -> None:
+        """Read one line (launcher tags and line end allowed); ``line_no`` is 1-based."""
+        line = _strip_prefix(raw.rstrip("\r\n"))
+        if not line:
+            return
+        if self.data_row(line, line_no) or self.row_piece(line, line_no):
+            return
+        if self.pending:
+            self.pending_gap += 1
+            if line.startswith("#") or self.pending_gap > _MAX_SPLIT_GAP:
+                self.flush()
+        self.command_line(line)
+        body = line.lstrip("#").strip()
+        if (
+            self.failure_line(line)
+            or self.out_of_bounds_line(body)
+            or self.avg_busbw_line(body)
+            or self.rank_line(line, body)
+            or self.config_line(body)
+            or self.column_header_line(body)
+        ):
+            return
+        if line.startswith("#") or line[0].isdigit():
+            return  # a comment, or a line already tried as a row by data_row
+        row = _parse_row(line, line_no)
+        if row is not None:
+            self.keep(row)
+
+    def keep(self, row: NcclRow) -> None:
+        """Keep ``row`` while under :data:`MAX_ROWS`; past it, only a row with wrong values or a new
+        peak busbw (at most :data:`MAX_EXTRA_ROWS` of them), so the verdict of a huge log still sees
+        them; count the others in ``rows_dropped``."""
+        if len(self.rows) < MAX_ROWS:
+            self.rows.append(row)
+        elif self.extra_rows < MAX_EXTRA_ROWS and (_row_wrong(row) or _row_peak(row) > self.peak_busbw_gbps):
+            self.rows.append(row)
+            self.extra_rows += 1
+        else:
+            self.rows_dropped += 1
+            return
+        self.peak_busbw_gbps = max(self.peak_busbw_gbps, _row_peak(row))
+
+    def flush(self) -> None:
+        """End the pending split row: keep it when its pieces make a row, drop it otherwise."""
+        if self.pending:
+            row = _parse_row(" ".join(self.pending), self.pending_line)
+            if row is not None:
+                self.keep(row)
+            self.pending = []
+
+    def data_row(self, line: str, line_no: int) -> bool:
+        """A whole table row on one line (the fast path: most lines of a large log; they start with
+        the size, and no header, rank, collective or summary line does). An out-of-place-only row
+        stays pending, since the in-place piece of a split row may follow. False when ``line`` is no
+        whole row."""
+        if not line[0].isdigit() or _FAILURE_RE.search(line):
+            return False
+        row = _parse_row(line, line_no)
+        if row is None:
+            return False
+        self.flush()
+        if row.in_place is None:
+            self.pending, self.pending_line, self.pending_gap, self.pending_cells = (
+                _tokens(line),
+                line_no,
+                0,
+                4,
+            )
+        else:
+            self.keep(row)
+        return True
+
+    def row_piece(self, line: str, line_no: int) -> bool:
+        """A piece of a row a launcher split over lines: the start (size, count, type, ... and maybe
+        some cells) begins a new pending row; a run of whole measurements (4 cells each) extends the
+        pending one. The row is kept once it has 8 cells. False when ``line`` is neither."""
+        if not (line[0].isdigit() or line[0] in "-+.N"):
+            return False
+        toks = _tokens(line)
+        start = _row_start(toks)
+        if start is not None:
+            self.flush()
+            self.pending, self.pending_line, self.pending_gap = start, line_no, 0
+            self.pending_cells = len(start) - len(_head(start))
+        else:
+            cells = _cells(toks)
+            if not (self.pending and cells and len(cells) % 4 == 0):
+                return False
+            self.pending.extend(cells)
+            self.pending_cells += len(cells)
+            self.pending_gap = 0
+        if self.pending_cells >= 8:
+            self.flush()
+        return True
+
+    def command_line(self, line: str) -> None:
+        """The first line naming an nccl-tests binary (``all_reduce_perf``, ...) sets the collective
+        and the rank count its flags give (:func:`_ranks_from_command`); later ones are ignored."""
+        if self.collective is not None:
+            return
+        cm = _COLLECTIVE_RE.search(line)
+        if cm is not None:
+            self.collective, self.collective_source = cm.group(1), "command"
+            self.command_ranks = _ranks_from_command(line[: cm.start()], line[cm.end() :])
+
+    def failure_line(self, line: str) -> bool:
+        """A ``Test NCCL failure`` / ``Test CUDA failure`` line: kept up to :data:`MAX_FAILURES`,
+        counted in ``failures_dropped`` past it."""
+        if not _FAILURE_RE.search(line):
+            return False
+        if len(self.failures) < MAX_FAILURES:
+            self.failures.append(line)
+        else:
+            self.failures_dropped += 1
+        return True
+
+    def out_of_bounds_line(self, body: str) -> bool:
+        """The ``Out of bounds values : N [OK|FAILED]`` trailer line (``body``: without ``#``)."""
+        om = _OOB_RE.search(body)
+        if om is None:
+            return False
+        self.out_of_bounds = int(om.group(1))
+        if om.group(2):
+            self.out_of_bounds_ok = om.group(2).upper() == "OK"
+        return True
+
+    def avg_busbw_line(self, body: str) -> bool:
+        """The ``Avg bus bandwidth : X`` trailer line (``body``: without ``#``), GB/s."""
+        am = _AVG_RE.search(body)
+        if am is None:
+            return False
+        self.avg_busbw_gbps = float(am.group(1))
+        return True
+
+    def rank_line(self, line: str, body: str) -> bool:
+        """A ``#  Rank  0 Group  0 Pid 1623025 on host device  0 [0x1b] NVIDIA H100`` line (``body``:
+        ``line`` without ``#``); a rank read again replaces the earlier line, a new rank past
+        :data:`MAX_RANKS` is ignored."""
+        rm = _RANK_RE.search(body)
+        if rm is None or not line.startswith("#"):
+            return False
+        rank = int(rm.group("rank"))
+        if rank in self.ranks or len(self.ranks) < MAX_RANKS:
+            self.ranks[rank] = NcclRank(
+                rank=rank,
+                pid=int(rm.group("pid")) if rm.group("pid") else None,
+                host=rm.group("host"),
+                device=int(rm.group("device")),
+                bus_id=rm.group("bus"),
+                name=rm.group("name").strip(),
+            )
+        return True
+
+    def config_line(self, body: str) -> bool:
+        """The ``# nThread 1 nGpus 8 minBytes 8 maxBytes ...`` header (``body``: without ``#``): its
+        values by key (``step:`` -> ``step``), at most ``_MAX_HEADER_KEYS`` distinct keys."""
+        low = body.lower()
+        if not (low.startswith("nthread") or "minbytes" in low):
+            return False
+        for k, v in _HEADER_KV_RE.findall(body):
+            key = k.rstrip(":").strip()
+            if key in self.header or len(self.header) < _MAX_HEADER_KEYS:
+                self.header[key] = v
+        return True
+
+    def column_header_line(self, body: str) -> bool:
+        """The table's column header (``... time algbw busbw #wrong``; ``body``: without ``#``): it
+        names the error column, ``#wrong`` (current format) or ``error`` (old format)."""
+        low = body.lower()
+        if not ("algbw" in low and "busbw" in low):
+            return False
+        self.saw_column_header = True
+        if "#wrong" in low or "wrong" in low.split():
+            self.error_column = "#wrong"
+        elif "error" in low:
+            self.error_column = "error"
+        return True
+
+    def result(self) -> NcclTestsResult:
+        """The parsed result of the lines fed so far (ends a pending split row first)."""
+        self.flush()
+        if self.collective is None and self.rows:
+            guessed = _collective_from_columns(self.rows)
+            if guessed is not None:
+                self.collective, self.collective_source = guessed, "columns"
+        rank_count, rank_source = self._rank_count()
+        ranks = tuple(sorted(self.ranks.values(), key=lambda r: r.rank))
+        return NcclTestsResult(
+            collective=self.collective,
+            collective_source=self.collective_source,
+            rows=tuple(self.rows),
+            error_column=self._error_column(),
+            header=self.header,
+            ranks=ranks,
+            rank_count=rank_count,
+            rank_count_source=rank_source,
+            hosts=tuple(dict.fromkeys(r.host for r in ranks)),
+            out_of_bounds=self.out_of_bounds,
+            out_of_bounds_ok=self.out_of_bounds_ok,
+            avg_busbw_gbps=self.avg_busbw_gbps,
+            failures=tuple(self.failures),
+            truncated=not self.saw_column_header or self.avg_busbw_gbps is None,
+            rows_dropped=self.rows_dropped,
+            failures_dropped=self.failures_dropped,
+        )
+
+    def _rank_count(self) -> tuple[int | None, str | None]:
+        """The rank count and where it came from: the rank lines, else the command line, else the
+        busbw/algbw ratio of the collective's factor family; ``(None, None)`` when none gives it."""
+        if self.ranks:
+            return len(self.ranks), "devices"
+        if self.command_ranks is not None:
+            return self.command_ranks, "command"
+        family = BUSBW_FACTOR_FAMILY.get(self.collective or "") or _family_from_columns(self.rows)
+        if family is not None and family != "1":
+            inferred = infer_rank_count(self.rows, family)
+            if inferred is not None:
+                return inferred, "busbw/algbw"
+        return None, None
+
+    def _error_column(self) -> str | None:
+        """The column header's error column; without one, guessed from the rows: the current format
+        has a root column and an integer ``#wrong``, the old ``error`` column holds a float max
+        error (1e+00, 2e-07)."""
+        if self.error_column is not None or not self.rows:
+            return self.error_column
+        if any(row.root is not None for row in self.rows):
+            return "#wrong"
+        values = [
+            m.wrong
+            for row in self.rows
+            for m in (row.out_of_place, row.in_place)
+            if m and m.wrong is not None
+        ]
+        if any(v != int(v) for v in values):
+            return "error"
+        return None
 
 
 def parse_nccl_tests(text: str | Iterable[str]) -> NcclTestsResult:
@@ -533,200 +828,11 @@ def parse_nccl_tests(text: str | Iterable[str]) -> NcclTestsResult:
     Returns:
         The parsed result; ``rows`` is empty when no table row was found.
     """
-    rows: list[NcclRow] = []
-    ranks: dict[int, NcclRank] = {}
-    header: dict[str, str] = {}
-    error_column: str | None = None
-    out_of_bounds: int | None = None
-    oob_ok: bool | None = None
-    avg: float | None = None
-    failures: list[str] = []
-    collective: str | None = None
-    collective_source: str | None = None
-    command_ranks: int | None = None
-    saw_column_header = False
-    rows_dropped = 0
-    failures_dropped = 0
-    extra = 0
-    peak_bw = float("-inf")
-
-    def keep(row: NcclRow) -> None:
-        nonlocal peak_bw, extra, rows_dropped
-        if len(rows) < MAX_ROWS:
-            rows.append(row)
-        elif extra < MAX_EXTRA_ROWS and (_row_wrong(row) or _row_peak(row) > peak_bw):
-            # Past the cap, still keep the rows a verdict turns on: wrong values, a new peak.
-            rows.append(row)
-            extra += 1
-        else:
-            rows_dropped += 1
-            return
-        peak_bw = max(peak_bw, _row_peak(row))
-
-    # A row a launcher split over several lines (other ranks' lines may come in between): its
-    # pieces so far, the line it started on and how many lines ago; see _row_start.
-    pending: list[str] = []
-    pending_line = 0
-    pending_gap = 0
-    pending_cells = 0
-
-    def flush() -> None:
-        nonlocal pending
-        if pending:
-            row = _parse_row(" ".join(pending), pending_line)
-            if row is not None:
-                keep(row)
-            pending = []
-
+    parser = _NcclTestsParser()
     lines = text.splitlines() if isinstance(text, str) else text
     for line_no, raw in enumerate(lines, start=1):
-        line = _strip_prefix(raw.rstrip("\r\n"))
-        if not line:
-            continue
-        # Fast path for table rows (most lines of a large log): they start with the size, and no
-        # header, rank, collective or summary line does.
-        row = _parse_row(line, line_no) if line[0].isdigit() and not _FAILURE_RE.search(line) else None
-        if row is not None:
-            flush()
-            if row.in_place is None:
-                # Maybe only the first half of a split row: the in-place piece may follow.
-                pending, pending_line, pending_gap, pending_cells = _tokens(line), line_no, 0, 4
-                continue
-            keep(row)
-            continue
-        if line[0].isdigit() or line[0] in "-+.N":
-            toks = _tokens(line)
-            start = _row_start(toks)
-            if start is not None:
-                flush()
-                pending, pending_line, pending_gap = start, line_no, 0
-                pending_cells = len(start) - len(_head(start))
-                if pending_cells >= 8:
-                    flush()
-                continue
-            cells = _cells(toks)
-            if pending and cells and len(cells) % 4 == 0:
-                pending.extend(cells)
-                pending_cells += len(cells)
-                pending_gap = 0
-                if pending_cells >= 8:
-                    flush()
-                continue
-        if pending:
-            pending_gap += 1
-            if line.startswith("#") or pending_gap > _MAX_SPLIT_GAP:
-                flush()
-        body = line.lstrip("#").strip()
-        low = body.lower()
-        if collective is None:
-            cm = _COLLECTIVE_RE.search(line)
-            if cm is not None:
-                collective, collective_source = cm.group(1), "command"
-                command_ranks = _ranks_from_command(line[: cm.start()], line[cm.end() :])
-        if _FAILURE_RE.search(line):
-            if len(failures) < MAX_FAILURES:
-                failures.append(line)
-            else:
-                failures_dropped += 1
-            continue
-        om = _OOB_RE.search(body)
-        if om is not None:
-            out_of_bounds = int(om.group(1))
-            if om.group(2):
-                oob_ok = om.group(2).upper() == "OK"
-            continue
-        am = _AVG_RE.search(body)
-        if am is not None:
-            avg = float(am.group(1))
-            continue
-        rm = _RANK_RE.search(body)
-        if rm is not None and line.startswith("#"):
-            rank = int(rm.group("rank"))
-            if rank not in ranks and len(ranks) >= MAX_RANKS:
-                continue
-            ranks[rank] = NcclRank(
-                rank=rank,
-                pid=int(rm.group("pid")) if rm.group("pid") else None,
-                host=rm.group("host"),
-                device=int(rm.group("device")),
-                bus_id=rm.group("bus"),
-                name=rm.group("name").strip(),
-            )
-            continue
-        if low.startswith("nthread") or "minbytes" in low:
-            for k, v in _HEADER_KV_RE.findall(body):
-                key = k.rstrip(":").strip()
-                if key in header or len(header) < _MAX_HEADER_KEYS:
-                    header[key] = v
-            continue
-        if "algbw" in low and "busbw" in low:
-            saw_column_header = True
-            if "#wrong" in low or "wrong" in low.split():
-                error_column = "#wrong"
-            elif "error" in low:
-                error_column = "error"
-            continue
-        if line.startswith("#"):
-            continue
-        if line[0].isdigit():
-            continue  # already tried as a row above
-        row = _parse_row(line, line_no)
-        if row is not None:
-            keep(row)
-
-    flush()
-    if collective is None and rows:
-        guessed = _collective_from_columns(rows)
-        if guessed is not None:
-            collective, collective_source = guessed, "columns"
-
-    rank_count: int | None = None
-    rank_source: str | None = None
-    if ranks:
-        rank_count, rank_source = len(ranks), "devices"
-    elif command_ranks is not None:
-        rank_count, rank_source = command_ranks, "command"
-    else:
-        family = BUSBW_FACTOR_FAMILY.get(collective or "") or _family_from_columns(rows)
-        if family is not None and family != "1":
-            inferred = infer_rank_count(rows, family)
-            if inferred is not None:
-                rank_count, rank_source = inferred, "busbw/algbw"
-
-    hosts: list[str] = []
-    for r in sorted(ranks.values(), key=lambda r: r.rank):
-        if r.host not in hosts:
-            hosts.append(r.host)
-
-    if error_column is None and rows:
-        # No column header. The current format has a root column and an integer `#wrong`; the old
-        # `error` column holds a float max error (1e+00, 2e-07).
-        values = [
-            m.wrong for row in rows for m in (row.out_of_place, row.in_place) if m and m.wrong is not None
-        ]
-        if any(row.root is not None for row in rows):
-            error_column = "#wrong"
-        elif any(v != int(v) for v in values):
-            error_column = "error"
-
-    return NcclTestsResult(
-        collective=collective,
-        collective_source=collective_source,
-        rows=tuple(rows),
-        error_column=error_column,
-        header=header,
-        ranks=tuple(sorted(ranks.values(), key=lambda r: r.rank)),
-        rank_count=rank_count,
-        rank_count_source=rank_source,
-        hosts=tuple(hosts),
-        out_of_bounds=out_of_bounds,
-        out_of_bounds_ok=oob_ok,
-        avg_busbw_gbps=avg,
-        failures=tuple(failures),
-        truncated=not saw_column_header or avg is None,
-        rows_dropped=rows_dropped,
-        failures_dropped=failures_dropped,
-    )
+        parser.feed(raw, line_no)
+    return parser.result()
 
 
 # --- verdict -----------------------------------------------------------------------------------
