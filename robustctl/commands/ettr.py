@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -38,14 +38,18 @@ from robustctl.models import SCHEMA_VERSION, strict_jsonable
 if TYPE_CHECKING:
     from robustctl.inventory import Inventory
     from robustctl.store import Store
-    from robustctl.watch.ledger import EttrLedger, IncidentRow
+    from robustctl.watch.ledger import EttrLedger, IncidentRow, LedgerInterval
 
 __all__ = [
     "DEFAULT_WINDOW_S",
+    "MAX_TIMELINE_INCIDENTS",
+    "MAX_TIMELINE_INTERVALS",
     "MAX_WINDOW_S",
     "EttrRequest",
     "EttrResult",
     "JobEttr",
+    "TimelineInterval",
+    "bounded_timeline",
     "ettr_of_store",
     "run_ettr",
 ]
@@ -57,6 +61,18 @@ ledger's :data:`robustctl.watch.ledger.DEFAULT_SLIDING_WINDOW_S` (issue 22's ``-
 MAX_WINDOW_S = 3650 * 86_400.0
 """Longest ``--window`` or ``--since``, seconds: ten years, the bound ``robustctl history --since``
 has (longer than any training job; far from the store's time range)."""
+
+MAX_TIMELINE_INTERVALS = 2_000
+"""Most intervals of a job's ledger a sweep carries to its HTML page (and its ``--json``). A timeline
+bar is at most a few thousand pixels wide: 2,000 segments already put several in one pixel, and each
+is about 200 bytes of HTML, so one job's bar stays under half a megabyte however long its history
+(a ledger of :data:`robustctl.watch.ledger.MAX_INCIDENTS` incidents has tens of thousands). More are
+merged, then the earliest left out and counted (:func:`bounded_timeline`)."""
+
+MAX_TIMELINE_INCIDENTS = 500
+"""Most incident rows of a job a sweep carries to its HTML page (the most recent ones; the rest are
+counted). Our choice: an incident every 4 hours for three months, far more than anyone reads in a
+table, and a few hundred kilobytes of rows; ``robustctl ettr --json`` lists them all."""
 
 
 @dataclass(frozen=True)
@@ -79,13 +95,39 @@ class EttrRequest:
 
 
 @dataclass(frozen=True)
+class TimelineInterval:
+    """One stretch of a job's timeline as a sweep's page draws it.
+
+    Attributes:
+        cause: a :class:`~robustctl.watch.ledger.Cause` value (``productive``, ``detection``, ...).
+        start_s, end_s: UNIX s, start ≤ end.
+    """
+
+    cause: str
+    start_s: float
+    end_s: float
+
+    @property
+    def duration_s(self) -> float:
+        """``end_s - start_s``, seconds."""
+        return self.end_s - self.start_s
+
+
+@dataclass(frozen=True)
 class JobEttr:
-    """A job's ETTR in a few numbers (what a sweep's textfile exports).
+    """A job's ETTR in a few numbers (what a sweep's textfile exports), and its timeline (what its
+    HTML page draws).
 
     Attributes:
         job. cumulative_ettr, sliding_ettr: in [0, 1]. sliding_window_s: seconds. productive_s,
         total_s: seconds of the window. unproductive_s: seconds by cause (every cause of
         :data:`robustctl.watch.ledger.UNPRODUCTIVE_CAUSES`, zeros included).
+        window_start_s, window_end_s: the ledger's window, UNIX s (None: not carried).
+        intervals: the ledger's partition of the window, in time order, at most
+            :data:`MAX_TIMELINE_INTERVALS` (:func:`bounded_timeline`); intervals_left_out: how many
+            earlier ones (after merging) were left out, covering ``[window_start_s, intervals[0].start_s]``.
+        incidents: the ledger's most recent incident rows, by onset, at most
+            :data:`MAX_TIMELINE_INCIDENTS`; incidents_left_out: how many earlier rows were left out.
     """
 
     job: str
@@ -95,6 +137,39 @@ class JobEttr:
     productive_s: float
     total_s: float
     unproductive_s: Mapping[str, float] = field(default_factory=dict)
+    window_start_s: float | None = None
+    window_end_s: float | None = None
+    intervals: tuple[TimelineInterval, ...] = ()
+    intervals_left_out: int = 0
+    incidents: tuple[IncidentRow, ...] = ()
+    incidents_left_out: int = 0
+
+
+def bounded_timeline(
+    intervals: Sequence[LedgerInterval], limit: int = MAX_TIMELINE_INTERVALS
+) -> tuple[tuple[TimelineInterval, ...], int]:
+    """``intervals`` (a ledger's partition, in time order) as at most ``limit`` (≥ 1) timeline intervals.
+
+    Within the limit they are kept one for one. Over it, neighbours of the same cause are merged first
+    (the ledger keeps apart neighbours of different incidents); when that is still too many, the most
+    recent ``limit`` are kept.
+
+    Returns:
+        ``(kept, left_out)``: the intervals kept, in time order, and how many earlier (merged)
+        intervals were left out.
+    """
+    out = [TimelineInterval(iv.cause.value, iv.start_s, iv.end_s) for iv in intervals]
+    if len(out) <= limit:
+        return tuple(out), 0
+    merged: list[TimelineInterval] = []
+    for iv in out:
+        last = merged[-1] if merged else None
+        if last is not None and last.cause == iv.cause and last.end_s == iv.start_s:
+            merged[-1] = TimelineInterval(iv.cause, last.start_s, iv.end_s)
+        else:
+            merged.append(iv)
+    left_out = max(0, len(merged) - limit)
+    return tuple(merged[left_out:]), left_out
 
 
 @dataclass(frozen=True)
@@ -146,10 +221,13 @@ class EttrResult:
         return [(name, s, s / led.total_s) for name, s in rows]
 
     def summary(self) -> JobEttr | None:
-        """The few numbers a sweep exports (None without data)."""
+        """The few numbers a sweep exports and the timeline its page draws, bounded by
+        :data:`MAX_TIMELINE_INTERVALS` and :data:`MAX_TIMELINE_INCIDENTS` (None without data)."""
         led = self.ledger
         if led is None:
             return None
+        intervals, intervals_left_out = bounded_timeline(led.intervals)
+        incidents_left_out = max(0, len(led.incidents) - MAX_TIMELINE_INCIDENTS)
         return JobEttr(
             job=self.job,
             cumulative_ettr=led.cumulative_ettr,
@@ -158,6 +236,12 @@ class EttrResult:
             productive_s=led.productive_s,
             total_s=led.total_s,
             unproductive_s={c.value: s for c, s in led.seconds},
+            window_start_s=led.start_s,
+            window_end_s=led.end_s,
+            intervals=intervals,
+            intervals_left_out=intervals_left_out,
+            incidents=led.incidents[incidents_left_out:],
+            incidents_left_out=incidents_left_out,
         )
 
     def to_json(self) -> dict[str, Any]:

@@ -444,9 +444,11 @@ def run_sweep(
 
 
 def _job_ettrs(inventory: Inventory, store: Store, now: float, warnings: list[str]) -> tuple[JobEttr, ...]:
-    """The cumulative ETTR ledger of each job of the inventory, for the textfile (issue 22, item 4):
-    :func:`robustctl.commands.ettr.ettr_of_store` over all the store holds for the job. Best effort: a
-    job without data is left out; a store or ledger error is one warning line, never a failed sweep."""
+    """The cumulative ETTR ledger of each job of the inventory, for the textfile and the page's
+    timeline (issue 22, item 4): :func:`robustctl.commands.ettr.ettr_of_store` over all the store
+    holds for the job, summed up and bounded by :meth:`~robustctl.commands.ettr.EttrResult.summary`.
+    Best effort: a job without data is left out; a store or ledger error is one warning line, never a
+    failed sweep."""
     from robustctl.commands.ettr import ettr_of_store
 
     out: list[JobEttr] = []

@@ -248,7 +248,21 @@ def hostile_sweep(text: str) -> Any:
     decision = Decision(host, (Finding(check, CheckClass.HARDWARE, text, True, text),))
     return SweepResult(0.0, 1.0, (h,), (text,), (decision,), {"suspect": [host], "drained": [], "skipped": [text],
                        "error": text}, (lemon,), {host: (ch,)}, {host: counters}, (text,), "s.db",
-                       RunReport(Status.OK, (), (), (), (), 0, 1))  # fmt: skip
+                       RunReport(Status.OK, (), (), (), (), 0, 1), ettr=(hostile_job(text),))  # fmt: skip
+
+
+def hostile_job(text: str) -> Any:
+    """A job's ETTR whose job name, incident id, playbook and evicted machines hold ``text`` (and a
+    cause that is no cause: drawn as ``c-other``)."""
+    from robustctl.commands.ettr import JobEttr, TimelineInterval
+    from robustctl.watch.ledger import UNPRODUCTIVE_CAUSES, IncidentClass, IncidentRow
+
+    row = IncidentRow(f"i{text}", IncidentClass.HANG, f"pb{text}", 10.0, 20.0, 40.0, False, 30.0,
+                      (f"m{text}", text), None, tuple((c, 0.0) for c in UNPRODUCTIVE_CAUSES))  # fmt: skip
+    intervals = (TimelineInterval("productive", 0.0, 10.0), TimelineInterval(f"x{text}", 10.0, 40.0),
+                 TimelineInterval("detection", 40.0, 100.0))  # fmt: skip
+    return JobEttr(f"job{text}", 0.7, 0.7, 86_400.0, 70.0, 100.0, {c.value: 10.0 for c in UNPRODUCTIVE_CAUSES},
+                   0.0, 100.0, intervals, 0, (row,), 0)  # fmt: skip
 
 
 def sweep_outputs(result: Any) -> tuple[str, str, str]:
@@ -285,6 +299,26 @@ def test_control_and_bidi_characters_from_a_host_reach_no_output_raw() -> None:
     families = {f.name: f for f in text_string_to_metric_families(textfile)}
     (sample,) = families["robustctl_host_named"].samples
     assert sample.labels["host"] == "n1\\x1b\\x00\\u202e\\x0dx\\u2066y\\u2069"  # read back as shown
+
+
+def test_a_jobs_timeline_shows_hostile_names_as_text() -> None:
+    """Markup, quotes, control and bidi characters in a job name, an incident id, a playbook, an
+    evicted machine or a cause reach the jobs section escaped: no element, no attribute broken out
+    of, no raw control or bidi character, and no class made of them."""
+    from robustctl.report.html import sweep_html
+
+    evil = '<script>alert("x")</script>\'" onmouseover="y\x1b\u202e'
+    page = sweep_html(hostile_sweep(evil))
+    jobs = page[page.index("<h2>Jobs</h2>") :]
+    assert (
+        "<script" not in jobs and 'onmouseover="' not in jobs and "\x1b" not in jobs and "\u202e" not in jobs
+    )
+    shown = "&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt;&#x27;&quot; onmouseover=&quot;y\\x1b\\u202e"
+    assert f'<div class="timeline" data-job="job{shown}">' in jobs
+    assert f'<section class="job" data-job="job{shown}"><h3>job{shown}</h3>' in jobs
+    assert f"<td>i{shown}</td><td>hang</td><td>pb{shown}</td><td>30.0</td><td>m{shown}, {shown}</td>" in jobs
+    assert '<span class="seg c-other" style="width:30.000%"' in jobs  # an unknown cause: no class of its text
+    assert f'title="x{shown} 1970-01-01 00:00:10 UTC – 1970-01-01 00:00:40 UTC (30.0 s)"' in jobs
 
 
 def test_history_terminal_shows_a_stored_detail_escaped() -> None:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import math
+import re
+from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
 
@@ -12,9 +14,12 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from robustctl.cli.main import main
+from robustctl.commands.ettr import MAX_TIMELINE_INTERVALS, EttrResult, JobEttr, bounded_timeline
 from robustctl.commands.sweep import (
     HistoryRequest,
     LemonsRequest,
+    SweepHost,
+    SweepResult,
     run_history,
     run_lemons,
     run_sweep,
@@ -23,7 +28,7 @@ from robustctl.commands.sweep import (
 from robustctl.config import SweepSettings
 from robustctl.errors import ConfigError
 from robustctl.exit_codes import ExitCode
-from robustctl.models import Status
+from robustctl.models import Status, strict_jsonable
 from robustctl.report.atomic import write_atomic
 from robustctl.store import MachineState, Store
 from robustctl.sweep import history
@@ -33,6 +38,7 @@ from robustctl.sweep.lock import SweepBusy, sweep_lock
 from robustctl.sweep.policy import CheckClass, check_class, decide, record_sweep
 from robustctl.testing.fake_transport import FakeTransport
 from robustctl.transport.pool import TransportPool
+from robustctl.watch.ledger import Cause, Incident, LedgerInterval, ProgressSample, Timeline, build_ledger
 from tests.unit.test_store import set_field
 
 REPO = Path(__file__).resolve().parents[2]
@@ -387,6 +393,233 @@ def test_html_escapes_host_text(tmp_path: Path) -> None:
                     RunReport(Status.OK, (), (), (), (), 0, 1))  # fmt: skip
     page = sweep_html(r)
     assert "<script" not in page and "&lt;script&gt;" in page
+
+
+# --- the jobs' ETTR timelines in the page (issue 22, item 4) ---------------------------------------
+
+
+class _Page(HTMLParser):
+    """The timeline segments and incident rows of a sweep page, by job."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.segments: dict[str, list[tuple[str, str, str]]] = {}
+        self.rows: dict[str, list[list[str]]] = {}
+        self._timeline: str | None = None
+        self._table: str | None = None
+        self._cell: list[str] | None = None
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        a = {k: v or "" for k, v in attrs}
+        if tag == "div" and a.get("class") == "timeline":
+            self._timeline = a["data-job"]
+            self.segments[self._timeline] = []
+        elif tag == "span" and self._timeline is not None:
+            self.segments[self._timeline].append((a["class"], a["style"], a["title"]))
+        elif tag == "table" and a.get("class") == "incidents":
+            self._table = a["data-job"]
+            self.rows[self._table] = []
+        elif tag == "tr" and self._table is not None:
+            self.rows[self._table].append([])
+        elif tag == "td" and self._table is not None:
+            self._cell = []
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "div":
+            self._timeline = None
+        elif tag == "table":
+            self._table = None
+        elif tag == "tr" and self._table is not None and not self.rows[self._table][-1]:
+            self.rows[self._table].pop()  # the header row
+        elif tag == "td" and self._table is not None and self._cell is not None:
+            self.rows[self._table][-1].append("".join(self._cell))
+            self._cell = None
+
+    def handle_data(self, data: str) -> None:
+        if self._cell is not None:
+            self._cell.append(data)
+
+
+def parse_page(page: str) -> _Page:
+    parser = _Page()
+    parser.feed(page)
+    parser.close()
+    return parser
+
+
+def width_of(style: str) -> float:
+    m = re.fullmatch(r"width:(\d{1,3}\.\d{3})%", style)
+    assert m, style
+    return float(m.group(1))
+
+
+def job_ettr(timeline: Timeline) -> JobEttr:
+    """The sweep's summary of ``timeline``'s ledger, as :func:`_job_ettrs` makes it."""
+    summary = EttrResult(
+        timeline.job, "s.db", timeline.end_s, None, 86_400.0, build_ledger(timeline), ""
+    ).summary()
+    assert summary is not None
+    return summary
+
+
+def sweep_with_jobs(*jobs: JobEttr) -> SweepResult:
+    from robustctl.models import RunReport
+
+    h = SweepHost("n1", Status.OK, False, 0, {"host.xid": "ok"})
+    return SweepResult(0.0, 1.0, (h,), (), (), None, (), {}, {}, (), "s.db",
+                       RunReport(Status.OK, (), (), (), (), 0, 1), ettr=jobs)  # fmt: skip
+
+
+T0 = 1_800_000_000.0
+
+
+def two_incidents() -> Timeline:
+    """1000 s: productive to 300, a crash (detection 300-350, restart 350-400), productive to 700,
+    a hang (detection 700-720, localization to 760, eviction of two machines to 800, restart to 850),
+    productive to 1000."""
+    samples = [
+        ProgressSample(T0 + t, s) for t, s in ((0, 0), (300, 30), (400, 31), (700, 60), (850, 61), (1000, 76))
+    ]
+    crash = Incident("c1", "crash", T0 + 300, decision_s=T0 + 350, restart_start_s=T0 + 350,
+                     first_new_step_s=T0 + 400, playbook="job-failed")  # fmt: skip
+    hang = Incident("h1", "hang", T0 + 700, decision_s=T0 + 720, localization_start_s=T0 + 720,
+                    localization_end_s=T0 + 760, eviction_start_s=T0 + 760, eviction_end_s=T0 + 800,
+                    machines_evicted=("node07", "node08"), restart_start_s=T0 + 800,
+                    first_new_step_s=T0 + 850, playbook="hang")  # fmt: skip
+    return Timeline("llm", T0, T0 + 1000, tuple(samples), (crash, hang), step_time_s=10.0)
+
+
+def test_html_draws_each_jobs_timeline_legend_and_incidents() -> None:
+    """One segment per ledger interval, with its cause's class and a width proportional to its
+    duration (summing to 100%); one incident row per incident; the job's ETTR in words."""
+    from robustctl.report.html import TIMELINE_CAUSES, sweep_html
+
+    assert TIMELINE_CAUSES == tuple(c.value for c in Cause)
+    timeline = two_incidents()
+    ledger = build_ledger(timeline)
+    job = job_ettr(timeline)
+    assert (job.window_start_s, job.window_end_s, job.intervals_left_out) == (T0, T0 + 1000, 0)
+    page = sweep_html(sweep_with_jobs(job))
+    assert "<h2>Jobs</h2>" in page and "<script" not in page and 'id="no-jobs"' not in page
+    parsed = parse_page(page)
+    segs = parsed.segments["llm"]
+    assert [c for c, _, _ in segs] == [f"seg c-{iv.cause.value}" for iv in ledger.intervals]
+    assert {iv.cause for iv in ledger.intervals} >= {Cause.PRODUCTIVE, Cause.DETECTION, Cause.LOCALIZATION,
+                                                     Cause.EVICTION, Cause.RESTART}  # fmt: skip
+    widths = [width_of(style) for _, style, _ in segs]
+    assert sum(widths) == pytest.approx(100.0, abs=1e-6)
+    for iv, w in zip(ledger.intervals, widths, strict=True):
+        assert w == pytest.approx(100 * iv.duration_s / 1000, abs=0.002)
+    assert segs[1][2] == "detection 2027-01-15 08:05:00 UTC – 2027-01-15 08:05:50 UTC (50.0 s)"
+    rows = parsed.rows["llm"]
+    assert rows == [
+        ["2027-01-15 08:05:00 UTC", "c1", "crash", "job-failed", "100.0", "none"],
+        ["2027-01-15 08:11:40 UTC", "h1", "hang", "hang", "150.0", "node07, node08"],
+    ]
+    assert f"Cumulative ETTR <b>{100 * ledger.cumulative_ettr:.1f}%</b>" in page
+    assert '<span class="sw c-eviction"></span>eviction: 40.0 s' in page
+
+
+def test_html_lists_no_job_without_ettr_data() -> None:
+    from robustctl.report.html import sweep_html
+
+    page = sweep_html(sweep_with_jobs())
+    assert "<h2>Jobs</h2>" in page and 'id="no-jobs"' in page and 'class="timeline"' not in page
+
+
+def test_a_long_timeline_is_bounded_and_says_what_was_left_out() -> None:
+    """A ledger of more than MAX_TIMELINE_INTERVALS intervals (a job that stalls every other
+    sample): the most recent ones are kept, one hatched segment stands for the rest, and the page
+    says how many were left out."""
+    from robustctl.report.html import sweep_html
+
+    n = MAX_TIMELINE_INTERVALS + 500  # alternating productive / unaccounted: 2n intervals, none mergeable
+    samples = tuple(ProgressSample(T0 + 10 * k, (k + 1) // 2) for k in range(2 * n + 1))
+    timeline = Timeline("long", T0, T0 + 10 * 2 * n, samples)
+    assert len(build_ledger(timeline).intervals) == 2 * n
+    job = job_ettr(timeline)
+    left_out = 2 * n - MAX_TIMELINE_INTERVALS
+    assert len(job.intervals) == MAX_TIMELINE_INTERVALS and job.intervals_left_out == left_out
+    assert job.intervals[-1].end_s == T0 + 20 * n and job.intervals[0].start_s == T0 + 10 * left_out
+    page = sweep_html(sweep_with_jobs(job))
+    segs = parse_page(page).segments["long"]
+    assert len(segs) == MAX_TIMELINE_INTERVALS + 1 and segs[0][0] == "seg c-omitted"
+    assert segs[0][2].startswith(f"{left_out} earlier interval(s) left out")
+    widths = [width_of(style) for _, style, _ in segs]
+    assert sum(widths) == pytest.approx(100.0, abs=1e-6)
+    assert widths[0] == pytest.approx(100 * left_out / (2 * n), abs=0.002)
+    assert f"{left_out} earlier interval(s) (from " in page
+    # The sweep's JSON carries the bounded timeline, not the whole ledger.
+    doc = strict_jsonable(sweep_with_jobs(job))
+    (carried,) = doc["ettr"]
+    assert len(carried["intervals"]) == MAX_TIMELINE_INTERVALS and carried["intervals_left_out"] == left_out
+    assert carried["intervals"][0] == {"cause": "productive", "start_s": T0 + 10 * left_out,
+                                       "end_s": T0 + 10 * left_out + 10}  # fmt: skip
+
+
+def test_bounded_timeline_merges_neighbours_of_one_cause_before_leaving_any_out() -> None:
+    """Neighbours of the same cause that the ledger keeps apart (different incidents) are merged
+    only when over the bound; what merging brings under the bound is all kept."""
+    ivs = [
+        LedgerInterval(T0 + k, T0 + k + 1, Cause.RESTART, f"i{k}") for k in range(MAX_TIMELINE_INTERVALS + 1)
+    ]
+    ivs.append(LedgerInterval(T0 + len(ivs), T0 + len(ivs) + 1, Cause.PRODUCTIVE))
+    kept, left_out = bounded_timeline(ivs)
+    assert left_out == 0 and [(iv.cause, iv.start_s, iv.end_s) for iv in kept] == [
+        ("restart", T0, T0 + MAX_TIMELINE_INTERVALS + 1),
+        ("productive", T0 + MAX_TIMELINE_INTERVALS + 1, T0 + MAX_TIMELINE_INTERVALS + 2),
+    ]
+    kept, left_out = bounded_timeline(ivs[:3])  # within the bound: one for one
+    assert left_out == 0 and len(kept) == 3
+    # Still over the bound once merged: the most recent are kept, the earlier (merged) ones counted.
+    mixed = [LedgerInterval(T0, T0 + 1, Cause.RESTART, "a"), LedgerInterval(T0 + 1, T0 + 2, Cause.RESTART, "b"),
+             LedgerInterval(T0 + 2, T0 + 3, Cause.PRODUCTIVE), LedgerInterval(T0 + 3, T0 + 4, Cause.WAITING)]  # fmt: skip
+    kept, left_out = bounded_timeline(mixed, limit=2)
+    assert left_out == 1 and [(iv.cause, iv.start_s) for iv in kept] == [
+        ("productive", T0 + 2),
+        ("waiting", T0 + 3),
+    ]
+
+
+def test_a_sweep_writes_each_jobs_timeline_in_its_page_and_the_same_textfile(
+    tmp_path: Path, healthy_host_data: dict[str, Any]
+) -> None:
+    """A sweep with ``--html`` and ``--textfile`` over an inventory whose job has ledger data in the
+    store: the page has the job's timeline and incident; the textfile is byte for byte what the
+    job's numbers alone give (the timeline it carries changes nothing there)."""
+    import dataclasses
+
+    from robustctl.report.prometheus import sweep_textfile
+    from robustctl.watchstore import open_incident, record_progress, update_incident
+
+    state, page, prom, clock = tmp_path / "s.db", tmp_path / "r.html", tmp_path / "r.prom", Clock()
+    t0 = clock.t - 1000
+    with Store.open(state, clock=clock) as store:
+        for at, step in ((0, 0), (400, 40), (600, 30), (1000, 70)):
+            record_progress(store, "j", at=t0 + at, step=step)
+        inc = open_incident(store, "j", incident_class="crash", onset_at=t0 + 400, opened_at=t0 + 450)
+        update_incident(
+            store, inc.id, decision_at=t0 + 500, restart_start_at=t0 + 500, first_new_step_at=t0 + 600
+        )
+    req = sweep_request(
+        inventory=inventory(tmp_path, jobs=True), state=state, html=page, textfile=prom, environ={}
+    )
+    res = run_sweep(req, pool=TransportPool(override=fake(healthy_host_data, bad=None)), clock=clock)
+    assert res.exit_code == 0 and [e.job for e in res.ettr] == ["j"]
+    numbers_only = dataclasses.replace(
+        res.ettr[0], window_start_s=None, window_end_s=None, intervals=(), incidents=()
+    )
+    assert prom.read_text() == sweep_textfile(dataclasses.replace(res, ettr=(numbers_only,)))
+    assert 'robustctl_job_ettr{job="j"} 0.8' in prom.read_text()
+    parsed = parse_page(page.read_text())
+    assert [c for c, _, _ in parsed.segments["j"]] == [
+        "seg c-productive",
+        "seg c-detection",
+        "seg c-restart",
+        "seg c-productive",
+    ]
+    assert [width_of(s) for _, s, _ in parsed.segments["j"]] == [40.0, 10.0, 10.0, 40.0]
+    assert parsed.rows["j"] == [["2027-01-15 07:50:00 UTC", "1", "crash", "none", "200.0", "none"]]
 
 
 # --- lemons and history commands -------------------------------------------------------------------
