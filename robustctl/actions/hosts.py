@@ -23,15 +23,17 @@ needs the scheduler's own view (it changes the scheduler's job) and raises the s
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 from dataclasses import dataclass
+from pathlib import Path
 
-from robustctl.errors import InventoryError, UsageError
-from robustctl.inventory import Inventory
+from robustctl.errors import ConfigError, InventoryError, UsageError
+from robustctl.inventory import Inventory, Job
 from robustctl.schedulers.base import Scheduler, SchedulerError
 from robustctl.store import Store
 
-__all__ = ["JobHosts", "JobHostsSource", "job_hosts", "resolve_hosts"]
+__all__ = ["JobHosts", "JobHostsSource", "current_job", "job_hosts", "resolve_hosts"]
 
 
 def resolve_hosts(inventory: Inventory, pattern: str) -> list[str]:
@@ -117,3 +119,47 @@ def job_hosts(
     if spec is not None:
         return JobHosts(job, tuple(h.name for h in spec.hosts), JobHostsSource.INVENTORY, error)
     raise error
+
+
+def current_job(inventory: Inventory, name: str, *, state: Path | None) -> tuple[Job, JobHosts]:
+    """The inventory's job ``name`` with its hosts as they are now (after standby swaps), rank order.
+
+    A command that maps ranks to machines (``stacks``, ``replay-sdc``) must use the job's current
+    machines: after a standby took an evicted machine's place, the inventory's ``jobs.NAME.hosts``
+    still lists the evicted one, and naming it would evict a machine that is no longer in the job
+    while the real suspect stays. The hosts come from :func:`job_hosts` (scheduler, else the store's
+    record, else the inventory) with the store at ``state``.
+
+    Args:
+        inventory: the resolved inventory. name: the job. state: the store file (None: the default).
+
+    Returns:
+        ``(job, found)``: the job with ``hosts`` replaced by the current ones (inventory hosts, rank
+        order) and where they came from.
+
+    Raises:
+        UsageError: no such job. ConfigError: a current host is not in the inventory, or the count of
+            current hosts does not fit the job's layout. StoreError: the store cannot be read.
+        SchedulerError: the scheduler failed and no later source knows the job.
+    """
+    from robustctl.schedulers import make_scheduler
+
+    try:
+        job = inventory.job(name)
+    except InventoryError as exc:
+        raise UsageError(str(exc)) from None
+    with Store.open(state) as store:
+        scheduler = make_scheduler(inventory.scheduler, inventory=inventory, store=store)
+        found = job_hosts(name, scheduler=scheduler, store=store, inventory=inventory)
+    if found.source is JobHostsSource.INVENTORY:
+        return job, found
+    try:
+        hosts = tuple(inventory.by_name(h) for h in found.hosts)
+    except InventoryError as exc:
+        raise ConfigError(f"job {name}: {exc} ({found.source.value})") from None
+    if len(hosts) != len(job.hosts):
+        raise ConfigError(
+            f"job {name}: {len(hosts)} current host(s) ({found.source.value}) but its layout needs "
+            f"{len(job.hosts)} ({job.layout.world_size} ranks, {job.ranks_per_host} per host)"
+        )
+    return dataclasses.replace(job, hosts=hosts), found

@@ -223,7 +223,9 @@ def replay_sdc_request(
 ) -> ReplaySdcRequest:
     """A :class:`ReplaySdcRequest` from command-line values (``None``: not given).
 
-    Machines: ``job``'s hosts in rank order with its layout and ranks per host; or ``hosts`` (in
+    Machines: ``job``'s current hosts in rank order (after standby swaps:
+    :func:`robustctl.actions.hosts.current_job`, which reads the store at ``state``) with its layout
+    and ranks per host; or ``hosts`` (in
     inventory order) with ``--pp``/``--dp`` and ``--tp`` (default: the ranks on one machine, the
     hosts' ``gpus_per_host`` or 1 on CPU-only hosts, ByteRobust's TP = GPUs per machine).
 
@@ -250,7 +252,10 @@ def replay_sdc_request(
             raise UsageError(
                 f"{', '.join(given)} cannot be used with --job: the job's layout is in {inv.source}"
             )
-        the_job = inv.job(job)
+        from robustctl.actions.hosts import current_job
+
+        inv.job(job)  # an unknown job is the inventory's error (78)
+        the_job, _ = current_job(inv, job, state=state)  # its machines now, after standby swaps
         machines = tuple(the_job.hosts)
         layout, g = the_job.layout, the_job.ranks_per_host
     else:

@@ -39,8 +39,9 @@ class StacksRequest:
     """Everything a live stacks run needs, after layering.
 
     Attributes:
-        inventory: the resolved inventory. job: the job whose ranks are dumped.
-        hosts: only these hosts of the job (None: all of them).
+        inventory: the resolved inventory. job: the job whose ranks are dumped (its hosts as the
+            inventory lists them; :func:`run_stacks` uses the job's current hosts, after standby swaps).
+        hosts: only these hosts (those of them in the job when it runs; None: all of the job's).
         settings: collection settings (fan-out knobs from the layered ``diagnose:`` settings, py-spy
             mode, per-host probe budget).
         slow: fail-slow voting over ``rounds`` rounds ``interval_s`` apart, instead of a hang snapshot.
@@ -141,8 +142,7 @@ def stacks_request(
     the_job = inv.job(job)
     targets = None
     if hosts is not None:
-        wanted = {h.name for h in options.select_hosts(inv, hosts)}
-        targets = tuple(h for h in the_job.hosts if h.name in wanted)
+        targets = tuple(options.select_hosts(inv, hosts))
     settings = CollectSettings.from_diagnose(
         options.diagnose_settings(inv.diagnose, environ=environ),
         native=native,
@@ -181,8 +181,11 @@ def run_stacks(
         progress: called after each collection (:data:`SampleProgress`).
 
     Raises:
-        ConfigError: the job has no ``process:`` spec. UsageError: the dumps do not fit the layout.
+        ConfigError: the job has no ``process:`` spec, or its current hosts (scheduler, store) do not
+            fit its layout. UsageError: the dumps do not fit the layout, or none of ``hosts`` is in
+            the job now.
     """
+    from robustctl.errors import UsageError
     from robustctl.stacks.live import stacks_failslow, stacks_hang
 
     own = pool is None
@@ -190,11 +193,22 @@ def run_stacks(
         from robustctl.transport.pool import TransportPool
 
         pool = TransportPool()
-    hosts = list(request.hosts) if request.hosts is not None else None
+    from robustctl.actions.hosts import current_job
+
+    job, _ = current_job(request.inventory, request.job.name, state=request.state)
+    hosts = None
+    if request.hosts is not None:
+        wanted = {h.name for h in request.hosts}
+        hosts = [h for h in job.hosts if h.name in wanted]
+        if not hosts:
+            raise UsageError(
+                f"none of {', '.join(sorted(wanted))} is a host of job {job.name} now "
+                f"({', '.join(h.name for h in job.hosts)})"
+            )
     try:
         if request.slow:
             fs = stacks_failslow(
-                request.job,
+                job,
                 pool,
                 hosts=hosts,
                 settings=request.settings,
@@ -204,7 +218,7 @@ def run_stacks(
             )
             return StacksFailSlowResult(fs)
         live = stacks_hang(
-            request.job,
+            job,
             pool,
             hosts=hosts,
             settings=request.settings,

@@ -236,3 +236,42 @@ def test_result_json_needs_kind_and_schema_version() -> None:
 
     with pytest.raises(TypeError, match="needs kind and schema_version"):
         result_json(NotAResult())  # type: ignore[arg-type]
+
+
+def test_stacks_maps_ranks_to_the_jobs_current_hosts_after_a_standby_swap(tmp_path: Path) -> None:
+    """After a standby took node01's place, stacks dumps and names spare1, never the evicted node01."""
+    from robustctl.actions.hosts import JobHostsSource, current_job
+    from robustctl.commands.stacks import run_stacks, stacks_request
+    from robustctl.errors import ConfigError, UsageError
+    from robustctl.inventory import load_inventory
+    from robustctl.store import Store
+
+    inv = inventory_file(tmp_path)
+    state = tmp_path / "s.db"
+    loaded = load_inventory(inv)
+    job, found = current_job(loaded, "j1", state=state)
+    assert [h.name for h in job.hosts] == ["node01", "node02"]
+    with Store.open(state) as s:
+        s.set_job_hosts("j1", ["spare1", "node02"])
+    job, found = current_job(loaded, "j1", state=state)
+    assert [h.name for h in job.hosts] == ["spare1", "node02"]
+    assert found.source in (JobHostsSource.SCHEDULER, JobHostsSource.STORE)
+
+    hang = run_stacks(stacks_request(job="j1", inventory=inv, samples=1, state=state))
+    doc = hang.to_json()
+    asked = [(h["host"], h["expected_ranks"]) for c in doc["collection"] for h in c["hosts"]]
+    assert asked == [("spare1", [0]), ("node02", [1])], asked
+    assert "node01" not in json.dumps(doc), doc
+    slow = run_stacks(stacks_request(job="j1", inventory=inv, slow=True, rounds=1, interval_s=0, state=state))
+    assert "node01" not in json.dumps(slow.to_json())
+
+    with pytest.raises(UsageError, match="none of node01 is a host of job j1 now"):
+        run_stacks(stacks_request(job="j1", inventory=inv, hosts="node01", samples=1, state=state))
+    with Store.open(state) as s:
+        s.set_job_hosts("j1", ["spare1"])
+    with pytest.raises(ConfigError, match="1 current host"):
+        current_job(loaded, "j1", state=state)
+    with Store.open(state) as s:
+        s.set_job_hosts("j1", ["spare1", "gone99"])
+    with pytest.raises(ConfigError, match="gone99"):
+        current_job(loaded, "j1", state=state)

@@ -229,6 +229,31 @@ def test_plan_connects_to_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[
     assert doc["cost"]["rounds"] == {"dual_phase": 2, "bisection": 5}
 
 
+def test_the_plan_takes_the_jobs_machines_after_a_standby_swap(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A standby that took node002's place is replayed in its slot; the evicted node002 is not."""
+    from robustctl.store import Store
+
+    inv = tmp_path / "inv.yaml"
+    inv.write_text(
+        "hosts:\n  - {name: 'node[001-004]', address: '127.0.0.[2-5]'}\n"
+        "  - {name: spare1, address: 127.0.0.6, state: standby}\n"
+        "jobs:\n  small: {hosts: 'node[001-004]', layout: {pp: 2, dp: 2}, ranks_per_host: 1}\n"
+    )
+    state = tmp_path / "s.db"
+    with Store.open(state) as s:
+        s.set_job_hosts("small", ["node001", "spare1", "node003", "node004"])
+    rc = main(
+        ["replay-sdc", "-i", str(inv), "--job", "small", "--plan", "--json", "-q", "--state", str(state)]
+    )
+    out = capsys.readouterr().out
+    doc = json.loads(out)
+    assert rc == 0, out
+    named = {h for ph in doc["phases"] for grp in ph["groups"] for h in grp["hosts"]}
+    assert named == {"node001", "spare1", "node003", "node004"}, doc["phases"]
+
+
 @pytest.mark.gpu
 def test_replay_over_local_gpus_is_bitwise_reproducible() -> None:
     import torch
