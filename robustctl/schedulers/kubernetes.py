@@ -46,6 +46,10 @@ Mapping of the :class:`~robustctl.schedulers.base.Scheduler` vocabulary (setting
   (the standby activation resumes it next).
 * ``requeue``: delete the job's pods (its controller — Job, JobSet, PyTorchJob — recreates them on
   the job's nodes). Running jobs lose their progress since the last checkpoint, as with Slurm.
+
+The watch also reads a running pod's container log through the API (:meth:`KubeApi.read_pod_log`,
+``GET …/pods/NAME/log`` with ``tailLines`` and ``limitBytes``, both applied by the server), at most
+:data:`MAX_POD_LOG_BYTES` of each answer.
 """
 
 from __future__ import annotations
@@ -106,6 +110,13 @@ _KUBE_FILES: dict[str, tuple[tuple[str, str, bool], ...]] = {
     "auth-provider": (("idp-certificate-authority", "idp-certificate-authority-data", True),),
 }
 """Path-valued kubeconfig keys: (file key, the inline key the client prefers, inline value is base64)."""
+MAX_POD_LOG_BYTES = 1 << 20
+"""Most bytes of one pod-log answer read (:meth:`ClientApi.read_pod_log`; 1 MiB, our choice): the
+server applies ``limitBytes`` but "may return slightly more or slightly less than the specified limit"
+(API reference, PodLogOptions), so the client reads at most ``min(limit_bytes, MAX_POD_LOG_BYTES)``
+bytes of the answer and drops the connection with the rest. 1 MiB is four of the watch's 256 KiB log
+tails (:data:`robustctl.watch.logscan.MAX_TAIL_BYTES`), the watch's request
+(:data:`robustctl.watch.signals.POD_LOG_LIMIT_BYTES`)."""
 
 
 def label_value(text: str) -> str:
@@ -153,6 +164,18 @@ class KubeApi(Protocol):
         """``DELETE /api/v1/namespaces/NS/pods/NAME``."""
         ...
 
+    def read_pod_log(
+        self, namespace: str, name: str, *, container: str | None, limit_bytes: int, tail_lines: int
+    ) -> str:
+        """``GET /api/v1/namespaces/NS/pods/NAME/log?container=C&tailLines=T&limitBytes=L``: the text.
+
+        The server takes the last ``tail_lines`` lines of the container's current log, then the first
+        ``limit_bytes`` bytes of those (the kubelet's order). ``container`` None: the pod's only
+        container (a pod of several answers 400). Raises ApiStatus for 404 (no such pod) and 400 (no
+        such container, a container not named among several, a container still waiting to start).
+        """
+        ...
+
 
 class ApiStatus(SchedulerError):
     """The API server answered an HTTP error. Attributes: status (HTTP code), body (its Status JSON)."""
@@ -178,12 +201,34 @@ class ClientApi:
         self.timeout_s = timeout_s
 
     def _call(self, command: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """The JSON answer of ``fn(*args, **kwargs)`` ({} when empty); errors as :meth:`_request`."""
+        data = self._request(command, lambda resp: resp.data, fn, *args, **kwargs)
+        if not data:
+            return {}
+        try:
+            return json.loads(data)
+        except ValueError as exc:
+            raise SchedulerError(
+                _NAME, command, f"API server answered something that is not JSON: {exc}"
+            ) from None
+
+    def _request(
+        self, command: str, read: Callable[[Any], Any], fn: Callable[..., Any], *args: Any, **kwargs: Any
+    ) -> Any:
+        """``read(response)`` of the request ``fn(*args, **kwargs)``, made under the timeout with the
+        answer not preloaded, so ``read`` decides how much of it is read.
+
+        Raises:
+            ApiStatus: the server answered an HTTP error. SchedulerError: a timeout (of the request or
+                of reading its answer) or an unreachable server.
+        """
         from kubernetes.client.exceptions import ApiException
         from urllib3.exceptions import HTTPError, MaxRetryError, NewConnectionError
         from urllib3.exceptions import TimeoutError as Urllib3Timeout
 
         try:
             resp = fn(*args, _request_timeout=self.timeout_s, _preload_content=False, **kwargs)
+            return read(resp)
         except ApiException as exc:
             try:
                 body = json.loads(exc.body or "{}")
@@ -202,15 +247,6 @@ class ClientApi:
             raise SchedulerError(_NAME, command, reason) from None
         except OSError as exc:
             raise SchedulerError(_NAME, command, f"cannot reach the API server: {exc}") from None
-        data = resp.data
-        if not data:
-            return {}
-        try:
-            return json.loads(data)
-        except ValueError as exc:
-            raise SchedulerError(
-                _NAME, command, f"API server answered something that is not JSON: {exc}"
-            ) from None
 
     def get_node(self, name: str) -> dict[str, Any]:
         """``GET /api/v1/nodes/NAME``."""
@@ -266,6 +302,47 @@ class ClientApi:
         self._call(
             f"DELETE namespaces/{namespace}/pods/{name}", self.core.delete_namespaced_pod, name, namespace
         )
+
+    def read_pod_log(
+        self, namespace: str, name: str, *, container: str | None, limit_bytes: int, tail_lines: int
+    ) -> str:
+        """``GET /api/v1/namespaces/NS/pods/NAME/log`` (``CoreV1Api.read_namespaced_pod_log``).
+
+        ``tail_lines`` and ``limit_bytes`` (at most :data:`MAX_POD_LOG_BYTES`) are sent to the server,
+        which applies them (the last ``tail_lines`` lines, then their first ``limit_bytes`` bytes); the
+        answer is read as a stream, at most ``min(limit_bytes, MAX_POD_LOG_BYTES)`` bytes of it (the
+        server may send slightly more), and decoded as UTF-8 with undecodable bytes replaced.
+
+        Args:
+            namespace, name: the pod. container: its container (None: the pod's only one).
+            limit_bytes: bytes asked (≥ 1). tail_lines: newest lines asked (≥ 0).
+
+        Returns:
+            The log text, oldest line first.
+
+        Raises:
+            ApiStatus: an HTTP error (404 no such pod; 400 no such container, none named among several,
+                or one waiting to start). SchedulerError: a timeout or an unreachable server.
+        """
+        nbytes = max(1, min(int(limit_bytes), MAX_POD_LOG_BYTES))
+        kwargs: dict[str, Any] = {"limit_bytes": nbytes, "tail_lines": max(0, int(tail_lines))}
+        if container is not None:
+            kwargs["container"] = container
+        command = f"GET namespaces/{namespace}/pods/{name}/log" + (
+            f"?container={container}" if container is not None else ""
+        )
+
+        def read(resp: Any) -> bytes:
+            try:
+                return bytes(resp.read(nbytes) or b"")[:nbytes]
+            finally:  # what is left unread goes with the connection
+                resp.close()
+                resp.release_conn()
+
+        data: bytes = self._request(
+            command, read, self.core.read_namespaced_pod_log, name, namespace, **kwargs
+        )
+        return data.decode("utf-8", "replace")
 
 
 # --------------------------------------------------------------------------------------------------

@@ -18,6 +18,12 @@ what robustctl calls, but with the API's real JSON shapes, status codes and erro
 ``GET /api/v1/pods[?labelSelector=&fieldSelector=]``               ``PodList`` of every namespace
 ``GET /api/v1/namespaces/{ns}/pods[?…]``                           ``PodList`` of one namespace
 ``DELETE /api/v1/namespaces/{ns}/pods/{name}``                     the deleted ``Pod``
+``GET /api/v1/namespaces/{ns}/pods/{name}/log[?container=&…]``     the container's log, ``text/plain``:
+                                                                   ``tailLines`` then ``limitBytes``
+                                                                   applied as the kubelet does; 404; 400
+                                                                   when several containers and none named,
+                                                                   no such container, or the pod not
+                                                                   started; 422 on a bad limit
 ``POST /api/v1/namespaces/{ns}/pods/{name}/eviction``              ``policy/v1 Eviction``: 201 ``Success``;
                                                                    429 ``TooManyRequests`` when a
                                                                    PodDisruptionBudget forbids it (with the
@@ -38,6 +44,8 @@ that holds no other pod of the same job: one pod per machine, as an 8-GPU pod fi
 deleted at once (no graceful termination), and the taint manager is not modelled (a ``NoExecute``
 taint does not remove pods here).
 
+A container's log is what a test sets with :meth:`FakeKubeApiServer.set_log` (empty by default).
+
 Faults for tests: :meth:`FakeKubeApiServer.hang` (a request that answers only after N seconds, to test
 client timeouts) and :meth:`FakeKubeApiServer.fail` (the next N matching requests answer a status).
 Every request is recorded (:attr:`FakeKubeApiServer.requests`) with its method, path, query, content
@@ -55,7 +63,7 @@ import secrets
 import socket
 import threading
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -273,6 +281,7 @@ class FakeKubeApiServer:
         self._pods: dict[tuple[str, str], dict[str, Any]] = {}
         self._jobs: dict[tuple[str, str], _Job] = {}
         self._pdbs: dict[tuple[str, str], dict[str, Any]] = {}
+        self._logs: dict[tuple[str, str, str], bytes] = {}
         self._faults: list[_Fault] = []
         self._rv = itertools.count(1000)
         self._lock = threading.RLock()
@@ -472,11 +481,15 @@ class FakeKubeApiServer:
         node_selector: Mapping[str, str] | None = None,
         tolerations: Iterable[Mapping[str, Any]] = (),
         phase: str | None = None,
+        containers: Sequence[str] = ("trainer",),
     ) -> dict[str, Any]:
-        """Create a Pod (bound to ``node``, or pending and left to the scheduler when None)."""
+        """Create a Pod (bound to ``node``, or pending and left to the scheduler when None) with
+        ``containers`` (their names)."""
         pod = self._pod_object(
             namespace, name, labels or {}, annotations or {}, node_selector or {}, list(tolerations)
         )
+        image = pod["spec"]["containers"][0]["image"]
+        pod["spec"]["containers"] = [{"name": c, "image": image, "resources": {}} for c in containers]
         if owner_kind:
             api = "apps/v1" if owner_kind in ("DaemonSet", "ReplicaSet", "StatefulSet") else "batch/v1"
             pod["metadata"]["ownerReferences"] = [
@@ -584,6 +597,13 @@ class FakeKubeApiServer:
             for p in self._job_pods(job):
                 out[int(p["metadata"]["labels"][INDEX_LABEL])] = p["spec"].get("nodeName")
             return out
+
+    def set_log(self, namespace: str, pod: str, text: str | bytes, *, container: str = "trainer") -> None:
+        """Set the log of ``container`` of a pod (what ``GET …/pods/POD/log`` reads; bytes as they are,
+        text as UTF-8). The log stays with the name: a pod recreated under it shows it again."""
+        data = text.encode() if isinstance(text, str) else bytes(text)
+        with self._lock:
+            self._logs[(namespace, pod, container)] = data
 
     def hang(self, method: str, path_regex: str, seconds: float, *, times: int = 1) -> None:
         """The next ``times`` requests matching ``method`` and ``path_regex`` answer after ``seconds``."""
@@ -826,10 +846,11 @@ class FakeKubeApiServer:
                 code, out = self._route(h.command, path, query, ctype, body)
         except _ApiError as exc:
             code, out = exc.code, exc.body
-        data = json.dumps(out).encode()
+        text = isinstance(out, bytes)
+        data = out if isinstance(out, bytes) else json.dumps(out).encode()
         try:
             h.send_response(code)
-            h.send_header("Content-Type", "application/json")
+            h.send_header("Content-Type", "text/plain" if text else "application/json")
             h.send_header("Content-Length", str(len(data)))
             h.end_headers()
             h.wfile.write(data)
@@ -862,6 +883,8 @@ class FakeKubeApiServer:
                     return 200, self._delete_pod(ns, rest[3])
                 if len(rest) == 5 and rest[4] == "eviction" and method == "POST":
                     return self._evict(ns, rest[3], ctype, body)
+                if len(rest) == 5 and rest[4] == "log" and method == "GET":
+                    return 200, self._log(ns, rest[3], query)
         raise _ApiError(404, "NotFound", "the server could not find the requested resource")
 
     def _list(
@@ -1007,6 +1030,52 @@ class FakeKubeApiServer:
                     "causes": [{"reason": "FieldValueInvalid", **c} for c in causes],
                 },
             )
+
+    def _log(self, ns: str, name: str, query: Mapping[str, str]) -> bytes:
+        """A container's log as the API server answers ``GET …/log``: the last ``tailLines`` lines,
+        then the first ``limitBytes`` bytes of them (the kubelet seeks back ``tailLines`` lines and
+        stops writing after ``limitBytes``)."""
+        pod = self._get_pod(ns, name)
+        names = [c["name"] for c in pod["spec"].get("containers") or []]
+        container = query.get("container") or ""
+        if not container:
+            if len(names) != 1:
+                raise _ApiError(
+                    400,
+                    "BadRequest",
+                    f"a container name must be specified for pod {name}, choose one of: [{' '.join(names)}]",
+                )
+            container = names[0]
+        if container not in names:
+            raise _ApiError(400, "BadRequest", f"container {container} is not valid for pod {name}")
+        if not pod["spec"].get("nodeName") or pod["status"].get("phase") == "Pending":
+            raise _ApiError(
+                400,
+                "BadRequest",
+                f'container "{container}" in pod "{name}" is waiting to start: ContainerCreating',
+            )
+        limits: dict[str, int | None] = {}
+        for key, least in (("tailLines", 0), ("limitBytes", 1)):
+            raw = query.get(key)
+            try:
+                limits[key] = None if raw is None else int(raw)
+            except ValueError:
+                raise _ApiError(400, "BadRequest", f"{key}: invalid value {raw!r}: not an integer") from None
+            value = limits[key]
+            if value is not None and value < least:
+                raise _ApiError(
+                    422,
+                    "Invalid",
+                    f'PodLogOptions "{name}" is invalid: {key}: Invalid value: {value}: must be greater than '
+                    + ("or equal to 0" if least == 0 else "0"),
+                )
+        data = self._logs.get((ns, name, container), b"")
+        tail = limits["tailLines"]
+        if tail is not None:
+            lines = [line for line in re.split(rb"(?<=\n)", data) if line]  # lines end at \n only
+            data = b"".join(lines[max(0, len(lines) - tail) :])
+        limit = limits["limitBytes"]
+        return data if limit is None else data[:limit]
 
     def _evict(self, ns: str, name: str, ctype: str, body: Any) -> tuple[int, Any]:
         if ctype not in ("", "application/json"):

@@ -23,9 +23,12 @@ deadline; a source that cannot be read is *unknown* with its reason (a signal's 
 3. **log tails** (:attr:`JobReading.logs`): a bounded tail of each rank's log, read on its host by the
    constant :data:`TAIL_READER` (paths are its arguments; it refuses what is not a regular file) and
    fed to :func:`~robustctl.watch.logscan.scan_log`: the logs ``restart`` writes per process (the
-   inventory back end, ``launch.log_dir``), Slurm's ``StdOut``/``StdErr`` files, the termination
-   messages of a Kubernetes job's exited containers, and the progress signal's own ``log:`` tail.
-   The training-log lines of every tail add to the step-time and loss series.
+   inventory back end, ``launch.log_dir``), Slurm's ``StdOut``/``StdErr`` files, a Kubernetes job's
+   running pods' container logs read through the API (the newest :data:`POD_LOG_TAIL_LINES` lines,
+   at most :data:`POD_LOG_LIMIT_BYTES`, :data:`POD_LOG_CONCURRENCY` at once, all within
+   :data:`LOG_READ_TIMEOUT_S`; a log that cannot be read makes the logs *unknown*, naming its pod)
+   and the termination messages of its exited containers, and the progress signal's own ``log:``
+   tail. The training-log lines of every tail add to the step-time and loss series.
 4. **host findings** (:func:`read_findings`): each host's latest sweep/diagnose verdict from the store
    (:func:`robustctl.sweep.history.check_states`): hosts whose verdict is critical, with the checks
    that are critical now (lost GPU, hardware XID, NIC down, ...).
@@ -69,9 +72,9 @@ from robustctl.jobcode.progress import (
     reader_files,
     unix_time,
 )
-from robustctl.models import Status
+from robustctl.models import Outcome, Status
 from robustctl.sweep.history import HOST_CHECK, CheckState, check_states
-from robustctl.transport.fanout import fan_out
+from robustctl.transport.fanout import fan_out, fan_out_units
 from robustctl.watch.logscan import MAX_LINE_CHARS, MAX_LINES, MAX_TAIL_BYTES, LogScan, scan_log
 from robustctl.watch.rules import MAX_STEP_TIME_S, Verdict
 
@@ -79,6 +82,7 @@ if TYPE_CHECKING:
     from robustctl.config import DiagnoseSettings, ProgressSpec
     from robustctl.inventory import Host, Job
     from robustctl.schedulers.base import Scheduler
+    from robustctl.schedulers.kubernetes import KubeApi
     from robustctl.schedulers.slurm import Slurm
     from robustctl.store import Store
     from robustctl.transport.pool import TransportPool
@@ -91,9 +95,13 @@ __all__ = [
     "MAX_HOST_CHECKS",
     "MAX_HOST_LOG_BYTES",
     "MAX_PODS",
+    "MAX_POD_CONTAINERS",
     "MAX_REASON_CHARS",
     "MAX_SAMPLES",
     "MAX_TERMINATION_MESSAGE_CHARS",
+    "POD_LOG_CONCURRENCY",
+    "POD_LOG_LIMIT_BYTES",
+    "POD_LOG_TAIL_LINES",
     "SACCT_WINDOW",
     "STEP_TIME_FIELD",
     "TAIL_READER",
@@ -163,7 +171,29 @@ bytes and a pod's at 12 KiB (kubernetes.io, "Determine the Reason for Pod Failur
 termination message"); more is not an API server's answer."""
 MAX_PODS = 65_536
 """Most pods of one job examined (a job of MAX_WORLD_SIZE ranks at 16 ranks per pod); more is not one
-job's."""
+job's. Also the most container logs read per reading."""
+MAX_POD_CONTAINERS = 64
+"""Most containers of one pod whose logs are read (spec order): a training pod has one or a few (the
+trainer, sidecars); the same bound :func:`pod_liveness` puts on a pod's container statuses."""
+POD_LOG_TAIL_LINES = 2048
+"""Newest lines of a running pod's container log asked of the API server (``tailLines``; our choice):
+a crash's evidence (a Python traceback, ProcessGroupNCCL's watchdog report with its C++ frames, about
+10 KB or 100 lines per rank in PyTorch 2.x, NCCL's WARN lines) for the 8 ranks of a pod is at most
+about a thousand lines; 2048 holds it with interleaved progress output, below logscan's MAX_LINES."""
+POD_LOG_LIMIT_BYTES = 4 * MAX_TAIL_BYTES
+"""Most bytes of a container log asked (``limitBytes``, 1 MiB; the client's own cap,
+:data:`robustctl.schedulers.kubernetes.MAX_POD_LOG_BYTES`). The server applies it *after*
+``tailLines`` and keeps the first bytes, so it must hold the :data:`POD_LOG_TAIL_LINES` lines whole
+for the newest line to arrive: 2048 lines of 512 bytes on average (a Megatron training-log line is
+about 350). Only the newest :data:`~robustctl.watch.logscan.MAX_TAIL_BYTES` are scanned. An answer
+that fills it is asked again once with fewer lines (sized from its own lines to fit MAX_TAIL_BYTES);
+full again, its newest lines are not known and the logs are *unknown* naming the pod. A pod costs at
+most 2 MiB per container and reading, half the :data:`MAX_HOST_LOG_BYTES` an inventory host may."""
+POD_LOG_CONCURRENCY = 16
+"""Container logs read at once (our choice; at most the diagnose concurrency): ``kubectl logs`` reads
+at most 5 streams at once for a selector (``--max-log-requests``); 16 reads a thousand pods' tails
+well within :data:`LOG_READ_TIMEOUT_S` at tens of milliseconds each, a small share of the API
+server's default 400 read requests in flight (``--max-requests-inflight``)."""
 
 LOSS_FIELD = "loss"
 """The heartbeat key holding the step's loss (the test-bed jobs' heartbeats: ``tests/jobs/heartbeat.py``,
@@ -820,9 +850,9 @@ class LogSignal:
     Attributes:
         tails: every log read or tried, in host order.
         errors: hosts whose logs could not be read at all.
-        unknown: why some log source of the job was not read (no ``launch:`` section, pod logs the
-            back end cannot fetch, a Slurm job without an output file); None when every source the
-            back end has was read.
+        unknown: why some log source of the job was not read (no ``launch:`` section, a pod's log the
+            API did not answer, a Slurm job without an output file); None when every source the back
+            end has was read.
     """
 
     tails: tuple[LogTail, ...] = ()
@@ -1509,6 +1539,169 @@ def _launch_logs(job: Job, hosts: Sequence[Host]) -> list[tuple[Host, list[tuple
     return [(h, by_host.get(h.name, [])) for h in hosts]
 
 
+# ------------------------------------------------------------------------------------------- pod logs
+
+
+@dataclass(frozen=True)
+class _PodLog:
+    """One container log of a running pod to read: the pod (namespace, name, node, ranks) and the
+    container (None: the pod names none, the server picks its only one)."""
+
+    namespace: str
+    pod: str
+    node: str
+    ranks: tuple[int, ...]
+    container: str | None
+
+    @property
+    def path(self) -> str:
+        """The log's name in a :class:`LogTail`: ``"pod NS/NAME container C log"``."""
+        return f"pod {self.namespace}/{self.pod} container {self.container or '(only)'} log"
+
+
+def _pod_ranks(meta: Mapping[str, Any], index_label: str, per_pod: int) -> tuple[int, ...]:
+    """A pod's ranks from its index (``index_label``, a label or an annotation): ``i·R … i·R+R-1``
+    with R = ``per_pod``, as :func:`pod_liveness` maps them; () without an index."""
+    raw = _mapping(meta.get("labels")).get(index_label, _mapping(meta.get("annotations")).get(index_label))
+    if per_pod <= 0 or not (isinstance(raw, str) and raw.isascii() and raw.isdigit() and len(raw) <= 9):
+        return ()
+    i = int(raw)
+    return tuple(range(i * per_pod, (i + 1) * per_pod))
+
+
+def _pod_logs_of(
+    pods: Sequence[object], *, namespace: str, index_label: str, ranks_per_host: int, pods_per_host: int
+) -> tuple[list[_PodLog], int]:
+    """The container logs to read: each container (``spec.containers``, at most
+    :data:`MAX_POD_CONTAINERS`) of each pod in phase Running and not being deleted, at most
+    :data:`MAX_PODS` in all; and how many were left out past that bound. Never raises."""
+    per_pod = (
+        ranks_per_host // pods_per_host if pods_per_host > 0 and ranks_per_host % pods_per_host == 0 else 0
+    )
+    out: list[_PodLog] = []
+    left = 0
+    for raw in pods[:MAX_PODS]:
+        if not isinstance(raw, Mapping):
+            continue
+        meta = _mapping(raw.get("metadata"))
+        name = meta.get("name")
+        if _mapping(raw.get("status")).get("phase") != "Running" or meta.get("deletionTimestamp"):
+            continue
+        if not isinstance(name, str) or not name:
+            continue
+        spec = _mapping(raw.get("spec"))
+        node = _line(spec.get("nodeName") or "?", 253)
+        ranks = _pod_ranks(meta, index_label, per_pod)
+        specs = spec.get("containers")
+        names: list[str | None] = [
+            c["name"]
+            for c in (specs if isinstance(specs, list) else [])[:MAX_POD_CONTAINERS]
+            if isinstance(c, Mapping) and isinstance(c.get("name"), str) and c["name"]
+        ]
+        for container in names or [None]:
+            if len(out) >= MAX_PODS:
+                left += 1
+                continue
+            out.append(_PodLog(namespace, name, node, ranks, container))
+    return out, left
+
+
+def _pod_log_full(text: str) -> tuple[int, bool]:
+    """``(bytes, full)``: the answer's size as UTF-8, and whether it reached :data:`POD_LOG_LIMIT_BYTES`
+    (within one examined line: the server may stop slightly short), so its newest lines may be cut."""
+    size = len(text.encode(_TEXT, "replace"))
+    return size, size >= POD_LOG_LIMIT_BYTES - MAX_LINE_CHARS
+
+
+def _read_pod_log(
+    api: KubeApi, log: _PodLog, deadline: float, samples: _SampleSet
+) -> tuple[LogTail, str | None]:
+    """Read and scan one container's log tail: ``(tail, problem)``, problem saying why its newest
+    lines are not known (None: read whole). An answer that fills :data:`POD_LOG_LIMIT_BYTES` is asked
+    again once, before ``deadline``, with the lines that fit :data:`~robustctl.watch.logscan.MAX_TAIL_BYTES`
+    at its own line lengths. A failed request is the tail's error and the problem."""
+    from robustctl.schedulers.base import SchedulerError
+
+    lines = POD_LOG_TAIL_LINES
+    try:
+        text = api.read_pod_log(
+            log.namespace, log.pod, container=log.container, limit_bytes=POD_LOG_LIMIT_BYTES, tail_lines=lines
+        )[-POD_LOG_LIMIT_BYTES:]
+        size, full = _pod_log_full(text)
+        if full and time.monotonic() < deadline:
+            lines = max(1, min(lines - 1, max(1, text.count("\n")) * MAX_TAIL_BYTES // max(1, size)))
+            text = api.read_pod_log(
+                log.namespace,
+                log.pod,
+                container=log.container,
+                limit_bytes=POD_LOG_LIMIT_BYTES,
+                tail_lines=lines,
+            )[-POD_LOG_LIMIT_BYTES:]
+            size, full = _pod_log_full(text)
+    except SchedulerError as exc:
+        why = _line(exc.reason, 200)
+        return LogTail(log.node, log.path, log.ranks, error=why), why
+    problem = (
+        f"its newest {lines} line(s) hold over {POD_LOG_LIMIT_BYTES} bytes: the newest were not read"
+        if full
+        else None
+    )
+    samples.add(training_samples(text, _line(f"{log.node} {log.path}", 200)))
+    scan = scan_log(text)
+    return LogTail(log.node, log.path, log.ranks, scan, None, scan.bytes_read), problem
+
+
+def _read_pod_logs(
+    api: KubeApi,
+    logs: Sequence[_PodLog],
+    left: int,
+    samples: _SampleSet,
+    diagnose: DiagnoseSettings | None,
+) -> tuple[list[LogTail], list[SourceError], str | None]:
+    """Read and scan ``logs`` through the API (:func:`_read_pod_log`), :data:`POD_LOG_CONCURRENCY`
+    at once (at most the diagnose concurrency), all within :data:`LOG_READ_TIMEOUT_S`:
+    ``(tails, errors, unknown)``. Each log not read, or whose newest lines were not, is named in
+    ``unknown`` (with ``left``, the logs past :data:`MAX_PODS`); a failed one is also an error of its
+    pod. Never raises."""
+    concurrency = max(1, min(POD_LOG_CONCURRENCY, _knobs(diagnose)[0]))
+    outcomes = fan_out_units(
+        list(logs),
+        lambda log, deadline: _read_pod_log(api, log, deadline, samples),
+        concurrency=concurrency,
+        unit_timeout_s=LOG_READ_TIMEOUT_S,
+        deadline=time.monotonic() + LOG_READ_TIMEOUT_S,
+        retries=0,
+        backoff_s=0.0,
+    )
+    tails: list[LogTail] = []
+    errors: list[SourceError] = []
+    problems: list[str] = []
+    for o in outcomes:
+        log = o.unit
+        if o.ok and o.value is not None:
+            tail, problem = o.value
+        else:
+            problem = (
+                f"not read within the {LOG_READ_TIMEOUT_S:g} s deadline"
+                if o.outcome is Outcome.TIMED_OUT
+                else _line(o.error or o.outcome.value, 200)
+            )
+            tail = LogTail(log.node, log.path, log.ranks, error=problem)
+        tails.append(tail)
+        if problem is None:
+            continue
+        problems.append(f"pod {log.pod} container {log.container or '(only)'}: {problem}")
+        if tail.error is not None:
+            errors.append(SourceError("logs", f"pod {log.pod}", _line(f"{log.path}: {problem}")))
+    if left:
+        problems.append(f"{left} container log(s) past the {MAX_PODS} read per reading were left out")
+    if not problems:
+        return tails, errors, None
+    n = len(problems) - (1 if left else 0)
+    head = f"pod logs: {n} of {len(logs)} container log(s) not read whole"
+    return tails, errors, _line(f"{head}: {'; '.join(problems)}")
+
+
 def _scheduler_reads(
     job: Job,
     hosts: Sequence[Host],
@@ -1545,13 +1738,15 @@ def _scheduler_reads(
             index_label=s.index_label,
             namespace=s.namespace,
         )
-        return (
-            liveness,
-            list(k8s_tails),
-            [],
-            "pod logs: the Kubernetes back end's API client reads no pod logs (only the termination "
-            "messages of exited containers are scanned)",
+        logs, left = _pod_logs_of(
+            pods,
+            namespace=s.namespace,
+            index_label=s.index_label,
+            ranks_per_host=job.ranks_per_host,
+            pods_per_host=s.pods_per_host,
         )
+        log_tails, log_errors, unknown = _read_pod_logs(scheduler.api, logs, left, samples, diagnose)
+        return liveness, [*k8s_tails, *log_tails], log_errors, unknown
     return (
         _unknown_liveness(scheduler.name, ranks, f"scheduler {scheduler.name} cannot report the job's state"),
         [],
