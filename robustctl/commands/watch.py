@@ -46,6 +46,7 @@ from robustctl.watch.rules import (
     FailSlowState,
     SignalClass,
     Verdict,
+    after_recovery,
     judge_hang,
     judge_losses,
     observe_step_time,
@@ -522,7 +523,16 @@ def _evaluate(
                 )
         if st.incident_id is not None:
             _fill_incident(store, job.name, st.incident_id, reading.newest_step_time)
-        verdicts, fail_slow, last_step = reading_verdicts(reading, st.fail_slow, st.last_step, settings)
+        run_ended = _run_ended(store, st.memory)
+        fail_slow_in = st.fail_slow
+        if st.memory.incident is not None and st.memory.incident.handled and run_ended is not None:
+            # the recovery restarted the job: judge it by the pace before the episode, without the
+            # slow window (rules.after_recovery)
+            fail_slow_in = after_recovery(
+                st.fail_slow,
+                FailSlowParams(slow_factor=settings.slow_factor, persist_steps=settings.persist_steps),
+            )
+        verdicts, fail_slow, last_step = reading_verdicts(reading, fail_slow_in, st.last_step, settings)
         prior = st.memory
         decision = decide(
             job.name,
@@ -530,7 +540,7 @@ def _evaluate(
             verdicts,
             st.memory,
             settings,
-            run_ended_s=_run_ended(store, st.memory),
+            run_ended_s=run_ended,
             newest_step_s=reading.newest_step_time,
             advise=request.advise,
             resume=request.resume,

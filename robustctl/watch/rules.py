@@ -70,6 +70,7 @@ __all__ = [
     "FailSlowState",
     "SignalClass",
     "Verdict",
+    "after_recovery",
     "default_stall_after_s",
     "detection_delay_and_false_alarms",
     "judge_hang",
@@ -847,6 +848,34 @@ def observe_step_time(
                 return state, _slow_verdict(state, p, ratio, roll)
             state = replace(state, candidate=None, baseline=None, change_prob=None)
     return state, None
+
+
+def after_recovery(state: FailSlowState, params: FailSlowParams | None = None) -> FailSlowState:
+    """The fail-slow state to judge a recovered job by: the healthy pace before the episode, no episode.
+
+    A recovery (evict the degrader group, restart) ends the episode, but the state still holds the
+    slow samples in its window: fed the restarted job's steps, it would keep the episode going (or,
+    with the restart's warm-up step, start one) and the watcher would open a second incident the
+    moment the first one closed. Starting from nothing instead would make the restarted job's pace the
+    new baseline, and a recovery that did not cure the slowdown (the wrong group evicted) would never
+    be seen again. So the samples before the episode's candidate (all of them when there was none)
+    are replayed into a fresh state: the baseline is the healthy pace, the slow segment is gone, and a
+    slowdown that outlives the recovery is a new change point, declared after ``persist_steps``.
+
+    Args:
+        state: the state when the recovery ended. params: the rule's parameters (defaults: None).
+
+    Returns:
+        A state with no candidate and no episode, ``skipped`` kept. O(:data:`RUN_LENGTH_MAX`²) time.
+    """
+    p = params if params is not None else FailSlowParams()
+    recent = state.recent
+    if state.candidate is not None:
+        recent = recent[: max(0, len(recent) - (state.seen - state.candidate))]
+    fresh = FailSlowState(skipped=state.skipped)
+    for t in recent:
+        fresh, _ = observe_step_time(fresh, t, p)
+    return replace(fresh, candidate=None, baseline=None, change_prob=None, slow_since=None)
 
 
 def _episode_verdict(state: FailSlowState, params: FailSlowParams) -> Verdict | None:

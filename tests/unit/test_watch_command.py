@@ -544,3 +544,62 @@ def test_a_refused_recovery_is_not_counted_as_one(bed: BedJob) -> None:
     with Store.open(bed.state) as store:
         assert [e.action.value for e in watchstore.events(store, "hb")] == ["run", "run"]
         assert len({e.incident_id for e in watchstore.events(store, "hb")}) == 1
+
+
+@pytest.mark.parametrize("cured", [True, False])
+def test_after_a_fail_slow_recovery_the_job_is_judged_by_its_healthy_pace(bed: BedJob, cured: bool) -> None:
+    """A fail-slow episode is recovered. Cured (the restart's slow warm-up step, then the healthy
+    pace): no second incident, although the old episode's window would declare the slowdown again
+    the moment the first incident closed. Not cured (still 4x slower): a second incident, because the
+    job is judged by its pace before the episode, not by the slow pace as a new normal."""
+    bed.write()
+    marker = configure(bed, cooldown_s=0, persist_steps=5, playbooks={"fail-slow": "hang"})
+    t0 = time.time() - 1000
+    now = [t0]
+    feed: list[tuple[int, float]] = []  # (step, step time) the next reading shows
+
+    class Progress(signals.ProgressSignal):
+        @property
+        def step(self) -> int | None:
+            return max((s.step for s in self.samples), default=None)
+
+    class Reading(signals.JobReading):
+        @property
+        def newest_step_time(self) -> float | None:
+            return max((s.at for s in self.progress.samples if s.at is not None), default=None)
+
+    def read(job: Any, pool: Any, **kw: Any) -> Any:
+        samples = tuple(signals.StepSample(step, at=now[0] - 0.01 * (len(feed) - i), step_time_s=st)
+                        for i, (step, st) in enumerate(feed))  # fmt: skip
+        return Reading(
+            job="hb", backend="inventory", hosts=tuple(h.name for h in job.hosts), read_at=kw["clock"](),
+            progress=Progress(None, samples=samples), liveness=signals.LivenessSignal("inventory",
+            signals.Liveness.ALIVE, 4, 4), logs=signals.LogSignal(), findings=signals.FindingsSignal(),
+        )  # fmt: skip
+
+    step = [0]
+
+    def evaluate(step_time: float) -> Any:
+        step[0] += 1
+        feed[:] = [(step[0], step_time)]
+        now[0] += 2.0
+        return run_watch_once(loop_request(bed), clock=lambda: now[0], reader=read)
+
+    results = [evaluate(0.2) for _ in range(40)]
+    for _ in range(30):
+        results.append(evaluate(0.8))
+        if results[-1].action == "run":
+            break
+    assert [r.action for r in results if r.action != "none"] == ["run"], [r.decision for r in results]
+    assert results[-1].decision["signal"] == "fail-slow" and marker.read_text() == "ran\n"
+    pace = [3.0] + [0.2] * 14 if cured else [3.0] + [0.8] * 14
+    later = [evaluate(t) for t in pace]
+    with Store.open(bed.state) as store:
+        incs = [(i.incident_class, i.closed_at is not None) for i in watchstore.incidents(store, "hb")]
+    if cured:
+        assert [r.action for r in later if r.action != "none"] == [], [r.decision for r in later]
+        assert incs == [("fail-slow", True)]
+    else:
+        acted = [r.action for r in later if r.action != "none"]
+        assert acted[:1] == ["run"], [r.decision for r in later]  # then again, up to the hourly limit
+        assert len(incs) >= 2 and {c for c, _ in incs} == {"fail-slow"} and incs[0][1], incs

@@ -563,3 +563,28 @@ def test_every_log_pattern_is_free_of_nested_repetition() -> None:
     assert len(patterns) >= 15
     for pattern in patterns:
         check_regex(pattern.pattern)  # raises on a repeat inside a repeated group
+
+
+def test_after_recovery_keeps_the_healthy_pace_and_drops_the_episode() -> None:
+    from robustctl.watch.rules import after_recovery
+
+    p = FailSlowParams(persist_steps=5)
+    st = FailSlowState()
+    verdict = None
+    for t in [0.2] * 40 + [0.8] * 10:
+        st, verdict = observe_step_time(st, t, p)
+    assert verdict is not None and st.slow_since is not None
+    fresh = after_recovery(st, p)
+    assert fresh.slow_since is None and fresh.candidate is None
+    assert fresh.recent and max(fresh.recent) == 0.2  # the slow segment is gone, the healthy pace kept
+    cured = fresh
+    for t in [3.0] + [0.2] * 20:  # the restart's warm-up step, then the healthy pace
+        cured, verdict = observe_step_time(cured, t, p)
+        assert verdict is None
+    still = fresh
+    seen = []
+    for t in [3.0] + [0.8] * 20:
+        still, verdict = observe_step_time(still, t, p)
+        seen.append(verdict is not None)
+    assert any(seen), "a slowdown that outlives the recovery is declared again"
+    assert after_recovery(FailSlowState()) == FailSlowState()
