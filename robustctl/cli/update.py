@@ -59,7 +59,7 @@ app = typer.Typer(
 def _when(t: float | None) -> str:
     if t is None:
         return "-"
-    from robustctl.report.timefmt import format_utc
+    from robustctl.timefmt import format_utc
 
     return format_utc(t, zone=True)
 

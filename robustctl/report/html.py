@@ -29,7 +29,7 @@ from html import escape
 from typing import TYPE_CHECKING
 
 from robustctl.report.console import printable
-from robustctl.report.timefmt import format_utc
+from robustctl.timefmt import format_utc
 
 if TYPE_CHECKING:
     from robustctl.commands.ettr import JobEttr, TimelineInterval

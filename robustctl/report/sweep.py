@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 from rich.table import Table
 
 from robustctl.report.console import as_text, escape, styled
-from robustctl.report.timefmt import format_utc
+from robustctl.timefmt import format_utc
 
 if TYPE_CHECKING:
     from rich.console import Console

@@ -80,7 +80,6 @@ and any sequence of valid times give a decision; nothing else raises.
 
 from __future__ import annotations
 
-import datetime
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -88,6 +87,7 @@ from enum import Enum
 from typing import TYPE_CHECKING, Any
 
 from robustctl.models import SCHEMA_VERSION, strict_jsonable
+from robustctl.timefmt import format_utc
 from robustctl.watch.rules import SignalClass, Verdict
 
 if TYPE_CHECKING:
@@ -511,12 +511,9 @@ def _fmt_t(t: float) -> str:
 
 
 def _at(t: float) -> str:
-    """A UNIX time for a reason, in UTC to the second: ``"2026-11-26 20:59:37 UTC"`` (the number
-    itself when the calendar cannot show it)."""
-    try:
-        return datetime.datetime.fromtimestamp(t, datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
-    except (OverflowError, OSError, ValueError):
-        return _fmt_t(t)
+    """A UNIX time for a reason, in UTC to the second: ``"2026-11-26 20:59:37 UTC"``
+    (:func:`robustctl.timefmt.format_utc`, the formatter of every report)."""
+    return format_utc(t, zone=True)
 
 
 def _hosts_of(verdicts: Sequence[Verdict]) -> list[str]:

@@ -1,4 +1,4 @@
-"""report.timefmt.format_utc: every report's one time formatter; it never raises (issue 21, item 6)."""
+"""timefmt.format_utc: every report's one time formatter; it never raises (issue 21, item 6)."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import math
 
 import pytest
 
-from robustctl.report.timefmt import SHOWN_VALUE, format_utc
 from robustctl.store import TIME_MAX
+from robustctl.timefmt import SHOWN_VALUE, format_utc
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,7 @@
-"""One formatter of UNIX times for every report: :func:`format_utc` never raises.
+"""One formatter of UNIX times for every report and every reason text: :func:`format_utc` never raises.
+
+A foundation module (it imports only the store's time range), so the watch's decisions and the
+reports print a time the same way.
 
 A time reaches a report from the state store (checked there, :func:`robustctl.store.time_problem`),
 from a clock, or from a host; whatever it is, a table or a page prints a line for it. A value that is
