@@ -1024,9 +1024,29 @@ class SweepSettings(StrictModel):
     lemon_no_standby: bool = Field(False, description="Never pick a lemon as the standby to activate.")
 
 
-WATCH_CLASSES = ("crash", "hang", "fail-slow", "nan-loss", "host-critical")
-"""The signal classes ``robustctl watch`` tells apart (:mod:`robustctl.watch.rules`), each mapped to a
-playbook by ``watch.playbooks``."""
+class SignalClass(str, enum.Enum):
+    """What a signal says about a job; each class but ``unknown`` maps to a playbook (issue 22,
+    "Decisions"). The one list of classes: the watch's rules and decisions, the store's incidents
+    and events, the ETTR ledger and the inventory's ``watch.playbooks`` keys all use it."""
+
+    CRASH = "crash"
+    """A rank exited, or its log shows an explicit fatal error (the verdict's ``cause`` says which)."""
+    HANG = "hang"
+    """No new step for ``stall_after_s`` while every rank is alive."""
+    FAIL_SLOW = "fail-slow"
+    """A lasting rise of the step time over its own baseline."""
+    NAN_LOSS = "nan-loss"
+    """A NaN/Inf loss or a loss spike."""
+    HOST_CRITICAL = "host-critical"
+    """A critical finding (lost GPU, hardware XID, NIC down) on a host of the job."""
+    UNKNOWN = "unknown"
+    """The rule could not tell: a source unreadable, liveness unknown, clocks disagreeing. Never acted
+    on, never an incident."""
+
+
+WATCH_CLASSES: tuple[str, ...] = tuple(c.value for c in SignalClass if c is not SignalClass.UNKNOWN)
+"""The signal classes ``robustctl watch`` acts on (every :class:`SignalClass` but ``unknown``), each
+mapped to a playbook by ``watch.playbooks``."""
 
 WatchClass = Literal["crash", "hang", "fail-slow", "nan-loss", "host-critical"]
 

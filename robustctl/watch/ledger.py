@@ -82,6 +82,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
+from robustctl.config import SignalClass
 from robustctl.errors import ConfigError
 from robustctl.models import SCHEMA_VERSION, strict_jsonable
 from robustctl.store import TIME_MAX, TIME_MIN
@@ -103,7 +104,6 @@ __all__ = [
     "EttrLedger",
     "EttrPoint",
     "Incident",
-    "IncidentClass",
     "IncidentRow",
     "LedgerInputError",
     "LedgerInterval",
@@ -190,16 +190,6 @@ UNPRODUCTIVE_CAUSES: tuple[Cause, ...] = tuple(c for c in Cause if c is not Caus
 """Every unproductive cause, in the order ledgers list them."""
 
 
-class IncidentClass(str, Enum):
-    """The signal class that opened an incident (issue 22, "Signals")."""
-
-    CRASH = "crash"
-    HANG = "hang"
-    FAIL_SLOW = "fail-slow"
-    NAN_LOSS = "nan-loss"
-    HOST_CRITICAL = "host-critical"
-
-
 @dataclass(frozen=True)
 class ProgressSample:
     """One reading of the job's progress.
@@ -219,7 +209,7 @@ class Incident:
 
     Attributes:
         incident_id: unique within the timeline, 1 to :data:`MAX_LABEL_CHARS` characters.
-        incident_class: the signal class (:class:`IncidentClass` or its value).
+        incident_class: the signal class (:class:`SignalClass` or its value).
         onset_s: the time of the last good step before the fault (MTTR starts here).
         decision_s: when the controller decided on a playbook (detection ends here).
         localization_start_s, localization_end_s: stacks, diagnose or replay.
@@ -234,7 +224,7 @@ class Incident:
     """
 
     incident_id: str
-    incident_class: IncidentClass | str
+    incident_class: SignalClass | str
     onset_s: float
     decision_s: float | None = None
     localization_start_s: float | None = None
@@ -323,7 +313,7 @@ class IncidentRow:
     """
 
     incident_id: str
-    incident_class: IncidentClass
+    incident_class: SignalClass
     playbook: str | None
     onset_s: float
     decision_s: float | None
@@ -523,7 +513,7 @@ class _Checked:
 
     incident: Incident
     name: str  # "incident 'ID'", for messages
-    klass: IncidentClass
+    klass: SignalClass
     times: tuple[float | None, ...]  # _PHASE_FIELDS order, running maximum applied
     machines: tuple[str, ...]
     checkpoint_step: int | None
@@ -543,9 +533,11 @@ def _check_incident(inc: object, index: int, notes: list[str]) -> _Checked:
     ident = _label(inc.incident_id, f"incident #{index}: id")
     name = f"incident {_shown(ident)}"
     try:
-        klass = IncidentClass(inc.incident_class)
+        klass = SignalClass(inc.incident_class)
+        if klass is SignalClass.UNKNOWN:
+            raise ValueError(klass)
     except ValueError:
-        known = ", ".join(c.value for c in IncidentClass)
+        known = ", ".join(c.value for c in SignalClass if c is not SignalClass.UNKNOWN)
         raise LedgerInputError(
             f"{name}: unknown class {_shown(inc.incident_class)} (known: {known})"
         ) from None

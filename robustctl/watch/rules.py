@@ -33,9 +33,9 @@ import math
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from enum import Enum
 from typing import Any
 
+from robustctl.config import SignalClass
 from robustctl.errors import ConfigError
 
 __all__ = [
@@ -82,23 +82,6 @@ __all__ = [
 
 Scalar = int | float | str | bool | None
 """A value that triggered a rule: JSON-able once non-finite floats are spelled (see :meth:`Verdict.to_json`)."""
-
-
-class SignalClass(str, Enum):
-    """What a signal says about a job; each class maps to a playbook (issue 22, "Decisions")."""
-
-    CRASH = "crash"
-    """A rank exited, or its log shows an explicit fatal error (the verdict's ``cause`` says which)."""
-    HANG = "hang"
-    """No new step for ``stall_after_s`` while every rank is alive."""
-    FAIL_SLOW = "fail-slow"
-    """A lasting rise of the step time over its own baseline."""
-    NAN_LOSS = "nan-loss"
-    """A NaN/Inf loss or a loss spike."""
-    HOST_CRITICAL = "host-critical"
-    """A critical finding (lost GPU, hardware XID, NIC down) on a host of the job."""
-    UNKNOWN = "unknown"
-    """The rule could not tell: a source unreadable, liveness unknown, clocks disagreeing."""
 
 
 MAX_EVIDENCE_CHARS = 512

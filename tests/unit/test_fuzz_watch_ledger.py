@@ -23,13 +23,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from robustctl.config import WATCH_CLASSES, SignalClass
 from robustctl.watch.ledger import (
     LEDGER_TIME_MAX,
     UNPRODUCTIVE_CAUSES,
     Cause,
     EttrLedger,
     Incident,
-    IncidentClass,
     LedgerInputError,
     ProgressSample,
     Timeline,
@@ -89,7 +89,8 @@ def timelines(draw: st.DrawFn, min_incidents: int = 0) -> Timeline:
             Incident(
                 ident,
                 draw(
-                    st.sampled_from(list(IncidentClass)) | st.sampled_from([c.value for c in IncidentClass])
+                    st.sampled_from([c for c in SignalClass if c is not SignalClass.UNKNOWN])
+                    | st.sampled_from(list(WATCH_CLASSES))
                 ),
                 onset_s=draw(time),
                 machines_evicted=tuple(

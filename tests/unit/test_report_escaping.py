@@ -255,9 +255,10 @@ def hostile_job(text: str) -> Any:
     """A job's ETTR whose job name, incident id, playbook and evicted machines hold ``text`` (and a
     cause that is no cause: drawn as ``c-other``)."""
     from robustctl.commands.ettr import JobEttr, TimelineInterval
-    from robustctl.watch.ledger import UNPRODUCTIVE_CAUSES, IncidentClass, IncidentRow
+    from robustctl.config import SignalClass
+    from robustctl.watch.ledger import UNPRODUCTIVE_CAUSES, IncidentRow
 
-    row = IncidentRow(f"i{text}", IncidentClass.HANG, f"pb{text}", 10.0, 20.0, 40.0, False, 30.0,
+    row = IncidentRow(f"i{text}", SignalClass.HANG, f"pb{text}", 10.0, 20.0, 40.0, False, 30.0,
                       (f"m{text}", text), None, tuple((c, 0.0) for c in UNPRODUCTIVE_CAUSES))  # fmt: skip
     intervals = (TimelineInterval("productive", 0.0, 10.0), TimelineInterval(f"x{text}", 10.0, 40.0),
                  TimelineInterval("detection", 40.0, 100.0))  # fmt: skip

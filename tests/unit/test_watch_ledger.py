@@ -11,6 +11,7 @@ import json
 
 import pytest
 
+from robustctl.config import SignalClass
 from robustctl.errors import ConfigError
 from robustctl.exit_codes import ExitCode
 from robustctl.watch import ledger as ledger_mod
@@ -19,7 +20,6 @@ from robustctl.watch.ledger import (
     Cause,
     EttrLedger,
     Incident,
-    IncidentClass,
     LedgerInputError,
     ProgressSample,
     Timeline,
@@ -94,7 +94,7 @@ def test_one_crash_with_every_phase() -> None:
     assert by_cause(ledger) == {DET: 20.0, LOC: 40.0, EVI: 40.0, RST: 50.0, REC: 90.0, WAIT: 0.0, UNACC: 0.0}
     assert ledger.notes == ()
     (row,) = ledger.incidents
-    assert row.incident_class is IncidentClass.CRASH and row.playbook == "job-failed"
+    assert row.incident_class is SignalClass.CRASH and row.playbook == "job-failed"
     assert row.onset_s == 300.0 and row.decision_s == 320.0 and row.first_new_step_s == 450.0
     assert row.mttr_s == 150.0 and not row.first_new_step_inferred
     assert row.machines_evicted == ("node03", "node04")  # each machine once
@@ -140,7 +140,7 @@ def test_two_incidents() -> None:
         + tuple(ProgressSample(float(t), 91 + (t - 760) // 5) for t in range(760, 1201, 10))
     )
     crash = Incident(
-        "c", IncidentClass.CRASH, 200.0, decision_s=210.0, restart_start_s=215.0, first_new_step_s=260.0,
+        "c", SignalClass.CRASH, 200.0, decision_s=210.0, restart_start_s=215.0, first_new_step_s=260.0,
         checkpoint_step=30, playbook="job-failed",
     )  # fmt: skip
     hang = Incident(

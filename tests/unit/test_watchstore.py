@@ -50,8 +50,14 @@ def store(tmp_path: Path) -> Iterator[Store]:
 
 
 def test_classes_are_the_configs() -> None:
-    assert INCIDENT_CLASSES == WATCH_CLASSES
-    assert EVENT_CLASSES == (*WATCH_CLASSES, "unknown")
+    """One list of signal classes: the config's enum; the inventory's playbook keys, the store's
+    incident and event classes and the ledger's all follow it."""
+    from typing import get_args
+
+    from robustctl.config import SignalClass, WatchClass
+
+    assert INCIDENT_CLASSES == WATCH_CLASSES == get_args(WatchClass)
+    assert EVENT_CLASSES == tuple(c.value for c in SignalClass) == (*WATCH_CLASSES, "unknown")
 
 
 # --- events -------------------------------------------------------------------------------------
