@@ -1,6 +1,6 @@
 """Property-based tests of the watch's signal parsers (issue 22, item 2): any bytes a host's progress or
 log-tail reader prints, any reader document, any training-log line, any pods, any Slurm state and
-exit code, any samples and any stored check states.
+exit code, any samples and any stored check states, any pod-log text the Kubernetes API answers.
 
 Contract: a host's output becomes a parsed reading or a one-line HostError of that host, nothing else
 raised; every result within its bounds (samples, problems, exits, checks, bytes); the progress entries
@@ -21,19 +21,24 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from robustctl.config import ProgressSpec
+from robustctl.config import KubernetesSettings, ProgressSpec
 from robustctl.errors import HostError
 from robustctl.inventory import load_inventory
 from robustctl.jobcode.progress import MAX_STEP, read_progress
+from robustctl.schedulers.base import SchedulerError
+from robustctl.schedulers.kubernetes import Kubernetes
 from robustctl.sweep.history import HOST_CHECK, CheckState
 from robustctl.testing.fake_transport import FakeTransport
 from robustctl.transport.base import CommandResult
 from robustctl.transport.pool import TransportPool
+from robustctl.watch.logscan import MAX_LINE_CHARS, MAX_LINES, MAX_TAIL_BYTES
 from robustctl.watch.rules import MAX_STEP_TIME_S
 from robustctl.watch.signals import (
     MAX_EXITS,
     MAX_HOST_CHECKS,
     MAX_SAMPLES,
+    POD_LOG_LIMIT_BYTES,
+    POD_LOG_TAIL_LINES,
     Liveness,
     StepSample,
     findings_from_states,
@@ -44,6 +49,7 @@ from robustctl.watch.signals import (
     parse_tail_output,
     parse_training_line,
     pod_liveness,
+    read_job,
     read_progress_signal,
     slurm_job_liveness,
 )
@@ -420,3 +426,83 @@ def test_any_check_states(rows: list[tuple[str, str, str]]) -> None:
         assert all(
             states[(h.host, c.check)].status == "critical" for c in h.checks if (h.host, c.check) in states
         )
+
+
+@st.composite
+def pod_logs(draw: st.DrawFn) -> bytes:
+    """A container log as the kubelet keeps it: error fragments among any bytes (control characters,
+    ANSI sequences, invalid UTF-8), one huge line, or more lines than are asked for."""
+    kind = draw(st.sampled_from(["lines", "lines", "binary", "huge-line", "many-lines"]))
+    if kind == "lines":
+        parts = st.one_of(st.sampled_from(FRAGMENTS).map(str.encode), st.binary(max_size=80))
+        return b"\n".join(draw(st.lists(parts, max_size=30)))
+    if kind == "binary":
+        return draw(st.binary(max_size=2000))
+    if kind == "huge-line":
+        n = draw(st.sampled_from([MAX_LINE_CHARS + 1, MAX_TAIL_BYTES + 7, POD_LOG_LIMIT_BYTES + 13]))
+        unit = draw(st.sampled_from([b"x", b"\xff", b"\x00", b"\x1b[31m", "\u00e9".encode(), b"\r"]))
+        return (unit * n)[:n] + draw(st.sampled_from(FRAGMENTS)).encode()
+    line = draw(st.binary(min_size=1, max_size=40)).replace(b"\n", b" ")
+    return (line + b"\n") * draw(st.sampled_from([POD_LOG_TAIL_LINES + 1, 3 * POD_LOG_TAIL_LINES]))
+
+
+class _LogApi:
+    """list_pods and read_pod_log over ``logs``: as the server answers (``tail_lines`` then
+    ``limit_bytes``), or, ``honest`` False, the whole log whatever was asked; a pod without a log fails."""
+
+    def __init__(self, logs: list[bytes | None], honest: bool) -> None:
+        self.logs = {f"p{i}": log for i, log in enumerate(logs)}
+        self.honest = honest
+        self.calls: list[tuple[str, int, int]] = []
+
+    def list_pods(self, namespace: str | None, *, label_selector: str = "", field_selector: str = "") -> Any:
+        return [
+            {
+                "metadata": {"name": name, "labels": {"batch.kubernetes.io/job-completion-index": str(i)}},
+                "spec": {"nodeName": f"n{i + 1}", "containers": [{"name": "c"}]},
+                "status": {"phase": "Running"},
+            }
+            for i, name in enumerate(self.logs)
+        ]
+
+    def read_pod_log(
+        self, namespace: str, name: str, *, container: str | None, limit_bytes: int, tail_lines: int
+    ) -> str:
+        self.calls.append((name, limit_bytes, tail_lines))
+        data = self.logs[name]
+        if data is None:
+            raise SchedulerError("kubernetes", f"GET namespaces/default/pods/{name}/log", "HTTP 500: boom")
+        if self.honest:
+            lines = [line for line in re.split(rb"(?<=\n)", data) if line]
+            data = b"".join(lines[max(0, len(lines) - tail_lines) :])[:limit_bytes]
+        return data.decode("utf-8", "replace")
+
+
+@given(logs=st.lists(st.one_of(pod_logs(), st.none()), min_size=1, max_size=2), honest=st.booleans())
+def test_any_pod_log_text_is_scanned_within_bounds_or_named_unknown(
+    tmp_path_factory: Any, logs: list[bytes | None], honest: bool
+) -> None:
+    path = tmp_path_factory.mktemp("inv") / "inv.yaml"
+    path.write_text(
+        "hosts: [{name: n1, transport: local}, {name: n2, transport: local}]\n"
+        "jobs: {j: {hosts: 'n[1-2]', ranks_per_host: 2, layout: {dp: 4}}}\n"
+    )
+    job = load_inventory(path).job("j")
+    api = _LogApi(logs, honest)
+    sched = Kubernetes(api=api, settings=KubernetesSettings())
+    r = read_job(job, TransportPool(override=FakeTransport(answers={})), scheduler=sched)
+    pod_tails = [t for t in r.logs.tails if t.path.endswith(" log")]
+    assert len(pod_tails) == len(logs) and len(api.calls) <= 2 * len(logs)
+    assert all(
+        limit == POD_LOG_LIMIT_BYTES and 1 <= lines <= POD_LOG_TAIL_LINES for _, limit, lines in api.calls
+    )
+    for i, (tail, log) in enumerate(zip(pod_tails, logs, strict=True)):
+        assert tail.ranks == (2 * i, 2 * i + 1) and tail.host == f"n{i + 1}"
+        if log is None:  # never read: never healthy
+            assert tail.scan is None and r.logs.unknown is not None and f"pod p{i} " in r.logs.unknown
+            continue
+        assert tail.scan is not None and tail.error is None
+        assert tail.read_bytes <= MAX_TAIL_BYTES and tail.scan.lines_read <= MAX_LINES
+    assert r.logs.unknown is None or (len(r.logs.unknown) <= 300 and "\n" not in r.logs.unknown)
+    assert not r.logs.errors or r.logs.unknown is not None  # a log not read is never silently healthy
+    assert len(r.progress.samples) <= MAX_SAMPLES

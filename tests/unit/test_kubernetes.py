@@ -541,3 +541,150 @@ def test_cli_a_hung_api_server_fails_the_step_and_the_audit_says_so(
     assert steps.get("drain node07 via kubernetes") in (None, "skipped")  # never ran
     assert kube.node("node03")["spec"]["unschedulable"] is True
     assert not kube.node("node07")["spec"].get("unschedulable")
+
+
+# ---- pod logs (the watch's log source) ----------------------------------------------------------------
+
+
+class _Resp:
+    """A urllib3 response as ``_preload_content=False`` returns it: read(n), close, release_conn."""
+
+    def __init__(self, data: bytes, fail: BaseException | None = None) -> None:
+        self.data, self.fail = data, fail
+        self.asked: list[int] = []
+        self.closed = self.released = False
+
+    def read(self, n: int) -> bytes:
+        self.asked.append(n)
+        if self.fail is not None:
+            raise self.fail
+        return self.data[:n]
+
+    def close(self) -> None:
+        self.closed = True
+
+    def release_conn(self) -> None:
+        self.released = True
+
+
+class _Core:
+    """A stub ``CoreV1Api`` recording ``read_namespaced_pod_log``'s arguments."""
+
+    def __init__(self, resp: _Resp | BaseException) -> None:
+        self.resp = resp
+        self.calls: list[tuple[tuple[Any, ...], dict[str, Any]]] = []
+
+    def read_namespaced_pod_log(self, *args: Any, **kwargs: Any) -> _Resp:
+        self.calls.append((args, kwargs))
+        if isinstance(self.resp, BaseException):
+            raise self.resp
+        return self.resp
+
+
+def test_client_read_pod_log_sends_the_bounds_and_reads_at_most_the_limit() -> None:
+    from robustctl.schedulers.kubernetes import MAX_POD_LOG_BYTES, ClientApi
+
+    resp = _Resp(b"line one\n\xff\xfe bad bytes\n" + b"x" * 100)
+    core = _Core(resp)
+    text = ClientApi(core, 7.5).read_pod_log(
+        "ml", "train-3", container="trainer", limit_bytes=30, tail_lines=5
+    )
+    assert text == "line one\n\ufffd\ufffd bad bytes\n" + "x" * 8  # the first 30 bytes, bad bytes replaced
+    [(args, kwargs)] = core.calls
+    assert args == ("train-3", "ml")
+    assert kwargs == {
+        "container": "trainer",
+        "limit_bytes": 30,
+        "tail_lines": 5,
+        "_request_timeout": 7.5,
+        "_preload_content": False,
+    }
+    assert resp.asked == [30] and resp.closed and resp.released  # the unread rest goes with the connection
+    # no container: none sent (the server picks the only one); a limit past the client's cap is capped
+    core = _Core(_Resp(b"ok\n"))
+    assert (
+        ClientApi(core, 1).read_pod_log("ml", "p", container=None, limit_bytes=1 << 40, tail_lines=9)
+        == "ok\n"
+    )
+    [(_, kwargs)] = core.calls
+    assert "container" not in kwargs and kwargs["limit_bytes"] == MAX_POD_LOG_BYTES
+
+
+def test_client_read_pod_log_errors_name_the_request() -> None:
+    from kubernetes.client.exceptions import ApiException
+    from urllib3.exceptions import ReadTimeoutError
+
+    from robustctl.schedulers.kubernetes import ApiStatus, ClientApi
+
+    gone = ApiException(status=404, reason="Not Found")
+    gone.body = '{"kind":"Status","code":404,"message":"pods \\"p\\" not found","reason":"NotFound"}'
+    with pytest.raises(
+        ApiStatus, match=r'GET namespaces/ml/pods/p/log\?container=c: HTTP 404: pods "p" not found'
+    ):
+        ClientApi(_Core(gone), 1).read_pod_log("ml", "p", container="c", limit_bytes=10, tail_lines=1)
+    slow = _Resp(b"", ReadTimeoutError(None, "/log", "read timed out"))  # type: ignore[arg-type]
+    with pytest.raises(SchedulerError, match=r"GET namespaces/ml/pods/p/log: timed out after 2 s"):
+        ClientApi(_Core(slow), 2).read_pod_log("ml", "p", container=None, limit_bytes=10, tail_lines=1)
+    assert slow.closed and slow.released
+
+
+def test_fake_pod_log_applies_tail_lines_then_limit_bytes_and_the_apis_errors(
+    kube: FakeKubeApiServer, k8s: Kubernetes
+) -> None:
+    from robustctl.schedulers.kubernetes import ApiStatus
+
+    name = job_pod_on(kube, "node02")["metadata"]["name"]
+    kube.set_log("default", name, b"one\ntwo\nthree\nfour\n")
+    api = k8s.api
+    assert api.read_pod_log("default", name, container=None, limit_bytes=100, tail_lines=2) == "three\nfour\n"
+    assert (
+        api.read_pod_log("default", name, container=None, limit_bytes=3, tail_lines=2) == "thr"
+    )  # tail first
+    assert api.read_pod_log("default", name, container="trainer", limit_bytes=100, tail_lines=0) == ""
+    [*_, last] = kube.requests_to("GET", f"/pods/{name}/log$")
+    assert last.query == {"container": "trainer", "limitBytes": "100", "tailLines": "0"}
+    kube.add_pod("default", "two", node="node09", containers=("trainer", "sidecar"))
+    with pytest.raises(ApiStatus, match="a container name must be specified for pod two") as bad:
+        api.read_pod_log("default", "two", container=None, limit_bytes=100, tail_lines=2)
+    assert bad.value.status == 400
+    assert api.read_pod_log("default", "two", container="sidecar", limit_bytes=100, tail_lines=2) == ""
+    with pytest.raises(ApiStatus, match="container nope is not valid for pod two"):
+        api.read_pod_log("default", "two", container="nope", limit_bytes=100, tail_lines=2)
+    with pytest.raises(ApiStatus, match='pods "ghost" not found') as missing:
+        api.read_pod_log("default", "ghost", container=None, limit_bytes=100, tail_lines=2)
+    assert missing.value.status == 404
+    kube.add_pod("default", "waiting", node=None, node_selector={"no": "such"})
+    with pytest.raises(ApiStatus, match="is waiting to start"):
+        api.read_pod_log("default", "waiting", container=None, limit_bytes=100, tail_lines=2)
+
+
+def test_cli_watch_reads_running_pods_logs_and_names_the_pod_it_could_not_read(
+    kube: FakeKubeApiServer, tmp_path: Path
+) -> None:
+    import json
+
+    inv = _cli_inventory(tmp_path, kube)
+    pods = {p["metadata"]["labels"][INDEX_LABEL]: p["metadata"]["name"] for p in kube.pods("default")
+            if p["metadata"]["labels"].get(JOB_LABEL) == JOB}  # fmt: skip
+    watchdog = (
+        "[rank7]:[E ProcessGroupNCCL.cpp:616] [Rank 7] Watchdog caught collective operation timeout: "
+        "WorkNCCL(SeqNum=9, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600010 "
+        "milliseconds before timing out.\n"
+    )
+    kube.set_log("default", pods["3"], "iteration 1\n" * 20 + watchdog)
+    kube.fail("GET", f"/pods/{pods['5']}/log$", 500)
+    state = str(tmp_path / "state.db")
+    rc, out, err = _cli(
+        "watch", "--job", JOB, "--once", "--advise", "--json", "-i", str(inv), "--state", state
+    )
+    doc = json.loads(out)
+    assert rc == 2, err
+    decision = doc["decision"]
+    assert decision["signal"] == "crash"
+    assert (
+        decision["evidence"][0]["rule"] == "log.nccl-timeout"
+        and decision["evidence"][0]["values"]["rank"] == 7
+    )
+    why = {u["signal"]: u["why"] for u in doc["reading"]["unknown"]}
+    assert pods["5"] in why["logs"] and "HTTP 500" in why["logs"] and pods["3"] not in why["logs"]
+    assert len(kube.requests_to("GET", "/log$")) == 8  # every running pod's log, once

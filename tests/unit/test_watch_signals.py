@@ -27,18 +27,21 @@ from robustctl.errors import CommandTimeout, HostUnreachable
 from robustctl.inventory import Host, Job, load_inventory
 from robustctl.jobcode.progress import read_progress
 from robustctl.models import Status
-from robustctl.schedulers.kubernetes import Kubernetes
+from robustctl.schedulers.base import SchedulerError
+from robustctl.schedulers.kubernetes import ApiStatus, Kubernetes
 from robustctl.schedulers.slurm import CommandOutput, Slurm
 from robustctl.store import Store
 from robustctl.sweep.history import HOST_CHECK, Observation, record
 from robustctl.testing.fake_transport import FakeTransport
 from robustctl.transport.base import MAX_STDOUT_BYTES, CommandResult
 from robustctl.transport.pool import TransportPool
-from robustctl.watch.logscan import MAX_TAIL_BYTES
+from robustctl.watch.logscan import MAX_LINE_CHARS, MAX_TAIL_BYTES
 from robustctl.watch.rules import SignalClass, judge_hang, judge_losses
 from robustctl.watch.signals import (
     LOG_READ_TIMEOUT_S,
     MAX_HOST_LOG_BYTES,
+    POD_LOG_LIMIT_BYTES,
+    POD_LOG_TAIL_LINES,
     TAIL_READER,
     JobReading,
     Liveness,
@@ -464,7 +467,7 @@ def pod(index: int, phase: str = "Running", **container: Any) -> dict[str, Any]:
             "name": f"train-{index}",
             "labels": {"batch.kubernetes.io/job-completion-index": str(index)},
         },
-        "spec": {"nodeName": f"node{index}"},
+        "spec": {"nodeName": f"node{index}", "containers": [{"name": "trainer", "image": "pytorch"}]},
         "status": {"phase": phase, "containerStatuses": [{"name": "trainer", "state": state}]},
     }
 
@@ -506,11 +509,20 @@ def test_pods_running_failed_crash_looping_pending_and_succeeded() -> None:
 
 
 class FakeKubeApi:
-    """The part of KubeApi the reader uses: list_pods."""
+    """The part of KubeApi the reader uses: list_pods, and read_pod_log applying ``tail_lines`` then
+    ``limit_bytes`` as the API server does; ``fail[pod]`` is raised for that pod's log."""
 
-    def __init__(self, pods: list[dict[str, Any]]) -> None:
+    def __init__(
+        self,
+        pods: list[dict[str, Any]],
+        logs: Mapping[str, str | bytes] | None = None,
+        fail: Mapping[str, BaseException] | None = None,
+    ) -> None:
         self.pods = pods
+        self.logs = {k: v.encode() if isinstance(v, str) else v for k, v in (logs or {}).items()}
+        self.fail = dict(fail or {})
         self.selectors: list[str] = []
+        self.log_calls: list[tuple[str, str, str | None, int, int]] = []
 
     def list_pods(
         self, namespace: str | None, *, label_selector: str = "", field_selector: str = ""
@@ -518,15 +530,140 @@ class FakeKubeApi:
         self.selectors.append(label_selector)
         return self.pods
 
+    def read_pod_log(
+        self, namespace: str, name: str, *, container: str | None, limit_bytes: int, tail_lines: int
+    ) -> str:
+        self.log_calls.append((namespace, name, container, limit_bytes, tail_lines))
+        if name in self.fail:
+            raise self.fail[name]
+        lines = [line for line in re.split(rb"(?<=\n)", self.logs.get(name, b"")) if line]
+        data = b"".join(lines[max(0, len(lines) - tail_lines) :])[:limit_bytes]
+        return data.decode("utf-8", "replace")
 
-def test_kubernetes_pods_are_read_through_the_api_and_pod_logs_are_said_unknown(tmp_path: Path) -> None:
+
+def k8s_read(tmp_path: Path, api: FakeKubeApi) -> JobReading:
+    """One reading of the two-host job (2 ranks per host) through a Kubernetes back end over ``api``."""
     job = two_hosts(tmp_path)
-    api = FakeKubeApi([pod(0), pod(1)])
     sched = Kubernetes(api=api, settings=KubernetesSettings())
-    r = fake_read(job, {"n1": answer(), "n2": answer()}, scheduler=sched)
+    return fake_read(job, {"n1": answer(), "n2": answer()}, scheduler=sched)
+
+
+def test_kubernetes_pods_are_read_through_the_api_and_their_logs_scanned(tmp_path: Path) -> None:
+    api = FakeKubeApi([pod(0), pod(1)], logs={"train-0": "step 1\n", "train-1": "step 1\n"})
+    r = k8s_read(tmp_path, api)
     assert api.selectors == ["robustctl.io/job=hb"]
     assert r.liveness.state is Liveness.ALIVE and r.liveness.ranks_running == 4
-    assert r.logs.unknown is not None and r.logs.unknown.startswith("pod logs:")
+    assert r.logs.unknown is None and r.logs.errors == () and r.log_verdicts == ()
+    assert [(t.host, t.path, t.ranks) for t in r.logs.tails] == [
+        ("node0", "pod default/train-0 container trainer log", (0, 1)),
+        ("node1", "pod default/train-1 container trainer log", (2, 3)),
+    ]
+    assert sorted(api.log_calls) == [
+        ("default", f"train-{i}", "trainer", POD_LOG_LIMIT_BYTES, POD_LOG_TAIL_LINES) for i in (0, 1)
+    ]
+
+
+@pytest.mark.parametrize(
+    ("line", "cause"),
+    [
+        (
+            "[rank3]:[E ProcessGroupNCCL.cpp:616] [Rank 3] Watchdog caught collective operation timeout: "
+            "WorkNCCL(SeqNum=88, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for "
+            "600042 milliseconds before timing out.",
+            "nccl-timeout",
+        ),
+        (
+            "[  12.000001] NVRM: Xid (PCI:0000:3b:00): 79, pid=7, name=python3, GPU has fallen off the bus.",
+            "xid",
+        ),
+        ("RuntimeError: CUDA error: an illegal memory access was encountered", "cuda-error"),
+    ],
+)
+def test_an_error_in_a_running_pods_log_is_a_crash_of_its_ranks(
+    tmp_path: Path, line: str, cause: str
+) -> None:
+    api = FakeKubeApi([pod(0), pod(1)], logs={"train-0": "ok\n" * 10, "train-1": "ok\n" * 10 + line + "\n"})
+    r = k8s_read(tmp_path, api)
+    assert r.liveness.state is Liveness.ALIVE  # the pods still run: only their logs say it
+    ((tail, verdict),) = r.log_verdicts
+    assert verdict.signal is SignalClass.CRASH and verdict.cause == cause
+    assert (tail.host, tail.ranks) == ("node1", (2, 3)) and "train-1" in tail.path
+    assert r.logs.unknown is None
+
+
+@pytest.mark.parametrize(
+    "failure",
+    [
+        ApiStatus("GET namespaces/default/pods/train-0/log", 404, {"message": 'pods "train-0" not found'}),
+        ApiStatus(
+            "GET namespaces/default/pods/train-0/log", 500, {"message": "etcdserver: request timed out"}
+        ),
+        SchedulerError("kubernetes", "GET namespaces/default/pods/train-0/log", "timed out after 5 s"),
+    ],
+)
+def test_a_pod_log_not_read_is_unknown_naming_the_pod_and_the_others_are_still_scanned(
+    tmp_path: Path, failure: SchedulerError
+) -> None:
+    oom = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB (GPU 0; 79.15 GiB total)\n"
+    api = FakeKubeApi([pod(0), pod(1)], logs={"train-1": oom}, fail={"train-0": failure})
+    r = k8s_read(tmp_path, api)
+    assert r.logs.unknown is not None and "train-0" in r.logs.unknown and failure.reason in r.logs.unknown
+    assert "train-1" not in r.logs.unknown and "\n" not in r.logs.unknown
+    assert ("logs", "pod train-0") in {(e.signal, e.host) for e in r.errors}
+    failed = next(t for t in r.logs.tails if "train-0" in t.path)
+    assert failed.scan is None and failed.error is not None and failed.verdict is None
+    ((tail, verdict),) = r.log_verdicts  # the other pod's error is still found
+    assert verdict.cause == "oom" and tail.ranks == (2, 3)
+    assert dict(r.unknown)["logs"].startswith(
+        "pod logs: 1 of 2 container log(s) not read whole: pod train-0 container trainer: "
+    )
+
+
+def test_a_pod_log_over_the_bound_is_cut_to_its_newest_tail(tmp_path: Path) -> None:
+    # 600 KiB in 2000 lines: asked whole (2048 lines fit 1 MiB), only the newest 256 KiB scanned: the
+    # XID at the start is out of the tail, the CUDA error at the end is the verdict
+    xid = "NVRM: Xid (PCI:0000:3b:00): 79, pid=7, name=python3, GPU has fallen off the bus.\n"
+    filler = "".join(f"iteration {i:6d} {'x' * 290}\n" for i in range(2000))
+    err = "RuntimeError: CUDA error: an illegal memory access was encountered\n"
+    api = FakeKubeApi([pod(0)], logs={"train-0": xid + filler + err})
+    job = two_hosts(tmp_path)
+    r = fake_read(
+        job, {"n1": answer(), "n2": answer()}, scheduler=Kubernetes(api=api, settings=KubernetesSettings())
+    )
+    ((tail, verdict),) = r.log_verdicts
+    assert verdict.cause == "cuda-error" and tail.scan is not None and tail.scan.cut
+    assert 0 < tail.read_bytes <= MAX_TAIL_BYTES and len(api.log_calls) == 1
+
+
+def test_a_pod_log_whose_newest_lines_overflow_the_limit_is_asked_again_with_fewer_lines(
+    tmp_path: Path,
+) -> None:
+    # the newest 2048 lines hold 2 MiB: the server sends their first 1 MiB, the end (the error) not;
+    # asked again with the lines that fit, the error is found
+    filler = "".join(f"iteration {i:6d} {'x' * 1000}\n" for i in range(3000))
+    err = "RuntimeError: CUDA error: an illegal memory access was encountered\n"
+    api = FakeKubeApi(
+        [pod(0), pod(1)], logs={"train-0": filler + err, "train-1": "x" * (2 * POD_LOG_LIMIT_BYTES)}
+    )
+    r = k8s_read(tmp_path, api)
+    first = [c[4] for c in api.log_calls if c[1] == "train-0"]
+    assert first[0] == POD_LOG_TAIL_LINES and len(first) == 2 and 1 <= first[1] < POD_LOG_TAIL_LINES
+    ((tail, verdict),) = r.log_verdicts
+    assert verdict.cause == "cuda-error" and "train-0" in tail.path
+    # a single newest line of 2 MiB never fits: its pod is named, never healthy
+    assert [c[4] for c in api.log_calls if c[1] == "train-1"] == [POD_LOG_TAIL_LINES, 1]
+    assert r.logs.unknown is not None and "train-1" in r.logs.unknown and "train-0" not in r.logs.unknown
+    assert "newest were not read" in r.logs.unknown and MAX_LINE_CHARS < POD_LOG_LIMIT_BYTES
+
+
+def test_only_running_pods_logs_are_read_each_container_named(tmp_path: Path) -> None:
+    two = pod(1)
+    two["spec"]["containers"] = [{"name": "trainer"}, {"name": "sidecar"}]
+    pending = pod(0, "Pending", waiting={"reason": "ContainerCreating"})
+    api = FakeKubeApi([pending, two])
+    r = k8s_read(tmp_path, api)
+    assert [(c[1], c[2]) for c in api.log_calls] == [("train-1", "trainer"), ("train-1", "sidecar")]
+    assert r.logs.unknown is None and len(r.logs.tails) == 2
 
 
 # ---------------------------------------------------------------------------------------- findings
