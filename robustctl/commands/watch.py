@@ -524,15 +524,21 @@ def _evaluate(
         if st.incident_id is not None:
             _fill_incident(store, job.name, st.incident_id, reading.newest_step_time)
         run_ended = _run_ended(store, st.memory)
-        fail_slow_in = st.fail_slow
+        fail_slow_in, last_in = st.fail_slow, st.last_step
         if st.memory.incident is not None and st.memory.incident.handled and run_ended is not None:
             # the recovery restarted the job: judge it by the pace before the episode, without the
-            # slow window (rules.after_recovery)
+            # slow window (rules.after_recovery), and skip every step this reading shows: the old
+            # processes' last (slow) steps and the restart's warm-up, numbered alike
             fail_slow_in = after_recovery(
                 st.fail_slow,
                 FailSlowParams(slow_factor=settings.slow_factor, persist_steps=settings.persist_steps),
             )
-        verdicts, fail_slow, last_step = reading_verdicts(reading, fail_slow_in, st.last_step, settings)
+            shown = [s.step for s in reading.progress.samples]
+            if reading.progress.step is not None:
+                shown.append(reading.progress.step)
+            if shown:
+                last_in = max(shown) if last_in is None else max(last_in, *shown)
+        verdicts, fail_slow, last_step = reading_verdicts(reading, fail_slow_in, last_in, settings)
         prior = st.memory
         decision = decide(
             job.name,
