@@ -273,6 +273,40 @@ def _pick_checkpoint(ctx: ActionContext, job: Job, hosts: Sequence[Host], want: 
     return _Pick(pick.iteration, why, plan_staging(state, pick.iteration, names, job.ranks_per_host, topo))
 
 
+PICKED_PREFIX = "iteration "
+"""How the ``pick_checkpoint`` step's result detail begins when it picked one: ``iteration N: why``
+(read back by :func:`picked_iteration`)."""
+
+
+def picked_iteration(apply_doc: object) -> int | None:
+    """The checkpoint iteration a restart's apply document says it loaded, or None.
+
+    Args:
+        apply_doc: the JSON document of a restart (``kind`` ``apply``: ``plan.steps`` and ``results``
+            index-aligned), as the playbook journal keeps it.
+
+    Returns:
+        N from the ``pick_checkpoint`` step's ``iteration N: …`` detail; None when the document is not
+        one, no step picked, or the job started from nothing.
+    """
+    if not isinstance(apply_doc, dict):
+        return None
+    plan, results = apply_doc.get("plan"), apply_doc.get("results")
+    steps = plan.get("steps") if isinstance(plan, dict) else None
+    if not isinstance(steps, list) or not isinstance(results, list):
+        return None
+    for step, res in zip(steps, results, strict=False):
+        if not isinstance(step, dict) or step.get("kind") != "pick_checkpoint" or not isinstance(res, dict):
+            continue
+        detail = res.get("detail")
+        if isinstance(detail, str) and detail.startswith(PICKED_PREFIX):
+            digits = detail[len(PICKED_PREFIX) :].split(":", 1)[0]
+            if digits.isdigit() and len(digits) <= 19:
+                value = int(digits)
+                return value if value < 2**63 else None
+    return None
+
+
 # ------------------------------------------------------------------------------------------ planning
 def _job_hosts(ctx: ActionContext, name: str) -> tuple[Job, list[Host], str | None]:
     """The job, its current machines (rank order) as inventory hosts, and the fallback note."""
@@ -511,7 +545,7 @@ def restart_runners(
         picked = chosen["pick"] = _pick_checkpoint(ctx, job, hosts, spec.want)
         if picked.iteration is None:
             return False, f"no checkpoint: {picked.why}"
-        return False, f"iteration {picked.iteration}: {picked.why}"
+        return False, f"{PICKED_PREFIX}{picked.iteration}: {picked.why}"
 
     def stage(step: Step, plan: Plan) -> tuple[bool, str]:
         job, _ = current()

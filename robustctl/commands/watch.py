@@ -37,6 +37,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from robustctl.actions.restart import picked_iteration
 from robustctl.errors import ConfigError, InventoryError, RobustctlError, UsageError
 from robustctl.exit_codes import ExitCode
 from robustctl.models import SCHEMA_VERSION, strict_jsonable
@@ -778,8 +779,9 @@ def incident_phases(run: JournalRun) -> dict[str, Any]:
     ``eviction_start_at``/``_end_at``: the same for :data:`EVICTION_KINDS`; ``restart_start_at``: the
     first start of a :data:`RESTART_KINDS` step; ``machines_evicted``: the targets of the ``evict``
     steps that applied (an apply document, or one rebuilt from the audit on resume);
-    ``checkpoint_step`` / ``last_step``: from a restart step's result when it names them
-    (``checkpoint_step`` or ``ckpt_iter``; ``last_step``). Keys without a value are left out.
+    ``checkpoint_step``: the iteration a restart step's apply document says it loaded
+    (:func:`robustctl.actions.restart.picked_iteration`), else its ``checkpoint_step`` or ``ckpt_iter``;
+    ``last_step``: from a restart step's result when it names it. Keys without a value are left out.
     """
     steps = [x for x in run.steps if x.status != "skipped"]
     out: dict[str, Any] = {}
@@ -813,6 +815,9 @@ def incident_phases(run: JournalRun) -> dict[str, Any]:
         out["machines_evicted"] = tuple(dict.fromkeys(machines))
     for x in restarts:
         doc = x.result or {}
+        loaded = picked_iteration(doc)
+        if loaded is not None and "checkpoint_step" not in out:
+            out["checkpoint_step"] = loaded
         for key, names in (
             ("checkpoint_step", ("checkpoint_step", "ckpt_iter")),
             ("last_step", ("last_step",)),

@@ -245,6 +245,7 @@ def test_watch_recovers_a_hang_then_a_crash_unattended(watched: tuple[HangJob, W
     for inc, at in zip(incs, (hang_at, crash_at), strict=True):
         assert abs(inc.onset_at - at) <= ONSET_TOLERANCE_S, (inc, at)
         assert inc.closed_at is not None and inc.playbook_run_id is not None, inc
+        assert inc.checkpoint_step is not None and inc.checkpoint_step <= (inc.last_step or 0), inc
     assert [i.playbook for i in incs] == ["hang", "job-failed"]
 
     # the ETTR ledger reports both

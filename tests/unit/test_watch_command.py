@@ -607,3 +607,28 @@ def test_after_a_fail_slow_recovery_the_job_is_judged_by_its_healthy_pace(bed: B
         acted = [r.action for r in later if r.action != "none"]
         assert acted[:1] == ["run"], [r.decision for r in later]  # then again, up to the hourly limit
         assert len(incs) >= 2 and {c for c, _ in incs} == {"fail-slow"} and incs[0][1], incs
+
+
+def test_the_checkpoint_a_restart_loaded_is_read_from_its_apply_document() -> None:
+    """A restart's apply document names the iteration only in its ``pick_checkpoint`` step's
+    result (``iteration N: why``, written by the restart runner): the incident's checkpoint step."""
+    from robustctl.actions.restart import PICKED_PREFIX, picked_iteration
+
+    def doc(detail: str, kind: str = "pick_checkpoint") -> dict[str, Any]:
+        steps = [{"kind": "stop_job"}, {"kind": kind}, {"kind": "launch"}]
+        results = [
+            {"index": i, "status": "done", "detail": d} for i, d in enumerate(["stopped", detail, "up"])
+        ]
+        return {"kind": "apply", "status": "applied", "plan": {"steps": steps}, "results": results}
+
+    picked = doc(f"{PICKED_PREFIX}6: tracker says 3 (complete): using 6 (newest complete)")
+    assert picked_iteration(picked) == 6
+    assert picked_iteration(doc("no checkpoint: --from-checkpoint none")) is None
+    assert picked_iteration(doc("iteration 6: x", kind="launch")) is None
+    assert picked_iteration(doc("iteration 99999999999999999999: x")) is None
+    assert picked_iteration({"plan": "x", "results": []}) is None and picked_iteration(None) is None
+
+    from types import SimpleNamespace
+
+    step = SimpleNamespace(kind="restart", result=picked, status="done", started_at=10.0, finished_at=20.0)
+    assert incident_phases(SimpleNamespace(steps=[step]))["checkpoint_step"] == 6  # type: ignore[arg-type]
