@@ -263,7 +263,8 @@ def action_json(result: Any) -> dict[str, Any]:
 
 
 class DiagnoseArgs(StepArgs):
-    """``diagnose``: the job's hosts (or ``hosts`` / ``hosts_from``) up to ``level``."""
+    """``diagnose``: the job's current hosts (after standby swaps; or ``hosts`` / ``hosts_from``) up to
+    ``level``."""
 
     expressions: ClassVar[tuple[str, ...]] = ("hosts_from",)
     level: int = Field(3, ge=0, le=4, description="Highest level (4: bitwise alignment, the NaN playbook).")
@@ -283,9 +284,11 @@ def _diagnose_build(a: DiagnoseArgs, env: StepEnv) -> Any:
             raise StepError("hosts_from named no host")
     elif a.hosts is not None:
         hosts = a.hosts
-    else:
-        inv = options.inventory(env.inventory)
-        hosts = ",".join(h.name for h in inv.job(env.job).hosts)
+    else:  # the job's machines now (after standby swaps), not the inventory's list
+        from robustctl.actions.hosts import current_job
+
+        job, _ = current_job(options.inventory(env.inventory), env.job, state=env.state)
+        hosts = ",".join(h.name for h in job.hosts)
     req = diagnose_request(
         inventory=env.inventory,
         hosts=hosts,

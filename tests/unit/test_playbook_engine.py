@@ -452,3 +452,18 @@ def test_the_shipped_gpu_lost_playbook_runs_evict_standby_and_calls_restart(box:
         assert s.job_hosts("small") == ["node01", "spare1", "node03", "node04"]
     assert got[2] == ("restart", "failed") and "no launch: section" in res.steps[2].error
     assert res.status == "failed" and int(res.exit_code) in (3, 78)
+
+
+def test_a_diagnose_step_checks_the_jobs_machines_after_a_standby_swap(box: Path) -> None:
+    """After spare1 took node02's place, the job's diagnose step checks spare1, not the evicted node02
+    (whose old XID would otherwise be named again, and the real machine never looked at)."""
+    from robustctl.playbooks.catalog import find_playbook
+    from robustctl.playbooks.engine import dry_run
+
+    with Store.open(box / "state.db") as s:
+        s.set_job_hosts("small", ["node01", "spare1", "node03", "node04"])
+    pb = find_playbook("job-failed", box / "inv.yaml")
+    steps = dry_run(pb, {"job": "small"}, inventory=box / "inv.yaml", state=box / "state.db")
+    diag = next(s for s in steps if s.kind == "diagnose")
+    assert diag.now is not None
+    assert [h["host"] for h in diag.now["hosts"]] == ["node01", "spare1", "node03", "node04"]
