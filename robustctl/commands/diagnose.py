@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from robustctl.errors import UsageError
 from robustctl.exit_codes import ExitCode
-from robustctl.models import SCHEMA_VERSION, RunReport, to_jsonable
+from robustctl.models import SCHEMA_VERSION, Outcome, RunReport, to_jsonable
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -79,10 +79,18 @@ class DiagnoseResult:
         """The report's exit code: CRITICAL 2 > UNKNOWN 3 > WARNING 1 > OK 0 (the store never changes it)."""
         return self.report.exit_code
 
+    @property
+    def unreachable(self) -> tuple[str, ...]:
+        """The hosts no connection reached (refused, no route, authentication): a subset of
+        ``unknown``. A job's recovery cannot restart on them (the ``job-failed`` playbook evicts
+        them: a lost host), though no check named them."""
+        return tuple(h.host for h in self.report.hosts if h.outcome is Outcome.UNREACHABLE)
+
     def to_json(self) -> dict[str, Any]:
-        """The ``--json`` document: the report's fields at the top level plus ``recorded`` (null when
-        nothing was asked to be recorded)."""
+        """The ``--json`` document: the report's fields at the top level plus ``unreachable`` and
+        ``recorded`` (null when nothing was asked to be recorded)."""
         doc: dict[str, Any] = to_jsonable(self.report)
+        doc["unreachable"] = list(self.unreachable)
         doc["recorded"] = to_jsonable(self.recorded)
         return doc
 

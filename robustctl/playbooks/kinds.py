@@ -574,6 +574,39 @@ register_kind(
 )
 
 
+class StopArgs(StepArgs):
+    """``stop``: end the job's processes (TERM, grace, KILL, verified gone) before stop-time checks."""
+
+    reason: str = Reason
+
+
+def _stop_build(a: StopArgs, env: StepEnv) -> Any:
+    from robustctl.commands.restart import StopRequest
+
+    return StopRequest(job=env.job, reason=env.reason(a.reason), **_session(env))
+
+
+def _stop_call(req: Any, env: StepEnv) -> Any:
+    from robustctl.commands.restart import run_stop
+
+    return run_stop(req, confirm=env.confirm, show=env.show)
+
+
+register_kind(
+    StepKind(
+        "stop",
+        StopArgs,
+        "stop the job's processes on its machines, verified gone (commands.restart.run_stop)",
+        _stop_build,
+        _stop_call,
+        destructive=True,
+        plan=_plan_with_session(_stop_build, _stop_call),
+        actions=("stop",),
+        default_timeout_s=600.0,
+    )
+)
+
+
 class RollbackArgs(StepArgs):
     """``rollback``: back to ``to`` (None: the last version that ran stably), then restart."""
 

@@ -3,6 +3,7 @@ through the CLI with ``--json``; the two JSON documents are the same (timings as
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 from collections.abc import Callable
@@ -275,3 +276,18 @@ def test_stacks_maps_ranks_to_the_jobs_current_hosts_after_a_standby_swap(tmp_pa
         s.set_job_hosts("j1", ["spare1", "gone99"])
     with pytest.raises(ConfigError, match="gone99"):
         current_job(loaded, "j1", state=state)
+
+
+def test_diagnose_names_the_hosts_no_connection_reached_apart_from_its_suspects() -> None:
+    """``unreachable`` (a subset of ``unknown``): what the job-failed playbook evicts as lost hosts."""
+    from robustctl.commands.diagnose import DiagnoseResult
+
+    base = canned_report()
+    lost = HostReport("node03", "ssh", Status.UNKNOWN, Outcome.UNREACHABLE, (), error="connection refused")
+    slow = HostReport("node04", "ssh", Status.UNKNOWN, Outcome.TIMED_OUT, (), error="deadline")
+    report = dataclasses.replace(base, hosts=(*base.hosts, lost, slow), unknown=("node03", "node04"))
+    res = DiagnoseResult(report)
+    doc = res.to_json()
+    assert res.unreachable == ("node03",) and doc["unreachable"] == ["node03"]
+    assert doc["suspects"] == ["node01"] and doc["unknown"] == ["node03", "node04"]
+    assert DiagnoseResult(base).to_json()["unreachable"] == []

@@ -271,7 +271,7 @@ def test_every_registered_kind_has_an_args_model_and_summary() -> None:
         "wait-for-progress", "notify",
     }  # fmt: skip
     destructive = {k for k, v in KINDS.items() if v.destructive}
-    assert destructive == {"evict", "standby-activate", "restart", "rollback"}
+    assert destructive == {"evict", "standby-activate", "restart", "stop", "rollback"}
     for k in KINDS.values():
         assert k.summary and k.args.model_config.get("extra") == "forbid"
 
@@ -296,6 +296,12 @@ def test_restart_rollback_and_wait_steps_build_the_requests_of_their_library_cal
     rollback = kind("rollback")
     req = rollback.build(rollback.args.model_validate({"to": "v1"}), env)
     assert isinstance(req, RollbackRequest) and (req.job, req.to, req.state) == ("llama", "v1", env.state)
+    from robustctl.commands.restart import StopRequest
+
+    stop = kind("stop")
+    req = stop.build(stop.args.model_validate({"reason": "before stop-time checks"}), env)
+    assert isinstance(req, StopRequest) and (req.job, req.state) == ("llama", env.state)
+    assert "before stop-time checks" in req.reason
 
 
 def test_a_job_the_inventory_does_not_hold_is_a_usage_error_before_any_step(
