@@ -1,9 +1,11 @@
 """A minimegatron job that robustctl itself launches on four testbed hosts, with two warm standbys.
 
-Shared by the end-to-end playbook tests (``test_playbook_e2e.py``) and the recovery benchmark
-(``bench/recovery.py``). The job (tp=1, pp=2, dp=2, one rank per host; rank = dp + 2·pp, so the PP
-groups are {0, 2} and {1, 3}, the DP groups {0, 1} and {2, 3}) runs on node01-node04; node05 and
-node06 are standbys, recorded ``ready`` in the state store as ``standby check`` would leave them.
+Shared by the end-to-end playbook and watch tests (``test_playbook_e2e.py``, ``test_watch_e2e.py``)
+and the recovery and soak benchmarks (``bench/recovery.py``, ``bench/soak.py``). By default the job
+(tp=1, pp=2, dp=2, one rank per host; rank = dp + 2·pp, so the PP groups are {0, 2} and {1, 3}, the DP
+groups {0, 1} and {2, 3}) runs on node01-node04; node05 and node06 are standbys, recorded ``ready`` in
+the state store as ``standby check`` would leave them. ``HangJob(tb, dir, dp=D, standbys=(...))``
+makes it tp=1, pp=2, dp=D on the first 2·D hosts (rank = dp + D·pp) with those hosts as standbys.
 
 The inventory's ``jobs.mini`` has everything a recovery needs:
 
@@ -49,16 +51,27 @@ class HangJob:
     Use as a context manager: every process of the job is ended on exit (``MiniJob.stop``).
     """
 
-    def __init__(self, testbed: Testbed, workdir: Path) -> None:
-        if testbed.n_hosts < 6:
-            raise ValueError(f"needs a testbed of at least 6 hosts, it has {testbed.n_hosts}")
+    def __init__(
+        self, testbed: Testbed, workdir: Path, *, dp: int = 2, standbys: tuple[int, ...] = STANDBYS
+    ) -> None:
+        world = 2 * dp
+        if testbed.n_hosts < world + len(standbys) or any(s < world for s in standbys):
+            raise ValueError(
+                f"needs a testbed of {world} job hosts and standbys {standbys} after them, it has "
+                f"{testbed.n_hosts} hosts"
+            )
         self.tb = testbed
         self.workdir = workdir
-        self.mini = MiniJob(testbed, workdir / "job", tp=1, pp=2, dp=2, ranks_per_host=1, ckpt_every=0)
+        self.dp = dp
+        self.world = world
+        """Ranks (one per host; rank = dp + dp_size·pp, the PP groups {i, i + dp_size})."""
+        self.job_range = range(world)
+        self.standby_indices = standbys
+        self.mini = MiniJob(testbed, workdir / "job", tp=1, pp=2, dp=dp, ranks_per_host=1, ckpt_every=0)
         self.ckpt = workdir / "ckpt"
         self.state = workdir / "state.db"
         self.inventory = workdir / "inventory.yaml"
-        self.standbys = [testbed.name(i) for i in STANDBYS]
+        self.standbys = [testbed.name(i) for i in standbys]
         self._write()
 
     def __enter__(self) -> HangJob:
@@ -75,7 +88,7 @@ class HangJob:
         jobs = m.inventory_jobs()
         jobs[JOB]["launch"] = {
             "command": [
-                self.tb.python, "-m", JOB_MODULE, "--tp", "1", "--pp", "2", "--dp", "2", "--steps", "0",
+                self.tb.python, "-m", JOB_MODULE, "--tp", "1", "--pp", "2", "--dp", str(self.dp), "--steps", "0",
                 "--progress-dir", str(m.progress_dir), "--fault-file", str(m.fault_file),
                 "--ckpt-dir", str(self.ckpt), "--ckpt-every", str(CKPT_EVERY), "--load", "{ckpt_iter}",
                 "--log-every", "1", "--max-runtime-s", "300", "--job-id", m.marker,
@@ -90,7 +103,10 @@ class HangJob:
         }  # fmt: skip
         jobs[JOB]["ckpt"] = {"dir": str(self.ckpt), "timeout_s": 20}
         jobs[JOB]["progress"] = {"files": f"{m.progress_dir}/rank*.json"}
-        hosts = [*self.tb.host_entries(JOB_HOSTS), *self.tb.host_entries(STANDBYS, state="standby")]
+        hosts = [
+            *self.tb.host_entries(self.job_range),
+            *self.tb.host_entries(self.standby_indices, state="standby"),
+        ]
         policy = {"max_cluster_fraction": 1.0, "max_job_fraction": 1.0, "circuit_breaker_fraction": 1.0}
         self.tb.write_inventory(self.inventory, hosts, jobs=jobs, policy=policy)
         with Store.open(self.state) as s:
@@ -119,7 +135,7 @@ class HangJob:
         deadline = time.monotonic() + timeout
         while True:
             prog = self.progress()
-            if len(prog) == 4 and ok(prog):
+            if len(prog) == self.world and ok(prog):
                 return prog
             if time.monotonic() > deadline:
                 raise AssertionError(f"{what}: not within {timeout:g} s: {prog}\n{self.log_tails()}")
@@ -136,10 +152,10 @@ class HangJob:
         )
 
     def complete_iterations(self) -> list[int]:
-        """Iterations with all four shards on disk, newest first."""
+        """Iterations with every rank's shard on disk, newest first."""
         out = []
         for d in self.ckpt.glob("iter_*"):
-            if all((d / f"rank_{r:05d}.pt").is_file() for r in range(4)):
+            if all((d / f"rank_{r:05d}.pt").is_file() for r in range(self.world)):
                 out.append(int(d.name.removeprefix("iter_")))
         return sorted(out, reverse=True)
 
@@ -152,7 +168,9 @@ class HangJob:
 
     def log_tails(self) -> str:
         """The last lines of every rank's log, for assertion messages."""
-        return "\n".join(f"--- rank {r}:\n" + "\n".join(self.log(r).splitlines()[-6:]) for r in range(4))
+        return "\n".join(
+            f"--- rank {r}:\n" + "\n".join(self.log(r).splitlines()[-6:]) for r in range(self.world)
+        )
 
     def first_step_after_resume(self) -> tuple[int, int] | None:
         """``(iteration, first step)`` of rank 0's last resume in its log: the iteration it loaded and
@@ -184,7 +202,7 @@ class HangJob:
         """The job's host list in the state store (rank order), or the inventory's when none is kept."""
         with Store.open(self.state) as s:
             kept = s.job_hosts(JOB)
-        return list(kept) if kept else [self.tb.name(i) for i in JOB_HOSTS]
+        return list(kept) if kept else [self.tb.name(i) for i in self.job_range]
 
     def audits(self, action: str) -> list[Any]:
         """The store's audit records of ``action``, oldest first."""
