@@ -25,7 +25,7 @@ Policies:
 1. **watch**: a thread calls :func:`~robustctl.commands.watch.run_watch_once` (``yes=True``) every
    0.5 s with a small ``watch:`` section (hang after 10 s without a step, no cool-down, ten
    recoveries an hour) and the shipped playbooks, but for a faster fail-slow vote
-   (:func:`_failslow_playbook`). Per fault: *detect* = injection → the watcher's
+   (:func:`_failslow_playbook`) and looser peer-relative bandwidth thresholds (:data:`PEER_RATIOS`). Per fault: *detect* = injection → the watcher's
    decision (the incident's ``decision_at``), *localize* = the playbook's stacks/diagnose span (the
    incident's localization times), *MTTR* = injection → every rank has finished a step in a new
    process, *evicted* = the incident's machines.
@@ -40,8 +40,9 @@ Policies:
    lost host fails that restart; after ``--operator-s`` a person has brought it back (its sshd is
    started again) and the restart is repeated. *detect* = injection → the job declared failed.
 
-Both policies' ETTR come from the same ledger (:func:`robustctl.commands.ettr.ettr_of_store`) over
-the same span (the first injection to the last recovery): the watch's incidents and progress samples
+Each fault is injected :data:`HEALTHY_S` (``--healthy-s``) after the previous recovery. Both
+policies' ETTR come from the same ledger (:func:`robustctl.commands.ettr.ettr_of_store`) over the
+same kind of span (the first injection to ``--healthy-s`` after the last recovery): the watch's incidents and progress samples
 are what the watcher recorded; the baseline's are recorded by this bench into its own store in the
 same form (the same progress reading every 0.5 s, one incident per fault with onset, decision,
 restart and first new step).
@@ -79,6 +80,10 @@ OPERATOR_S = 120.0
 """The baseline's person (s, default of ``--operator-s``): from a slowdown's onset to its restart, and
 from a failed in-place restart to the lost host back. Short for an on-call person at night; the bench
 waits it for real."""
+HEALTHY_S = 60.0
+"""Seconds of training between two faults and after the last one (default of ``--healthy-s``): both
+policies get the same, so their ETTR over the schedule compares the time their recoveries cost (a
+real job runs days between failures: its ETTR is far higher than this dense schedule's)."""
 RECOVERY_TIMEOUT_S = 300.0
 """Longest wait for one fault to be recovered (past it the bench fails): a baseline lost host needs
 the peers' failure, a failed restart, the person and a restart."""
@@ -92,6 +97,11 @@ SLOW_FACTOR = 3.0
 """The slow rank's compute multiplier: a step-time rise well over the watch's default 1.2 slow factor."""
 VOTE_ROUNDS, VOTE_INTERVAL_S = 20, 0.5
 """The soak's fail-slow vote (:func:`_failslow_playbook`)."""
+PEER_RATIOS = {"allreduce_peer_ratio": 0.5, "burn_peer_ratio": 0.5}
+"""The diagnose thresholds of the soak's inventory: a host or pair below half the fleet median is a
+suspect (defaults 0.9). Gloo on loopback with 8 hosts' probes sharing two cores varies by ±30%
+between pairs, so the default names a healthy machine now and then (a NaN's all-level diagnose
+evicted one in a trial run); a GPU fleet's NCCL busbw is far steadier."""
 EVAL_INTERVAL_S = 0.5
 """Pause between two evaluations of the watcher, and between two progress readings of the baseline."""
 FAULTS: tuple[tuple[str, int], ...] = (
@@ -166,9 +176,11 @@ def _poll(what: str, ok: Callable[[], bool], hj: Any, check: Callable[[], None] 
         time.sleep(0.05)
 
 
-def _inject(hj: Any, cls: str, rank: int) -> Injected:
-    """Put one fault in, a few steps after the last recovery (so a newer checkpoint exists)."""
+def _inject(hj: Any, cls: str, rank: int, not_before: float) -> Injected:
+    """Put one fault in, a few steps after the last recovery (so a newer checkpoint exists) and not
+    before the UNIX time ``not_before`` (the healthy training between two faults)."""
     hj.wait_step(max(int(d["step"]) for d in hj.progress().values()) + 4, timeout=RECOVERY_TIMEOUT_S)
+    time.sleep(max(0.0, not_before - time.time()))
     prog = hj.progress()
     old = {int(d["pid"]) for d in prog.values()}
     pid = int(prog[rank]["pid"])
@@ -204,6 +216,7 @@ def _add_watch(hj: Any) -> None:
     doc = yaml.safe_load(hj.inventory.read_text())
     doc["watch"] = {"stall_after_s": 10, "cooldown_s": 0, "interval_s": 1, "max_recoveries_per_hour": 10}
     doc["playbooks"] = [str(_failslow_playbook(hj.workdir))]
+    doc["thresholds"] = {**doc.get("thresholds", {}), **PEER_RATIOS}
     hj.inventory.write_text(yaml.safe_dump(doc, sort_keys=False))
 
 
@@ -257,7 +270,7 @@ def _ledger_rows(hj: Any, span: tuple[float, float], rows: list[Row]) -> float |
     return float(led.cumulative_ettr)
 
 
-def _watch_policy(tb: Any, work: Path, pg_timeout: float) -> tuple[list[Row], float | None]:
+def _watch_policy(tb: Any, work: Path, pg_timeout: float, healthy_s: float) -> tuple[list[Row], float | None]:
     from tests.integration.test_watch_e2e import Watcher, incidents
 
     rows: list[Row] = []
@@ -269,7 +282,7 @@ def _watch_policy(tb: Any, work: Path, pg_timeout: float) -> tuple[list[Row], fl
         start = end = time.time()
         try:
             for n, (cls, rank) in enumerate(FAULTS, start=1):
-                inj = _inject(hj, cls, rank)
+                inj = _inject(hj, cls, rank, end + healthy_s)
                 start = min(start, inj.at)
                 cleared = [False]
 
@@ -300,6 +313,8 @@ def _watch_policy(tb: Any, work: Path, pg_timeout: float) -> tuple[list[Row], fl
                     row.marks.append(f"decided {inc.incident_class}")
                 rows.append(row)
                 end = first
+            time.sleep(max(0.0, end + healthy_s - time.time()))  # the last fault's healthy training
+            end += healthy_s
         finally:
             w.stop()
             for i in range(tb.n_hosts):
@@ -342,7 +357,7 @@ class _Recorder(threading.Thread):
 
 
 def _baseline_policy(
-    tb: Any, work: Path, pg_timeout: float, operator_s: float
+    tb: Any, work: Path, pg_timeout: float, operator_s: float, healthy_s: float
 ) -> tuple[list[Row], float | None]:
     from robustctl import watchstore
     from robustctl.actions.session import always
@@ -368,7 +383,7 @@ def _baseline_policy(
         start = end = time.time()
         try:
             for cls, rank in FAULTS:
-                inj = _inject(hj, cls, rank)
+                inj = _inject(hj, cls, rank, end + healthy_s)
                 start = min(start, inj.at)
                 if cls in ("hang", "crash", "host-loss"):
                     ended = _poll(
@@ -408,6 +423,8 @@ def _baseline_policy(
                 row.mttr = first - inj.at
                 rows.append(row)
                 end = first
+            time.sleep(max(0.0, end + healthy_s - time.time()))  # the last fault's healthy training
+            end += healthy_s
         finally:
             rec.stop()
             for i in range(tb.n_hosts):
@@ -433,6 +450,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         help=f"the job's collective timeout (default {PG_TIMEOUT_S:g})",
     )
     ap.add_argument(
+        "--healthy-s",
+        type=float,
+        default=HEALTHY_S,
+        help=f"training between two faults and after the last one (default {HEALTHY_S:g})",
+    )
+    ap.add_argument(
         "--skip-failslow",
         action="store_true",
         help="skip the fail-slow rule's measurement (python -m bench failslow) run first",
@@ -448,6 +471,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         ap.error("--pg-timeout-s must be 30..180 (above the watch's recovery, within the recovery deadline)")
     if not 0.0 <= args.operator_s <= 180.0:
         ap.error("--operator-s must be 0..180 (within the recovery deadline)")
+    if not 0.0 <= args.healthy_s <= 3600.0:
+        ap.error("--healthy-s must be 0..3600")
     sys.path.insert(0, str(REPO))
     from tests.integration.testbed import Testbed, unavailable_reason
 
@@ -469,9 +494,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             for name in ("watch", "baseline"):
                 t0 = time.monotonic()
                 if name == "watch":
-                    results[name] = _watch_policy(tb, work / name, args.pg_timeout_s)
+                    results[name] = _watch_policy(tb, work / name, args.pg_timeout_s, args.healthy_s)
                 else:
-                    results[name] = _baseline_policy(tb, work / name, args.pg_timeout_s, args.operator_s)
+                    results[name] = _baseline_policy(
+                        tb, work / name, args.pg_timeout_s, args.operator_s, args.healthy_s
+                    )
                 tb.reset_faults()
                 print(f"  {name} schedule: {time.monotonic() - t0:.1f} s", flush=True)
     except (RuntimeError, AssertionError) as exc:
@@ -479,8 +506,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     print(
         f"soak on {HOSTS} loopback sshd hosts (minimegatron tp=1 pp=2 dp={DP}, {STANDBY_COUNT} standbys, "
-        f"collective timeout {args.pg_timeout_s:g} s, baseline person {args.operator_s:g} s); seconds "
-        "from the injection"
+        f"collective timeout {args.pg_timeout_s:g} s, baseline person {args.operator_s:g} s, "
+        f"{args.healthy_s:g} s of training after each recovery); seconds from the injection; lost: the "
+        "ledger's unproductive seconds of the incident"
     )
     print(f"  {'class':<9} {'policy':<9} {'detect':>7} {'localize':>8} {'MTTR':>7} {'lost':>7}  evicted")
     watch_rows, watch_ettr = results["watch"]
