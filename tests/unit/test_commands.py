@@ -122,8 +122,9 @@ def test_diagnose_both_ways(
         and doc["suspects"] == ["node01"]
         and doc["recorded"]["marked"] == ["node01"]
     )
-    # the document keeps the RunReport's shape: its fields at the top level, plus recorded and exit_code
-    assert set(doc) == {*result_json(canned_report()).keys(), "recorded"}
+    # the document keeps the RunReport's shape: its fields at the top level, plus unreachable, recorded and
+    # exit_code
+    assert set(doc) == {*result_json(canned_report()).keys(), "unreachable", "recorded"}
 
 
 def test_diagnose_plan_both_ways(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
