@@ -112,8 +112,10 @@ __all__ = [
     "StoreError",
     "StoreLocked",
     "StoreRow",
+    "clean_text",
     "deeper_than",
     "default_path",
+    "store_text",
     "time_problem",
     "whoami",
 ]
@@ -786,7 +788,7 @@ class Store:
         try:
             return list(
                 self._conn.execute(
-                    sql, tuple(_clean(a) if isinstance(a, str) else a for a in args)
+                    sql, tuple(clean_text(a) if isinstance(a, str) else a for a in args)
                 ).fetchall()
             )
         except (sqlite3.Error, UnicodeDecodeError) as exc:  # a damaged page: undecodable text
@@ -814,7 +816,7 @@ class Store:
 
     def transaction(self) -> contextlib.AbstractContextManager[sqlite3.Connection]:
         """One write transaction (``BEGIN IMMEDIATE``) for modules that keep their own tables in the store
-        (:mod:`robustctl.sweep.history`). Raises StoreError."""
+        (:mod:`robustctl.sweep.history`, :mod:`robustctl.jobcode.records`). Raises StoreError."""
         return self._tx()
 
     def query(self, sql: str, args: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
@@ -915,7 +917,7 @@ class Store:
         Raises:
             StoreError: the store cannot be written.
         """
-        host = _clean(host)
+        host = clean_text(host)
         with self._tx() as c:
             row = c.execute("SELECT state, readiness FROM machines WHERE host=?", (host,)).fetchone()
             old_state, old_ready = (row[0], row[1]) if row else (None, Readiness.UNCHECKED.value)
@@ -949,7 +951,7 @@ class Store:
             StoreError: the store cannot be written.
         """
         allowed = {s.value for s in allowed_from}
-        host = _clean(host)
+        host = clean_text(host)
         with self._tx() as c:
             row = c.execute("SELECT state, readiness FROM machines WHERE host=?", (host,)).fetchone()
             old_state, old_ready = (row[0], row[1]) if row else (None, Readiness.UNCHECKED.value)
@@ -974,12 +976,21 @@ class Store:
             "INSERT INTO machines(host, state, readiness, reason, updated_at) VALUES (?, ?, ?, ?, ?) "
             "ON CONFLICT(host) DO UPDATE SET state=excluded.state, readiness=excluded.readiness, "
             "reason=excluded.reason, updated_at=excluded.updated_at",
-            (_clean(host), state.value, readiness, _text(reason), now),
+            (clean_text(host), state.value, readiness, store_text(reason), now),
         )
         c.execute(
             "INSERT INTO machine_history(host, at, from_state, to_state, readiness, reason, who, audit_id) "
             "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-            (_clean(host), now, old_state, state.value, readiness, _text(reason), self.who, audit_id),
+            (
+                clean_text(host),
+                now,
+                old_state,
+                state.value,
+                readiness,
+                store_text(reason),
+                self.who,
+                audit_id,
+            ),
         )
 
     def history(self, host: str | None = None, *, since: float | None = None) -> list[HistoryRow]:
@@ -1039,7 +1050,7 @@ class Store:
                 "INSERT INTO sched_nodes(host, state, reason, updated_at) VALUES (?, ?, ?, ?) "
                 "ON CONFLICT(host) DO UPDATE SET state=excluded.state, reason=excluded.reason, "
                 "updated_at=excluded.updated_at",
-                (_clean(host), _text(state), _text(reason), self.clock()),
+                (clean_text(host), store_text(state), store_text(reason), self.clock()),
             )
 
     # --- job host lists --------------------------------------------------------------------------
@@ -1052,10 +1063,10 @@ class Store:
     def set_job_hosts(self, job: str, hosts: Sequence[str]) -> None:
         """Replace the job's host list. Raises StoreError."""
         with self._tx() as c:
-            c.execute("DELETE FROM job_hosts WHERE job=?", (_clean(job),))
+            c.execute("DELETE FROM job_hosts WHERE job=?", (clean_text(job),))
             c.executemany(
                 "INSERT INTO job_hosts(job, idx, host) VALUES (?, ?, ?)",
-                [(_clean(job), i, _clean(h)) for i, h in enumerate(hosts)],
+                [(clean_text(job), i, clean_text(h)) for i, h in enumerate(hosts)],
             )
 
     # --- audit -----------------------------------------------------------------------------------
@@ -1089,13 +1100,13 @@ class Store:
                     self.clock(),
                     self.who,
                     os.getpid(),
-                    _text(action),
+                    store_text(action),
                     json.dumps(list(targets)),
-                    _text(reason),
-                    _text(evidence) if evidence is not None else None,
+                    store_text(reason),
+                    store_text(evidence) if evidence is not None else None,
                     json.dumps(plan, sort_keys=True) if plan is not None else None,
-                    _text(status),
-                    _text(message),
+                    store_text(status),
+                    store_text(message),
                     int(forced),
                 ),
             )
@@ -1112,7 +1123,7 @@ class Store:
         with self._tx() as c:
             c.execute(
                 "INSERT INTO audit_steps(audit_id, idx, description, status, started_at) VALUES (?, ?, ?, ?, ?)",
-                (audit_id, index, _text(description), "running", self.clock()),
+                (audit_id, index, store_text(description), "running", self.clock()),
             )
 
     def audit_step_end(self, audit_id: int, index: int, status: str, detail: str) -> None:
@@ -1120,7 +1131,7 @@ class Store:
         with self._tx() as c:
             c.execute(
                 "UPDATE audit_steps SET status=?, detail=?, finished_at=? WHERE audit_id=? AND idx=?",
-                (_text(status), _text(detail), self.clock(), audit_id, index),
+                (store_text(status), store_text(detail), self.clock(), audit_id, index),
             )
 
     def audit_finish(self, audit_id: int, status: str, message: str) -> None:
@@ -1128,7 +1139,7 @@ class Store:
         with self._tx() as c:
             c.execute(
                 "UPDATE audit SET status=?, message=?, finished_at=? WHERE id=?",
-                (_text(status), _text(message), self.clock(), audit_id),
+                (store_text(status), store_text(message), self.clock(), audit_id),
             )
 
     def audit(self, *, since: float | None = None, audit_id: int | None = None) -> list[AuditRecord]:
@@ -1200,7 +1211,7 @@ def journal_connection(store: Store) -> Callable[[], contextlib.AbstractContextM
 
 def journal_text(text: str) -> str:
     """``text`` as the store keeps it: lone surrogates escaped, cut at :data:`MAX_TEXT` with a note."""
-    return _text(text)
+    return store_text(text)
 
 
 def journal_query(store: Store, sql: str, args: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
@@ -1214,8 +1225,11 @@ def _uri(path: Path) -> str:
     return "file:" + urllib.parse.quote(os.fsencode(path.absolute()), safe="/")
 
 
-def _clean(text: str) -> str:
-    """``text`` with each lone surrogate (undecodable input) as its ``\\uXXXX`` escape: SQLite text is UTF-8."""
+def clean_text(text: str) -> str:
+    """``text`` as the store keys rows by it (a host, a job name): each lone surrogate (undecodable
+    bytes carried by ``surrogateescape``) as its ``\\uXXXX`` escape, since SQLite text
+    is UTF-8; any other text unchanged, of any length (a key is never cut, or two keys could become one).
+    Writers of their own tables in the store use it for key columns, as :class:`Store` does."""
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:
@@ -1223,9 +1237,11 @@ def _clean(text: str) -> str:
     return text
 
 
-def _text(text: str) -> str:
-    """:func:`_clean` ``text``, cut at :data:`MAX_TEXT` characters with a note giving its length."""
-    text = _clean(text)
+def store_text(text: str) -> str:
+    """``text`` as the store keeps free text (a reason, a note, a message): :func:`clean_text`, then cut
+    at :data:`MAX_TEXT` characters with ``... [cut: N characters]`` appended, N the cleaned length.
+    Writers of their own tables in the store use it for such columns, as :class:`Store` does."""
+    text = clean_text(text)
     if len(text) > MAX_TEXT:
         return text[:MAX_TEXT] + f"... [cut: {len(text)} characters]"
     return text

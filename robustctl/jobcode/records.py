@@ -34,9 +34,7 @@ from dataclasses import dataclass
 
 from robustctl.config import CodeSpec
 from robustctl.jobcode.progress import ProgressReading
-from robustctl.store import Store, StoreRow
-from robustctl.store import _clean as _clean_text
-from robustctl.store import _text as _store_text
+from robustctl.store import Store, StoreRow, clean_text, store_text
 
 __all__ = [
     "ChangeState",
@@ -122,11 +120,6 @@ class JobVersion:
         return max(0, self.last_step - self.base_step)
 
 
-def _text(value: str) -> str:
-    """As the store keeps text: lone surrogates escaped, cut at :data:`robustctl.store.MAX_TEXT`."""
-    return _store_text(value)
-
-
 _CHANGE_COLUMNS = (
     "id", "job", "kind", "ref", "commit_id", "from_ref", "reason", "urgent", "who", "staged_at", "due_at",
     "state", "applied_at", "note",
@@ -191,24 +184,24 @@ def record_change(
     """Append a code change (staged now, due ``window_s`` later) and return it. Raises StoreError."""
     now = store.clock()
     applied_at = None if state is ChangeState.PENDING else now
-    with store._tx() as c:
+    with store.transaction() as c:
         cur = c.execute(
             "INSERT INTO code_changes(job, kind, ref, commit_id, from_ref, reason, urgent, who, staged_at, "
             "due_at, state, applied_at, note) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
-                _clean_text(job),
+                clean_text(job),
                 kind,
                 ref,
                 commit,
                 from_ref,
-                _text(reason),
+                store_text(reason),
                 int(urgent),
                 store.who,
                 now,
                 now + window_s,
                 state.value,
                 applied_at,
-                _text(note),
+                store_text(note),
             ),
         )
         change_id = int(cur.lastrowid or 0)
@@ -269,7 +262,7 @@ def mark_applied(store: Store, job: str, change_ids: Iterable[int], *, forced: b
         return
     now = store.clock()
     newest = ids[-1]
-    with store._tx() as c:
+    with store.transaction() as c:
         for i in ids:
             state = (
                 (ChangeState.FORCED if forced else ChangeState.APPLIED)
@@ -278,7 +271,7 @@ def mark_applied(store: Store, job: str, change_ids: Iterable[int], *, forced: b
             )
             c.execute(
                 "UPDATE code_changes SET state=?, applied_at=?, note=? WHERE id=? AND job=? AND state='pending'",
-                (state.value, now, _text(note or f"{state.value} at a restart"), i, job),
+                (state.value, now, store_text(note or f"{state.value} at a restart"), i, job),
             )
 
 
@@ -287,17 +280,17 @@ def mark_rollback(store: Store, job: str, rolled_back: Iterable[int], note: str)
     of the job ``superseded`` (the restart after a rollback must not bring them back). Returns the ids
     of the pending changes cleared. Raises StoreError."""
     pend = tuple(c.id for c in changes(store, job, states=(ChangeState.PENDING,)))
-    with store._tx() as c:
+    with store.transaction() as c:
         for i in rolled_back:
             c.execute(
                 "UPDATE code_changes SET state='rolled-back', note=? WHERE id=? AND job=? "
                 "AND state IN ('applied', 'forced')",
-                (_text(note), i, job),
+                (store_text(note), i, job),
             )
         for i in pend:
             c.execute(
                 "UPDATE code_changes SET state='superseded', note=? WHERE id=? AND state='pending'",
-                (_text(f"cleared by a rollback: {note}"), i),
+                (store_text(f"cleared by a rollback: {note}"), i),
             )
     return pend
 
@@ -339,10 +332,10 @@ def record_version_start(
     latest = versions(store, job)
     if latest and latest[-1].commit == commit and latest[-1].started_at >= started_at:
         return latest[-1]
-    with store._tx() as c:
+    with store.transaction() as c:
         cur = c.execute(
             "INSERT INTO job_versions(job, commit_id, ref, started_at, base_step, change_id) VALUES (?, ?, ?, ?, ?, ?)",
-            (_clean_text(job), commit, ref, started_at, base_step, change_id),
+            (clean_text(job), commit, ref, started_at, base_step, change_id),
         )
         vid = int(cur.lastrowid or 0)
     return next(v for v in versions(store, job) if v.id == vid)
@@ -398,7 +391,7 @@ def evaluate_stability(
         stable = None
     if (base, last, last_at, stable) == (v.base_step, v.last_step, v.last_progress_at, v.stable_at):
         return v
-    with store._tx() as c:
+    with store.transaction() as c:
         c.execute(
             "UPDATE job_versions SET base_step=?, last_step=?, last_progress_at=?, stable_at=? WHERE id=?",
             (base, last, last_at, stable, v.id),
