@@ -83,6 +83,7 @@ __all__ = [
     "Slurm",
     "SlurmJob",
     "SlurmNode",
+    "compress_nodelist",
     "create",
     "expand_nodelist",
     "parse_scontrol_records",
@@ -225,8 +226,12 @@ def expand_nodelist(text: str | None) -> tuple[str, ...]:
         raise ValueError(f"bad Slurm node list {text!r}: {exc}") from None
 
 
-def _collect(hosts: Iterable[str]) -> str:
-    """The compact Slurm node list of ``hosts`` (``node[1-2,4]``); "" for none."""
+def compress_nodelist(hosts: Iterable[str]) -> str:
+    """The compact Slurm node list of ``hosts`` (``["node2", "node1", "node4"]`` → ``node[1-2,4]``), the
+    inverse of :func:`expand_nodelist` up to order: names sorted, duplicates once (python-hostlist's
+    ``collect_hostlist``); ``""`` for none. What ``--nodelist``/``nodename=`` of ``srun`` and
+    ``scontrol`` take, for callers outside this module that start Slurm commands themselves
+    (:mod:`robustctl.transport.srun`)."""
     names = list(hosts)
     return str(hostlist.collect_hostlist(names)) if names else ""
 
@@ -629,12 +634,14 @@ class Slurm:
         unknown = [h for h, n in info.items() if n is None]
         if unknown:
             raise SchedulerError(
-                "slurm", f"{operation} {_collect(unknown)}", f"unknown to Slurm: {', '.join(unknown)}"
+                "slurm",
+                f"{operation} {compress_nodelist(unknown)}",
+                f"unknown to Slurm: {', '.join(unknown)}",
             )
         return {h: n for h, n in info.items() if n is not None}
 
     def _set_state(self, hosts: Sequence[str], state: str, reason: str | None) -> str:
-        argv = ["scontrol", "update", f"nodename={_collect(hosts)}", f"state={state}"]
+        argv = ["scontrol", "update", f"nodename={compress_nodelist(hosts)}", f"state={state}"]
         if reason is not None:
             argv.append(f"reason={reason}")
         self.run(argv)
@@ -790,7 +797,7 @@ class Slurm:
         if info.finished:
             raise SchedulerError("slurm", where, f"job {job_id} is {info.state}: nothing to replace")
         if old not in hosts:
-            shown = _collect(hosts) or "none yet (pending, not pinned)"
+            shown = compress_nodelist(hosts) or "none yet (pending, not pinned)"
             raise SchedulerError("slurm", where, f"{old} is not a host of job {job_id} (hosts: {shown})")
         if new in hosts:
             raise SchedulerError("slurm", where, f"{new} is already a host of job {job_id}")
@@ -807,8 +814,8 @@ class Slurm:
             "scontrol",
             "update",
             f"jobid={job_id}",
-            f"ReqNodeList={_collect(new_hosts)}",
-            f"ExcNodeList={_collect(excluded)}",
+            f"ReqNodeList={compress_nodelist(new_hosts)}",
+            f"ExcNodeList={compress_nodelist(excluded)}",
         ]
         self.run(argv)
         steps.append(shlex.join(argv))

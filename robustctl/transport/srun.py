@@ -210,12 +210,12 @@ def srun_argv(
     nodes: Sequence[str], argv: Sequence[str], *, python: str, node_timeout_s: float, immediate_s: int
 ) -> list[str]:
     """The ``srun`` command line of one step running ``argv`` once on each of ``nodes``."""
-    from robustctl.schedulers.slurm import _collect
+    from robustctl.schedulers.slurm import compress_nodelist
 
     n = len(nodes)
     return [
         "srun",
-        f"--nodelist={_collect(nodes)}",
+        f"--nodelist={compress_nodelist(nodes)}",
         f"--nodes={n}",
         f"--ntasks={n}",
         "--ntasks-per-node=1",
