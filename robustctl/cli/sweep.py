@@ -116,7 +116,7 @@ def sweep(
             given=given,
         )
     from robustctl.report.progress import RichProgress
-    from robustctl.report.sweep import render_sweep
+    from robustctl.report.sweep import render_sweep, write_sweep_files
 
     request = sweep_request(
         inventory=inventory,
@@ -132,6 +132,7 @@ def sweep(
     )
     console = stderr_console(wide=True)
     result = run_sweep(request, progress=RichProgress(console, enabled=not quiet))
+    write_sweep_files(request, result)
     render_sweep(result, console, quiet=quiet)
     if json_out:
         emit_json(result_json(result), to_stdout=True, output=None)

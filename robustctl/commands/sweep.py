@@ -68,7 +68,9 @@ class SweepRequest:
         hosts: a host range restricting the sweep (None: every host in service).
         level: highest diagnose level (0: quick checks only). include_busy: run levels above 0 on
             hosts a job holds too. act: apply the policy (``sweep.act``: suspect or drain).
-        textfile / html: write the Prometheus textfile / HTML report there (atomically).
+        textfile / html: where the caller writes the Prometheus textfile / HTML report
+            (:func:`robustctl.report.sweep.write_sweep_files`, atomically; checked writable here
+            before the sweep runs). :func:`run_sweep` itself writes no artefact.
         accept_new_host_keys: as diagnose. (``--transport srun`` is applied to ``inventory``'s hosts by
         :func:`sweep_request`.)
     """
@@ -439,7 +441,6 @@ def run_sweep(
         report=report,
         ettr=ettrs,
     )
-    _write_outputs(request, result)
     return result
 
 
@@ -475,19 +476,6 @@ def _checks(states: Mapping[tuple[str, str], CheckState], host: str) -> dict[str
     from robustctl.sweep.history import HOST_CHECK
 
     return {c: s.status for (h, c), s in sorted(states.items()) if h == host and c != HOST_CHECK}
-
-
-def _write_outputs(request: SweepRequest, result: SweepResult) -> None:
-    from robustctl.report.atomic import write_atomic
-
-    if request.textfile is not None:
-        from robustctl.report.prometheus import sweep_textfile
-
-        write_atomic(request.textfile, sweep_textfile(result), "--textfile")
-    if request.html is not None:
-        from robustctl.report.html import sweep_html
-
-        write_atomic(request.html, sweep_html(result), "--html")
 
 
 # --- this node (sweep --local [--slurm]) ----------------------------------------------------------

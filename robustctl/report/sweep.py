@@ -12,8 +12,30 @@ from robustctl.timefmt import format_utc
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from robustctl.commands.sweep import HistoryResult, LemonsResult, SweepResult
+    from robustctl.commands.sweep import HistoryResult, LemonsResult, SweepRequest, SweepResult
     from robustctl.sweep.healthcheck import LocalCheckResult
+
+
+def write_sweep_files(request: SweepRequest, result: SweepResult) -> None:
+    """Write the sweep's artefacts the request names: the Prometheus textfile (``--textfile``) and the
+    HTML page (``--html``), each atomically (a reader never sees half a file).
+
+    The caller of :func:`robustctl.commands.sweep.run_sweep` writes them (the CLI does, after the
+    sweep), so the command layer imports no renderer.
+
+    Raises:
+        ConfigError: a path that cannot be written (one line naming the flag and the path).
+    """
+    from robustctl.report.atomic import write_atomic
+
+    if request.textfile is not None:
+        from robustctl.report.prometheus import sweep_textfile
+
+        write_atomic(request.textfile, sweep_textfile(result), "--textfile")
+    if request.html is not None:
+        from robustctl.report.html import sweep_html
+
+        write_atomic(request.html, sweep_html(result), "--html")
 
 
 def _utc(t: float) -> str:

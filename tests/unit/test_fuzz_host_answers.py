@@ -46,7 +46,7 @@ from robustctl.errors import CommandTimeout, HostUnreachable
 from robustctl.exit_codes import ExitCode
 from robustctl.models import Status
 from robustctl.report.console import dump_json
-from robustctl.report.sweep import render_sweep
+from robustctl.report.sweep import render_sweep, write_sweep_files
 from robustctl.testing.fake_transport import FakeTransport
 from robustctl.transport.base import CommandResult
 from robustctl.transport.pool import TransportPool
@@ -227,6 +227,7 @@ def test_hostile_answers_through_sweep_outputs_and_history(
         res = run_sweep(
             req, pool=TransportPool(override=FakeTransport(answers)), clock=lambda: 1_800_000_000.0
         )
+        write_sweep_files(req, res)
 
         assert sorted(h.host for h in res.hosts) == list(HOSTS)
         assert int(res.exit_code) in EXIT_CODES

@@ -44,7 +44,6 @@ KNOWN: dict[tuple[str, str], str] = {
         "playbooks",
         "commands",
     ): "step kinds call the commands' run_X (the kind table is not yet registered by commands)",
-    ("commands", "report"): "commands/sweep.py writes the textfile and the HTML page through report/",
     ("transport", "schedulers"): "transport/srun.py asks the Slurm scheduler for its host list and nodes",
     ("diagnose", "sdc"): "the L4 alignment level judges with sdc's verdict (and sdc uses diagnose's budget)",
     ("sdc", "diagnose"): "sdc's replay takes diagnose's host budget and address lookup",
@@ -52,8 +51,6 @@ KNOWN: dict[tuple[str, str], str] = {
     ("inventory", "checks"): "the threshold settings model lives in checks/thresholds.py",
     ("checks", "inventory"): "checks read the inventory's host type (a cycle with inventory → checks)",
     ("commands", "playbooks"): "the downward half of the playbooks ↔ commands cycle",
-    ("report", "commands"): "the downward half of the commands ↔ report cycle (result types in commands/)",
-    ("report", "playbooks"): "on the commands → report → playbooks → commands cycle",
     ("schedulers", "transport"): "the downward half of the transport ↔ schedulers cycle",
     ("inventory", "config"): "on the config → checks → inventory → config cycle",
 }

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import sys
 from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,7 @@ from robustctl.errors import ConfigError
 from robustctl.exit_codes import ExitCode
 from robustctl.models import Status, strict_jsonable
 from robustctl.report.atomic import write_atomic
+from robustctl.report.sweep import write_sweep_files
 from robustctl.store import MachineState, Store
 from robustctl.sweep import history
 from robustctl.sweep.history import HOST_CHECK, Observation
@@ -258,6 +260,7 @@ def test_sweep_names_the_faulty_host_and_records_history(
                         html=tmp_path / "r.html", environ={})  # fmt: skip
     tr = fake(healthy_host_data)
     res = run_sweep(req, pool=TransportPool(override=tr), clock=Clock())
+    write_sweep_files(req, res)
     assert [h.host for h in res.hosts] == ["node1", "node2", "node3", "spare1"]
     assert res.skipped == ("gone1",)
     assert "gone1" not in {h for h, _, _ in tr.calls}
@@ -296,6 +299,7 @@ def test_sweep_textfile_carries_each_jobs_ettr_best_effort(
         )
     req = sweep_request(inventory=inventory(tmp_path, jobs=True), state=state, textfile=prom, environ={})
     res = run_sweep(req, pool=TransportPool(override=fake(healthy_host_data, bad=None)), clock=clock)
+    write_sweep_files(req, res)
     assert res.exit_code == 0 and [e.job for e in res.ettr] == ["j"]
     fams = {f.name: f for f in text_string_to_metric_families(prom.read_text())}
     assert fams["robustctl_job_ettr"].type == "gauge"
@@ -312,6 +316,7 @@ def test_sweep_textfile_carries_each_jobs_ettr_best_effort(
     with Store.open(state, clock=clock) as store, store.transaction() as c:
         c.execute("INSERT INTO watch_progress(job, at, step) VALUES ('j', 'soon', 1)")
     res = run_sweep(req, pool=TransportPool(override=fake(healthy_host_data, bad=None)), clock=clock)
+    write_sweep_files(req, res)
     assert res.exit_code == 0 and res.ettr == ()
     assert any("job 'j': no ETTR" in w and "watch_progress" in w for w in res.warnings), res.warnings
     fams = {f.name: f for f in text_string_to_metric_families(prom.read_text())}
@@ -324,12 +329,14 @@ def test_sweep_act_records_suspect_then_drains_through_evict(
     state = tmp_path / "s.db"
     req = sweep_request(inventory=inventory(tmp_path), state=state, act=True, environ={})
     res = run_sweep(req, pool=TransportPool(override=fake(healthy_host_data)))
+    write_sweep_files(req, res)
     assert res.acted is not None and res.acted["suspect"] == ["node2"] and res.acted["drained"] == []
     with Store.open(state) as store:
         m = store.machine("node2")
         assert m is not None and m.state is MachineState.SUSPECT and m.reason.startswith("sweep: host.xid")
     req = sweep_request(inventory=inventory(tmp_path, {"act": "drain"}), state=state, act=True, environ={})
     res = run_sweep(req, pool=TransportPool(override=fake(healthy_host_data)))
+    write_sweep_files(req, res)
     assert res.acted is not None and res.acted["drained"] == ["node2"], res.acted
     with Store.open(state) as store:
         m = store.machine("node2")
@@ -337,6 +344,7 @@ def test_sweep_act_records_suspect_then_drains_through_evict(
         assert [a.action for a in store.audit()] == ["evict"]  # through the rails and the audit log
     # an evicted host is no longer swept
     res = run_sweep(req, pool=TransportPool(override=fake(healthy_host_data)))
+    write_sweep_files(req, res)
     assert "node2" in res.skipped and res.exit_code == 0
 
 
@@ -350,6 +358,7 @@ def test_deeper_levels_never_on_busy_hosts_unless_asked(
             inventory=inv, state=tmp_path / f"{include}.db", level=1, include_busy=include, environ={}
         )
         res = run_sweep(req, pool=TransportPool(override=tr))
+        write_sweep_files(req, res)
         assert {h for h, p, _ in tr.calls if p == "burn"} == expect
         assert {h.host for h in res.hosts if h.busy} == {"node1", "node2"}
 
@@ -605,6 +614,7 @@ def test_a_sweep_writes_each_jobs_timeline_in_its_page_and_the_same_textfile(
         inventory=inventory(tmp_path, jobs=True), state=state, html=page, textfile=prom, environ={}
     )
     res = run_sweep(req, pool=TransportPool(override=fake(healthy_host_data, bad=None)), clock=clock)
+    write_sweep_files(req, res)
     assert res.exit_code == 0 and [e.job for e in res.ettr] == ["j"]
     numbers_only = dataclasses.replace(
         res.ettr[0], window_start_s=None, window_end_s=None, intervals=(), incidents=()
@@ -734,6 +744,7 @@ def test_sweep_reports_a_pending_host_as_warning_and_no_failure(
                         html=tmp_path / "r.html", environ={})  # fmt: skip
     clock = Clock()
     res = run_sweep(req, pool=TransportPool(override=tr), clock=clock)
+    write_sweep_files(req, res)
     (node3,) = [h for h in res.hosts if h.host == "node3"]
     assert (node3.status, node3.named, node3.pending, node3.checks["host.nic"]) == (
         Status.WARNING, False, ("host.nic",), "critical"
@@ -749,6 +760,7 @@ def test_sweep_reports_a_pending_host_as_warning_and_no_failure(
     # seen down again 5 minutes later: named, one failure
     clock.t += 300
     res = run_sweep(req, pool=TransportPool(override=tr), clock=clock)
+    write_sweep_files(req, res)
     (node3,) = [h for h in res.hosts if h.host == "node3"]
     assert (node3.status, node3.named, res.counters["node3"].failures) == (Status.CRITICAL, True, 1)
     hist = run_history(HistoryRequest("node3", 86_400, state), clock=clock)
@@ -790,6 +802,7 @@ def test_a_host_answering_garbage_is_unknown_and_the_old_outputs_stay_whole(
     tr = fake(healthy_host_data, bad=None)
     tr.answers["node3"]["host"] = CommandResult("node3", 0, b"\x00\xff{not json at all\n" * 50, b"", 0.01)
     res = run_sweep(req, pool=TransportPool(override=tr), clock=Clock())
+    write_sweep_files(req, res)
     by = {h.host: h for h in res.hosts}
     assert by["node3"].status is Status.UNKNOWN and by["node3"].error
     assert {h: by[h].status for h in ("node1", "node2", "spare1")} == dict.fromkeys(
@@ -927,3 +940,20 @@ def test_lemons_and_history_show_times_up_to_the_year_9999(
             history.record(store, obs("n1", Status.OK), source="diagnose", sweep=False)
     assert main(["history", "n1", "--state", str(state), "--since", "3650d"]) == 0
     assert "9999-12-31 23:59:59" in capsys.readouterr().err
+
+
+def test_the_cli_writes_the_textfile_and_the_page_after_the_sweep(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``run_sweep`` writes no artefact; the CLI, its caller, writes both (report.sweep.write_sweep_files)."""
+    inv = tmp_path / "inv.yaml"
+    inv.write_text(
+        f"python: {{path: {sys.executable}}}\nhosts:\n  - {{name: here, address: local, transport: local}}\n"
+    )
+    prom, page = tmp_path / "r.prom", tmp_path / "r.html"
+    code = main(["sweep", "-i", str(inv), "--state", str(tmp_path / "s.db"), "--textfile", str(prom),
+                 "--html", str(page), "-q"])  # fmt: skip
+    capsys.readouterr()
+    assert code in (0, 1, 2, 3)
+    assert "robustctl_sweep_hosts{status=" in prom.read_text() or "robustctl_" in prom.read_text()
+    assert page.read_text().startswith("<!DOCTYPE html>") and "here" in page.read_text()
