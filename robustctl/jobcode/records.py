@@ -223,7 +223,10 @@ def changes(
         StoreError: the store cannot be read, or a row of the job holds a bad field (a time out of
             range, text in a count, an unknown state: :class:`~robustctl.store.StoreRow`).
     """
-    rows = [_change(r) for r in store.rows("code_changes", _CHANGE_COLUMNS, "WHERE job=? ORDER BY id", [job])]
+    rows = [
+        _change(r)
+        for r in store.rows("code_changes", _CHANGE_COLUMNS, "WHERE job=? ORDER BY id", [clean_text(job)])
+    ]
     if states is not None:
         wanted = set(states)
         rows = [r for r in rows if r.state in wanted]
@@ -271,7 +274,7 @@ def mark_applied(store: Store, job: str, change_ids: Iterable[int], *, forced: b
             )
             c.execute(
                 "UPDATE code_changes SET state=?, applied_at=?, note=? WHERE id=? AND job=? AND state='pending'",
-                (state.value, now, store_text(note or f"{state.value} at a restart"), i, job),
+                (state.value, now, store_text(note or f"{state.value} at a restart"), i, clean_text(job)),
             )
 
 
@@ -285,7 +288,7 @@ def mark_rollback(store: Store, job: str, rolled_back: Iterable[int], note: str)
             c.execute(
                 "UPDATE code_changes SET state='rolled-back', note=? WHERE id=? AND job=? "
                 "AND state IN ('applied', 'forced')",
-                (store_text(note), i, job),
+                (store_text(note), i, clean_text(job)),
             )
         for i in pend:
             c.execute(

@@ -918,3 +918,18 @@ def test_unreachable_host_is_exit_3() -> None:
     with pytest.raises(HostError, match="^node2: refused") as exc:
         common_commit(codes, "v1")
     assert exc.value.exit_code == ExitCode.UNKNOWN
+
+
+def test_a_job_name_with_a_lone_surrogate_is_escaped_by_every_code_change_write(tmp_path: Path) -> None:
+    """record_change escapes such a name; marking the change applied or rolled back, and reading the
+    job's changes, use the same escaped name instead of failing to encode it."""
+    from robustctl.jobcode import records
+    from robustctl.store import Store
+
+    job = "llm\udcff"
+    with Store.open(tmp_path / "s.db") as s:
+        first = records.record_change(s, job, ref="v2", commit="a" * 40, from_ref="v1", reason="update")
+        records.mark_applied(s, job, [first.id], forced=False)
+        assert [c.state for c in records.changes(s, job)] == [records.ChangeState.APPLIED]
+        records.mark_rollback(s, job, [first.id], "back to v1")
+        assert [c.state.value for c in records.changes(s, job)] == ["rolled-back"]
