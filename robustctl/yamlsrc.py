@@ -6,6 +6,8 @@
 silently overwrite, are errors, and so is a key YAML reads as another type than a string (``null:``,
 ``1:``, ``yes:``, ``2024-01-01:``): every key robustctl reads is a name, and it is named at its own
 line as written (``cluster.yaml:3: hosts[0].labels.1: key '1' reads as an integer ...``).
+:func:`format_validation_errors` turns a pydantic ``ValidationError`` over such data into those
+``FILE:LINE: key.path: message`` lines, one spelling for the inventory and the playbooks.
 
 Input is bounded before anything grows with it (a hostile or careless file cannot exhaust memory):
 
@@ -20,15 +22,18 @@ Input is bounded before anything grows with it (a hostile or careless file canno
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
 from robustctl.errors import ConfigError
 from robustctl.inputfile import NotReadable, open_regular, read_bounded
+
+if TYPE_CHECKING:
+    from pydantic import ValidationError
 
 PathKey = tuple[str | int, ...]
 
@@ -70,6 +75,156 @@ class SourceMap:
         """``"FILE:LINE"`` for ``path`` (``"FILE"`` when no line is known)."""
         line = self.line_of(path)
         return f"{self.file}:{line}" if line else self.file
+
+
+ValueSource = Callable[[PathKey], str | None]
+"""Where a value that did not come from the file came from: called with an error's key path, returns a
+label such as ``$ROBUSTCTL_DEADLINE='-1'`` to show instead of ``FILE:LINE``, or None (the file)."""
+
+
+def validation_error_lines(
+    exc: ValidationError,
+    smap: SourceMap,
+    data: Any,
+    *,
+    prefix: PathKey = (),
+    value_source: ValueSource | None = None,
+) -> list[tuple[int, str]]:
+    """Every error of ``exc`` as ``(line, text)``, in order: see :func:`format_validation_errors`.
+
+    ``line`` is the sort key: 0 for a value from ``value_source`` or with no known line, else the
+    1-based line of :meth:`SourceMap.line_of`. Callers that merge these with their own
+    ``FILE:LINE`` errors (a playbook's cross-step checks) sort the union by it.
+    """
+    out: list[tuple[int, str]] = []
+    seen: set[PathKey] = set()
+    for err in exc.errors():
+        raw = [p for p in err["loc"] if isinstance(p, (str, int))]
+        last_key = err["type"] if err["type"] in ("missing", "extra_forbidden") else None
+        path = (*prefix, *_document_path(raw, data, last_key=last_key))
+        if path in seen:  # a union reports each alternative at one place: keep the first
+            continue
+        seen.add(path)
+        if err["type"] == "extra_forbidden":
+            msg = f"unknown key {_short(str(path[-1]) if path else '')!r}"
+        elif err["type"] == "missing":
+            msg = "required key is missing"
+        else:
+            msg = err["msg"].removeprefix("Value error, ")
+            if "input" in err and not isinstance(err["input"], (dict, list)):
+                msg += f" (got {_short(repr(err['input']))})"
+        source = value_source(path) if value_source is not None else None
+        if source is not None:
+            out.append((0, f"{source}: {dotted_path(path)}: {msg}"))
+        else:
+            out.append((smap.line_of(path) or 0, f"{smap.where(path)}: {dotted_path(path)}: {msg}"))
+    out.sort(key=lambda e: e[0])  # stable: one line's errors stay in pydantic's (field) order
+    return out
+
+
+def format_validation_errors(
+    exc: ValidationError,
+    smap: SourceMap,
+    data: Any,
+    *,
+    prefix: PathKey = (),
+    value_source: ValueSource | None = None,
+    limit: int | None = None,
+) -> list[str]:
+    """One line per error of a pydantic validation of YAML ``data``, each naming the file, line and key.
+
+    Args:
+        exc: the error of ``Model.model_validate(data)``.
+        smap: the :class:`SourceMap` of the file ``data`` was read from.
+        data: the input that was validated (plain dicts/lists/scalars). An error location's parts that
+            are not keys or indices of it (pydantic's union-member tags such as ``Goto`` or
+            ``literal['abort','continue']``) are left out of the key path, so a key the file spells
+            ``str`` or ``Goto`` is still named.
+        prefix: the key path of ``data`` inside the file (``("steps", 2, "args")`` when a sub-mapping
+            is validated on its own); it leads every key path shown.
+        value_source: for values that did not come from the file (an environment variable the caller
+            merged into ``data``); see :data:`ValueSource`.
+        limit: most lines returned (None: all). When errors are left out, the last line returned ends
+            with `` (+N more errors)``.
+
+    Returns:
+        Lines of the shape ``FILE:LINE: KEY.PATH: MESSAGE`` (``FILE: ...`` when no line is known;
+        ``SOURCE: KEY.PATH: MESSAGE`` for a value ``value_source`` names), where ``KEY.PATH`` is
+        :func:`dotted_path` (``hosts[0].ssh.port``; the line is that of the key itself, or of its
+        nearest ancestor in the file for a missing key) and ``MESSAGE`` is ``unknown key 'K'``,
+        ``required key is missing``, or pydantic's message (less its ``Value error, `` prefix)
+        followed by `` (got REPR)`` when the bad value is a scalar (its repr cut to 80 characters).
+        Values from ``value_source`` come first, then by line; errors on one line keep pydantic's order;
+        one line per key path (a union's alternatives after the first are dropped). For example::
+
+            cluster.yaml:3: ssh.prot: unknown key 'prot'
+            cluster.yaml:11: hosts[0].ssh.port: Input should be a valid integer, ... (got 'x')
+            $ROBUSTCTL_DEADLINE='-1': diagnose.deadline_s: Input should be greater than 0 (got '-1')
+    """
+    lines = [
+        text for _, text in validation_error_lines(exc, smap, data, prefix=prefix, value_source=value_source)
+    ]
+    if limit is None or len(lines) <= limit:
+        return lines
+    shown = lines[: max(limit, 1)]
+    shown[-1] += f" (+{len(lines) - len(shown)} more errors)"
+    return shown
+
+
+def _document_path(loc: Sequence[str | int], data: Any, *, last_key: str | None) -> PathKey:
+    """The parts of a pydantic error location that are keys and indices of ``data``, in order.
+
+    Any other part is a union member's tag and is left out. ``last_key`` is the error's type when the
+    location ends in a key: ``"extra_forbidden"`` (the key is in its mapping) or ``"missing"`` (it is
+    not). A tag that a mapping also has as a key (``on_failure: {Goto: x}``) is resolved by trying to
+    take each part as a key first and as a tag second, until the whole location fits; the states tried
+    are memoised by (part, node), so the search is linear in the location's length times its depth.
+    Where nothing fits, the greedy reading (take every part that is a key) is returned.
+    """
+    failed: set[tuple[int, int]] = set()
+    end = len(loc)
+
+    def fits(i: int, node: Any) -> tuple[str | int, ...] | None:
+        if (i, id(node)) in failed:
+            return None
+        found: tuple[str | int, ...] | None
+        if i == end:
+            found = ()
+        elif last_key is not None and i == end - 1:
+            present = isinstance(node, dict) and loc[i] in node
+            found = (loc[i],) if present == (last_key == "extra_forbidden") else None
+        else:
+            part = loc[i]
+            found = None
+            if isinstance(part, int):
+                child = node[part] if isinstance(node, list) and 0 <= part < len(node) else None
+                rest = fits(i + 1, child)
+                found = None if rest is None else (part, *rest)
+            else:
+                if isinstance(node, dict) and part in node:
+                    rest = fits(i + 1, node[part])
+                    found = None if rest is None else (part, *rest)
+                if found is None:
+                    found = fits(i + 1, node)
+        if found is None:
+            failed.add((i, id(node)))
+        return found
+
+    exact = fits(0, data)
+    if exact is not None:
+        return exact
+    out: list[str | int] = []
+    node = data
+    for i, part in enumerate(loc):
+        if isinstance(part, int):
+            out.append(part)
+            node = node[part] if isinstance(node, list) and 0 <= part < len(node) else None
+        elif isinstance(node, dict) and part in node:
+            out.append(part)
+            node = node[part]
+        elif last_key is not None and i == end - 1:
+            out.append(part)
+    return tuple(out)
 
 
 def read_regular_file(path: Path, *, max_bytes: int, what: str = "file") -> bytes:
@@ -214,9 +369,13 @@ def _short(text: str, limit: int = 80) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def _dotted(path: Sequence[str | int]) -> str:
-    """``hosts[0].labels.rack``: a key path as validation errors show it (a key that is empty or not
-    printable is shown quoted, so the message stays one line)."""
+def dotted_path(path: Sequence[str | int]) -> str:
+    """``hosts[0].labels.rack``: a key path as every ``FILE:LINE: key.path: message`` line shows it.
+
+    A list index is ``[i]``; a key is joined with ``.``. A key that is empty or not printable is shown
+    quoted (``ssh.''``, ``ssh.'a\\nb'``), so the message stays one line and an empty key is visible;
+    a key longer than 80 characters is cut to 77 and ``...``. The empty path is ``<top>``.
+    """
     out = ""
     for part in path:
         if isinstance(part, int):
@@ -266,7 +425,7 @@ class _Walker:
                 key = str(key_node.value)
                 if key_node.tag not in _KEY_TAGS:
                     raise ConfigError(
-                        f"{smap.file}:{kline}: {_dotted((*path, key))}: key {_short(key)!r} reads as "
+                        f"{smap.file}:{kline}: {dotted_path((*path, key))}: key {_short(key)!r} reads as "
                         f"{_TAG_NAMES.get(key_node.tag, key_node.tag)}, not as a name: quote it "
                         f"({_short(key)!r}) if it is one"
                     )

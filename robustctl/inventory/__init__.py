@@ -41,7 +41,7 @@ from robustctl.config import (
 )
 from robustctl.errors import ConfigError, InventoryError
 from robustctl.inventory.hostrange import MAX_EXPANSION, count, expand, validate_address, validate_name
-from robustctl.yamlsrc import SourceMap, load_yaml
+from robustctl.yamlsrc import SourceMap, dotted_path, format_validation_errors, load_yaml
 
 
 @dataclass(frozen=True)
@@ -200,10 +200,11 @@ def load_inventory(path: Path, *, environ: dict[str, str] | None = None) -> Inve
     if not isinstance(data, dict):
         raise ConfigError(f"{smap.where(())}: expected a mapping at the top level, got {type(data).__name__}")
     env = os.environ if environ is None else environ
+    merged = apply_env(data, env)
     try:
-        model = InventoryFile.model_validate(apply_env(data, env))
+        model = InventoryFile.model_validate(merged)
     except ValidationError as exc:
-        raise ConfigError(_first_error(exc, smap, env)) from None
+        raise ConfigError(_validation_error(exc, smap, merged, env)) from None
     hosts = tuple(_resolve_hosts(model, smap))
     _refuse_unusable(model, hosts, smap)
     by_name = {h.name: h for h in hosts}
@@ -245,7 +246,7 @@ def _refuse_unusable(model: InventoryFile, hosts: Sequence[Host], smap: SourceMa
     if model.diagnose.allreduce.use_nccl_tests and not any(h.gpus > 0 for h in hosts):
         loc = ("diagnose", "allreduce", "use_nccl_tests")
         raise ConfigError(
-            f"{smap.where(loc)}: {_dotted(loc)}: nccl-tests need GPUs, but no host has gpus_per_host > 0 "
+            f"{smap.where(loc)}: {dotted_path(loc)}: nccl-tests need GPUs, but no host has gpus_per_host > 0 "
             "(set gpus_per_host, or remove use_nccl_tests)"
         )
 
@@ -284,42 +285,25 @@ def _resolve_job(name: str, spec: JobSpec, hosts: Mapping[str, Host], gpus_per_h
     )
 
 
-def _first_error(exc: ValidationError, smap: SourceMap, environ: Mapping[str, str]) -> str:
-    """One line for a validation error; an error in a value an environment variable set names the variable."""
-    errors = exc.errors()
-    from_env = [(e, v) for e in errors if (v := env_override_of(_loc(e), environ)) is not None]
-    err, var = from_env[0] if from_env else (errors[0], None)
-    loc = _loc(err)
-    dotted = _dotted(loc)
-    if err["type"] == "extra_forbidden":
-        msg = f"unknown key {str(loc[-1])!r}"
-    elif err["type"] == "missing":
-        msg = "required key is missing"
-    else:
-        msg = err["msg"].removeprefix("Value error, ")
-        if "input" in err and not isinstance(err["input"], (dict, list)):
-            msg += f" (got {_short(repr(err['input']))})"
-    more = f" (+{len(errors) - 1} more errors)" if len(errors) > 1 else ""
-    if var is not None:
-        return f"${var}={_short(repr(environ[var]))}: {dotted}: {msg}{more}"
-    return f"{smap.where(loc)}: {dotted}: {msg}{more}"
+INVENTORY_ERRORS_SHOWN = 1
+"""Validation errors of an inventory shown, the first by line (a value from the environment first);
+the rest are counted (``(+N more errors)``). Every command that loads an inventory refuses it with one
+``robustctl: error:`` line; ``playbook validate`` is the place that lists every problem of a file."""
 
 
-def _loc(err: Any) -> list[str | int]:
-    return [p for p in err["loc"] if isinstance(p, (str, int))]
+def _validation_error(exc: ValidationError, smap: SourceMap, data: Any, environ: Mapping[str, str]) -> str:
+    """One line for an inventory's validation error; a value an environment variable set names the variable."""
+
+    def from_env(path: tuple[str | int, ...]) -> str | None:
+        var = env_override_of(path, environ)
+        return None if var is None else f"${var}={_short(repr(environ[var]))}"
+
+    lines = format_validation_errors(exc, smap, data, value_source=from_env, limit=INVENTORY_ERRORS_SHOWN)
+    return lines[0] if lines else f"{smap.where(())}: invalid inventory"
 
 
 def _short(text: str, limit: int = 80) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-def _dotted(loc: Sequence[str | int]) -> str:
-    out = ""
-    for part in loc:
-        if not isinstance(part, int) and not part.isprintable():
-            part = repr(part)  # a key from the file with a newline or control character: keep one line
-        out += f"[{part}]" if isinstance(part, int) else (f".{_short(part)}" if out else _short(part))
-    return out or "<top>"
 
 
 def _merge_ssh(base: SshSettings, over: Any) -> SshSettings:

@@ -41,7 +41,13 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from robustctl.errors import ConfigError
 from robustctl.playbooks.expr import MAX_EXPR_CHARS, ExpressionError, compile_expr
 from robustctl.playbooks.kinds import KINDS, StepArgs
-from robustctl.yamlsrc import SourceMap, parse_yaml
+from robustctl.yamlsrc import (
+    SourceMap,
+    dotted_path,
+    format_validation_errors,
+    parse_yaml,
+    validation_error_lines,
+)
 
 __all__ = [
     "MAX_PLAYBOOK_BYTES",
@@ -224,9 +230,7 @@ def parse_playbook(text: str, source: str) -> Playbook:
     try:
         spec = PlaybookSpec.model_validate(data)
     except ValidationError as exc:
-        raise PlaybookError(
-            [e for _, e in sorted(_pydantic_errors(exc, smap, ()), key=lambda e: e[0])]
-        ) from None
+        raise PlaybookError(format_validation_errors(exc, smap, data)) from None
     errors: list[tuple[int, str]] = []
     args = _check(spec, smap, errors)
     if errors:
@@ -235,33 +239,9 @@ def parse_playbook(text: str, source: str) -> Playbook:
     return Playbook(spec, args, source, text, smap)
 
 
-def _pydantic_errors(
-    exc: ValidationError, smap: SourceMap, prefix: tuple[str | int, ...]
-) -> list[tuple[int, str]]:
-    out: list[tuple[int, str]] = []
-    seen: set[tuple[Any, ...]] = set()
-    for err in exc.errors():
-        loc = (*prefix, *(p for p in err["loc"] if isinstance(p, (str, int))))
-        # a union (on_failure) reports each alternative: keep the first error per location
-        key = tuple(p for p in loc if not (isinstance(p, str) and ("[" in p or p in ("Goto", "str"))))
-        if key in seen:
-            continue
-        seen.add(key)
-        if err["type"] == "extra_forbidden":
-            msg = f"unknown key {str(loc[-1])!r}"
-        elif err["type"] == "missing":
-            msg = "required key is missing"
-        else:
-            msg = err["msg"].removeprefix("Value error, ")
-            if "input" in err and not isinstance(err["input"], (dict, list)):
-                msg += f" (got {_short(repr(err['input']))})"
-        out.append((smap.line_of(key) or 0, f"{smap.where(key)}: {_dotted(key)}: {msg}"))
-    return out
-
-
 def _check(spec: PlaybookSpec, smap: SourceMap, errors: list[tuple[int, str]]) -> dict[str, StepArgs]:
     def add(loc: tuple[str | int, ...], msg: str) -> None:
-        errors.append((smap.line_of(loc) or 0, f"{smap.where(loc)}: {_dotted(loc)}: {msg}"))
+        errors.append((smap.line_of(loc) or 0, f"{smap.where(loc)}: {dotted_path(loc)}: {msg}"))
 
     steps = spec.steps
     index: dict[str, int] = {}
@@ -288,7 +268,7 @@ def _check(spec: PlaybookSpec, smap: SourceMap, errors: list[tuple[int, str]]) -
         try:
             args[s.id] = k.args.model_validate(s.args)
         except ValidationError as exc:
-            errors.extend(_pydantic_errors(exc, smap, ("steps", i, "args")))
+            errors.extend(validation_error_lines(exc, smap, s.args, prefix=("steps", i, "args")))
         jumps: list[tuple[str | None, tuple[str | int, ...]]] = [
             (s.next, ("steps", i, "next")),
             (s.failure_goto, ("steps", i, "on_failure", "goto")),
@@ -414,14 +394,3 @@ def _topo(edges: Mapping[str, list[str]]) -> list[str]:
 def _short(text: str, limit: int = 80) -> str:
     text = text if text.isprintable() else repr(text)
     return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-def _dotted(loc: Sequence[str | int]) -> str:
-    out = ""
-    for part in loc:
-        if isinstance(part, int):
-            out += f"[{part}]"
-        else:
-            p = _short(part, 40)
-            out += f".{p}" if out else p
-    return out or "<top>"
