@@ -184,6 +184,16 @@ def probe_argv(host: Host, args: Sequence[str] = ()) -> list[str]:
     return [*host.python.wrapper, host.python.path, "-c", STREAM_BOOT, *common, *args]
 
 
+ANSWER_MARGIN_S = 2.0
+"""A probe's ``--timeout`` is its host deadline minus this margin, for the answer to travel back."""
+
+
+def budget_s(deadline: float) -> str:
+    """A probe's ``--timeout``: seconds left until ``deadline`` (a ``time.monotonic()`` instant) minus
+    :data:`ANSWER_MARGIN_S`, at least 1, as the probe's argument text."""
+    return f"{max(1.0, deadline - time.monotonic() - ANSWER_MARGIN_S):.0f}"
+
+
 def command_deadline(host: Host, deadline: float) -> float:
     """The deadline of one command on ``host``: ``deadline``, or sooner when the host's
     ``ssh.command_timeout_s`` ends first (SSH hosts; the transport stops the command then, so the

@@ -29,8 +29,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from robustctl.diagnose.levels import budget_s
 from robustctl.models import CheckResult, Status
+from robustctl.probes import budget_s
 from robustctl.sdc.verdict import GroupRun, GroupState, judge_phase
 
 if TYPE_CHECKING:

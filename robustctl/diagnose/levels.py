@@ -28,7 +28,9 @@ from robustctl.checks.peer import peer_outliers
 from robustctl.errors import HostError, ProbeError
 from robustctl.models import CheckResult, Status
 from robustctl.probes import (
+    ANSWER_MARGIN_S,
     ProbeDocument,
+    budget_s,
     command_deadline,
     run_probe,
     run_probe_batch,
@@ -56,13 +58,6 @@ test) runs only when asked for with ``--level 4``."""
 L0_PROBES = ("host", "nvml")
 INTRA_MASTER = "127.0.0.1"
 """L2's rendezvous address: the ranks of an intra-host all-reduce are all on the host itself."""
-ANSWER_MARGIN_S = 2.0
-"""A probe's ``--timeout`` is its host deadline minus this margin, for the answer to travel back."""
-
-
-def budget_s(deadline: float) -> str:
-    """A probe's ``--timeout``: seconds left until ``deadline`` minus :data:`ANSWER_MARGIN_S` (≥ 1)."""
-    return f"{max(1.0, deadline - time.monotonic() - ANSWER_MARGIN_S):.0f}"
 
 
 def budget_of(host_timeout_s: float) -> str:

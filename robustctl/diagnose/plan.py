@@ -23,9 +23,10 @@ from robustctl.diagnose.levels import (
     intra_args,
     l1_timeout_s,
 )
-from robustctl.diagnose.pairs import address_argv, pair_args, pair_ports, ring_pairs, static_address
+from robustctl.diagnose.pairs import pair_args, pair_ports, ring_pairs
 from robustctl.models import SCHEMA_VERSION
 from robustctl.probes import probe_argv
+from robustctl.transport.addresses import address_argv, static_address
 from robustctl.transport.base import remote_command
 
 if TYPE_CHECKING:

@@ -4,7 +4,7 @@ Each round runs its ``n`` groups through :func:`robustctl.transport.fanout.fan_o
 (``concurrency // m`` groups at once, at least one; a per-group budget and the round's deadline;
 every group's outcome kept). Inside a group, its ``m`` machines start together (a second fan-out of
 ``m`` hosts): the machine listed first serves the rendezvous on ``master_port + 1 + group index``
-at its address (:func:`robustctl.diagnose.pairs.lookup_addresses`: the inventory address,
+at its address (:func:`robustctl.transport.addresses.lookup_addresses`: the inventory address,
 the ``diagnose.allreduce.interface`` address, or ``127.0.0.1`` for local hosts).
 
 Workloads (:class:`Workload`):
@@ -34,11 +34,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from robustctl.diagnose.levels import budget_s
-from robustctl.diagnose.pairs import ADDRESS_TIMEOUT_S, lookup_addresses
 from robustctl.errors import ProbeError
-from robustctl.probes import run_probe
+from robustctl.probes import budget_s, run_probe
 from robustctl.sdc.verdict import GroupRun
+from robustctl.transport.addresses import ADDRESS_TIMEOUT_S, lookup_addresses
 from robustctl.transport.fanout import fan_out, fan_out_units
 
 if TYPE_CHECKING:
@@ -341,7 +340,7 @@ def resolve(spec: ReplaySpec, pool: TransportPool) -> tuple[dict[str, str], dict
     A machine that cannot be reached is found here, before any group starts: its groups then fail to
     run at once, instead of their other machines waiting in the rendezvous for it until the group's
     budget runs out (a stopped sshd cost two full rounds of budget). Each machine is asked once, within
-    :data:`~robustctl.diagnose.pairs.ADDRESS_TIMEOUT_S`, with the inventory's retries.
+    :data:`~robustctl.transport.addresses.ADDRESS_TIMEOUT_S`, with the inventory's retries.
     """
     deadline = time.monotonic() + spec.round_deadline_s
     found, missing = lookup_addresses(pool, spec.hosts, spec.settings, deadline)

@@ -318,7 +318,7 @@ class InterfaceTransport:
         timeout_s: float,
         keep_stdin_open: bool = False,
     ) -> Any:
-        from robustctl.diagnose.pairs import ADDRESS_SCRIPT
+        from robustctl.transport.addresses import ADDRESS_SCRIPT
         from robustctl.transport.base import CommandResult
 
         if "-c" in argv and argv[list(argv).index("-c") + 1] == ADDRESS_SCRIPT:

@@ -87,8 +87,8 @@ def test_unmeasured_host_is_unknown_not_ok() -> None:
 
 def test_rendezvous_address_is_the_inventory_address_as_written() -> None:
     from robustctl.config import PythonSettings, SshSettings
-    from robustctl.diagnose.pairs import static_address
     from robustctl.inventory import Host
+    from robustctl.transport.addresses import static_address
 
     named = Host("node001", "node001", "ssh", SshSettings(), PythonSettings())
     literal = Host("node002", "127.0.0.3", "ssh", SshSettings(), PythonSettings())
@@ -104,14 +104,14 @@ def test_rendezvous_address_is_the_inventory_address_as_written() -> None:
     [(b"127.0.0.7\n", "127.0.0.7"), (b"noise\n127.0.0.8\n", "127.0.0.8")],
 )
 def test_parse_address(stdout: bytes, expected: str) -> None:
-    from robustctl.diagnose.pairs import parse_address
+    from robustctl.transport.addresses import parse_address
 
     assert parse_address(stdout) == expected
 
 
 @pytest.mark.parametrize("stdout", [b"", b"eth0\n", b"0.0.0.0\n"])
 def test_parse_address_refuses_what_a_peer_cannot_dial(stdout: bytes) -> None:
-    from robustctl.diagnose.pairs import parse_address
+    from robustctl.transport.addresses import parse_address
 
     with pytest.raises(ValueError):
         parse_address(stdout)

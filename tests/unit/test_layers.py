@@ -45,8 +45,6 @@ KNOWN: dict[tuple[str, str], str] = {
         "commands",
     ): "step kinds call the commands' run_X (the kind table is not yet registered by commands)",
     ("transport", "schedulers"): "transport/srun.py asks the Slurm scheduler for its host list and nodes",
-    ("diagnose", "sdc"): "the L4 alignment level judges with sdc's verdict (and sdc uses diagnose's budget)",
-    ("sdc", "diagnose"): "sdc's replay takes diagnose's host budget and address lookup",
     ("config", "checks"): "the threshold settings model lives in checks/thresholds.py",
     ("inventory", "checks"): "the threshold settings model lives in checks/thresholds.py",
     ("checks", "inventory"): "checks read the inventory's host type (a cycle with inventory → checks)",
