@@ -29,7 +29,7 @@ Inventory YAML (every key optional except ``hosts``)::
         address: 10.0.0.[1-64]   # optional; a range of the same length, or one per single host
         labels: {rack: r1}
         state: active          # active | standby | evicted
-    thresholds: {...}          # robustctl.checks.thresholds.Thresholds
+    thresholds: {...}          # robustctl.thresholds.Thresholds
     diagnose: {concurrency: 64, host_timeout_s: 120, deadline_s: 900, retries: 2}
     scheduler: {kind: inventory, timeout_s: 30}   # inventory | slurm | kubernetes (+ slurm:/kubernetes:)
     policy: {max_job_fraction: 0.5, max_cluster_fraction: 0.1, max_evictions_per_hour: 32,
@@ -50,7 +50,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from robustctl.checks.thresholds import Thresholds
+from robustctl.thresholds import Thresholds
 
 
 class StrictModel(BaseModel):

@@ -21,8 +21,8 @@ from robustctl.analysis.nccl_tests import evaluate as evaluate_nccl_tests
 from robustctl.analysis.nccl_tests import parse_nccl_tests
 from robustctl.checks.host import never_told
 from robustctl.checks.registry import NO_CONTEXT, CheckContext, ResultMaker, check
-from robustctl.checks.thresholds import Thresholds
 from robustctl.models import CheckResult, Status
+from robustctl.thresholds import Thresholds
 
 __all__ = ["peak_busbw"]
 

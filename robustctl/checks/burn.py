@@ -20,8 +20,8 @@ from typing import Any
 from robustctl.checks.host import never_told
 from robustctl.checks.peer import peer_outliers
 from robustctl.checks.registry import NO_CONTEXT, CheckContext, ResultMaker, check
-from robustctl.checks.thresholds import Thresholds
 from robustctl.models import CheckResult, Status
+from robustctl.thresholds import Thresholds
 
 LEVEL = 1
 

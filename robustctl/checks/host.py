@@ -18,8 +18,8 @@ from typing import Any
 
 from robustctl.analysis.xid import parse_kernel_log
 from robustctl.checks.registry import NO_CONTEXT, CheckContext, ResultMaker, check
-from robustctl.checks.thresholds import Thresholds
 from robustctl.models import CheckResult, Status
+from robustctl.thresholds import Thresholds
 
 __all__ = ["never_told", "objects", "probe_error"]
 

@@ -22,9 +22,9 @@ from typing import Any
 
 from robustctl.checks.host import never_told, objects
 from robustctl.checks.registry import NO_CONTEXT, CheckContext, ResultMaker, check
-from robustctl.checks.thresholds import Thresholds, severity_status
 from robustctl.inventory.hostrange import compact_ranges
 from robustctl.models import CheckResult, Status
+from robustctl.thresholds import Thresholds, severity_status
 
 __all__ = ["gpu_label"]
 

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from robustctl.models import CheckResult, Status
 
 if TYPE_CHECKING:
-    from robustctl.checks.thresholds import Thresholds
+    from robustctl.thresholds import Thresholds
 
 
 @dataclass(frozen=True)

@@ -44,9 +44,9 @@ from robustctl.probes import ProbeDocument, run_probe
 from robustctl.transport.fanout import HostOutcome, fan_out
 
 if TYPE_CHECKING:
-    from robustctl.checks.thresholds import Thresholds
     from robustctl.config import DiagnoseSettings
     from robustctl.inventory import Host
+    from robustctl.thresholds import Thresholds
     from robustctl.transport.pool import TransportPool
 
 LevelRunner = Callable[["Engine", list["Host"]], "str | None"]

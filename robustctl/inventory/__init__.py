@@ -17,7 +17,6 @@ from typing import Any, Literal
 
 from pydantic import ValidationError
 
-from robustctl.checks.thresholds import Thresholds
 from robustctl.config import (
     CheckpointSpec,
     CodeSpec,
@@ -41,6 +40,7 @@ from robustctl.config import (
 )
 from robustctl.errors import ConfigError, InventoryError
 from robustctl.inventory.hostrange import MAX_EXPANSION, count, expand, validate_address, validate_name
+from robustctl.thresholds import Thresholds
 from robustctl.yamlsrc import SourceMap, dotted_path, format_validation_errors, load_yaml
 
 

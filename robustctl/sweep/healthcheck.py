@@ -172,10 +172,10 @@ class LocalCheckResult:
 
 
 def _probe(request: LocalCheckRequest, pool: TransportPool | None, budget: float) -> RunReport:
-    from robustctl.checks.thresholds import Thresholds
     from robustctl.config import DiagnoseSettings, PythonSettings, SshSettings
     from robustctl.diagnose import DiagnoseSpec, run_levels
     from robustctl.inventory import Host
+    from robustctl.thresholds import Thresholds
     from robustctl.transport.pool import TransportPool
 
     host = Host(

@@ -7,8 +7,8 @@ from typing import Any
 
 from robustctl.checks.allreduce import evaluate_busbw, peak_busbw
 from robustctl.checks.registry import CheckContext, checks_for_probe
-from robustctl.checks.thresholds import Thresholds
 from robustctl.models import Status
+from robustctl.thresholds import Thresholds
 
 TH = Thresholds()
 DATA = Path(__file__).resolve().parents[1] / "data" / "nccl-tests"

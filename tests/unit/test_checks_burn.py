@@ -6,8 +6,8 @@ from typing import Any
 
 from robustctl.checks.burn import evaluate_tflops, evaluate_verify, host_tflops
 from robustctl.checks.registry import CheckContext, checks_for_probe
-from robustctl.checks.thresholds import Thresholds
 from robustctl.models import Status
+from robustctl.thresholds import Thresholds
 
 TH = Thresholds()
 EIGHT = CheckContext(expected_gpus=8)  # the inventory expects 8 GPUs per host

@@ -16,8 +16,8 @@ from robustctl.checks.host import (
     evaluate_xid,
 )
 from robustctl.checks.registry import CheckContext, checks_for_probe
-from robustctl.checks.thresholds import Thresholds
 from robustctl.models import Status
+from robustctl.thresholds import Thresholds
 
 TH = Thresholds()
 GIB = 1 << 30

@@ -20,7 +20,6 @@ from robustctl.checks.nvml import (
     evaluate_throttle,
 )
 from robustctl.checks.registry import CheckContext, checks_for_probe
-from robustctl.checks.thresholds import Thresholds
 from robustctl.models import CheckResult, Status
 from robustctl.probes import load_probe
 from robustctl.testing.fake_nvml import (
@@ -36,6 +35,7 @@ from robustctl.testing.fake_nvml import (
     RetiredPages,
     healthy_gpus,
 )
+from robustctl.thresholds import Thresholds
 
 REPO = Path(__file__).resolve().parents[2]
 nvml_probe = load_probe("nvml")

@@ -27,7 +27,6 @@ from pydantic import BaseModel
 from robustctl.actions import ActionContext, open_context
 from robustctl.actions.evict import EvictSpec, plan_evict
 from robustctl.checks.registry import CheckContext
-from robustctl.checks.thresholds import Thresholds
 from robustctl.config import InventoryFile
 from robustctl.diagnose import DiagnoseSpec, plan_levels, run_levels
 from robustctl.diagnose.engine import evaluate_probe
@@ -49,6 +48,7 @@ from robustctl.testing.fake_nvml import (
     healthy_gpus,
 )
 from robustctl.testing.fake_transport import FakeTransport
+from robustctl.thresholds import Thresholds
 from robustctl.transport.pool import TransportPool
 
 BASE: dict[str, Any] = {

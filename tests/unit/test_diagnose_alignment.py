@@ -9,7 +9,6 @@ from typing import Any
 
 import pytest
 
-from robustctl.checks.thresholds import Thresholds
 from robustctl.config import DiagnoseSettings, PythonSettings, SshSettings
 from robustctl.diagnose import DiagnoseSpec, plan_levels
 from robustctl.diagnose.alignment import CHECK, AlignmentRun, alignment_args, judge_alignment, run_alignment
@@ -17,6 +16,7 @@ from robustctl.diagnose.engine import Engine, _NoProgress
 from robustctl.inventory import Host
 from robustctl.models import Status
 from robustctl.testing.fake_transport import FakeTransport
+from robustctl.thresholds import Thresholds
 from robustctl.transport.pool import TransportPool
 from tests.unit.test_diagnose_engine import hosts, l3_answers, run
 

@@ -7,13 +7,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from robustctl.checks.thresholds import Thresholds
 from robustctl.config import DiagnoseSettings, PythonSettings, SshSettings
 from robustctl.diagnose import DiagnoseSpec, run_levels
 from robustctl.errors import HostUnreachable
 from robustctl.inventory import Host
 from robustctl.models import Outcome, Status
 from robustctl.testing.fake_transport import FakeTransport
+from robustctl.thresholds import Thresholds
 from robustctl.transport.pool import TransportPool
 
 REPO = Path(__file__).resolve().parents[2]

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import shlex
 
-from robustctl.checks.thresholds import Thresholds
 from robustctl.config import DiagnoseSettings, PythonSettings, SshSettings
 from robustctl.diagnose import DiagnoseSpec, plan_levels
 from robustctl.inventory import Host
 from robustctl.probes import STREAM_BOOT
+from robustctl.thresholds import Thresholds
 
 
 def hosts(n: int) -> tuple[Host, ...]:

@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 
 from robustctl.checks.allreduce import evaluate_busbw, peak_busbw
-from robustctl.checks.thresholds import Thresholds
 from robustctl.models import Status
 from robustctl.probes import load_probe, probe_script
+from robustctl.thresholds import Thresholds
 
 REPO = Path(__file__).resolve().parents[2]
 PROBE = REPO / "diagnostics" / "allreduce.py"

@@ -14,9 +14,9 @@ import pytest
 
 from robustctl.checks.host import evaluate_disk, evaluate_ib, evaluate_nic, evaluate_xid
 from robustctl.checks.registry import CheckContext
-from robustctl.checks.thresholds import Thresholds
 from robustctl.models import Status
 from robustctl.probes import load_probe, probe_script
+from robustctl.thresholds import Thresholds
 
 REPO = Path(__file__).resolve().parents[2]
 PROBE = REPO / "diagnostics" / "host.py"

@@ -15,7 +15,6 @@ import pytest
 
 from robustctl.checks.nvml import evaluate_count, evaluate_row_remap
 from robustctl.checks.registry import CheckContext
-from robustctl.checks.thresholds import Thresholds
 from robustctl.models import Status
 from robustctl.probes import probe_script
 from robustctl.testing.fake_nvml import (
@@ -25,6 +24,7 @@ from robustctl.testing.fake_nvml import (
     healthy_gpus,
     write_injection,
 )
+from robustctl.thresholds import Thresholds
 
 REPO = Path(__file__).resolve().parents[2]
 PROBE = REPO / "diagnostics" / "nvml.py"

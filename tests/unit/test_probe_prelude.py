@@ -14,11 +14,11 @@ import pytest
 
 from robustctl.checks.host import evaluate_disk, evaluate_memory, evaluate_nic, never_told
 from robustctl.checks.nvml import evaluate_count
-from robustctl.checks.thresholds import Thresholds
 from robustctl.config import PythonSettings, SshSettings
 from robustctl.models import Status
 from robustctl.probes import PROBES, ProbeDocument, bundle_script, probe_script, run_probe, run_probes
 from robustctl.testing.fake_nvml import healthy_gpus, write_injection
+from robustctl.thresholds import Thresholds
 from robustctl.transport.local import LocalTransport
 
 REPO = Path(__file__).resolve().parents[2]

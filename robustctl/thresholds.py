@@ -1,4 +1,5 @@
-"""Thresholds of every built-in check, as data.
+"""Thresholds of every built-in check, as data (a foundation module: the inventory reads it, the
+checks in :mod:`robustctl.checks` apply it).
 
 One frozen pydantic model, :class:`Thresholds`, read from the inventory's ``thresholds:`` key
 (unknown keys are errors). Every field documents its default and where that default comes from:
