@@ -425,7 +425,7 @@ MAX_CKPT_ITERATIONS = 10_000
 MAX_CKPT_ENTRIES = 140_000
 """Most directory entries a checkpoint probe reads per host (iterations × shards). The probe reports
 each shard in about 110 bytes of JSON, and a transport takes at most 16 MiB of output per command
-(``robustctl.transport.process.MAX_STDOUT_BYTES``): 140,000 entries stay under it. A shared directory
+(``robustctl.process.MAX_STDOUT_BYTES``): 140,000 entries stay under it. A shared directory
 of a job of 100,000 ranks holds that many shards per iteration: list one or two (``max_iterations``)."""
 
 

@@ -4,7 +4,7 @@ Commands run in worker threads (:mod:`robustctl.transport.fanout`), and only the
 signal, so the threads' children must be stopped from the outside. Each running command is
 registered here while it runs:
 
-- a local command (:func:`robustctl.transport.process.run_argv`) as its process group, which
+- a local command (:func:`robustctl.process.run_argv`) as its process group, which
   :func:`stop_all` kills with SIGKILL;
 - a remote command as the SSH transport that carries it, which :func:`stop_all` shuts down. A probe
   streamed by robustctl holds its standard input open as a lifeline (``diagnostics/_prelude.py``,

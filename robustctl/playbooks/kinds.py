@@ -762,7 +762,7 @@ def _notify_build(a: NotifyArgs, env: StepEnv) -> Any:
 def _notify_call(a: NotifyArgs, env: StepEnv) -> NotifyResult:
     import subprocess
 
-    from robustctl.transport.process import OutputLimitExceeded, run_argv
+    from robustctl.process import OutputLimitExceeded, run_argv
 
     doc = {
         "playbook": env.playbook,

@@ -69,8 +69,8 @@ import hostlist
 
 from robustctl.errors import ConfigError
 from robustctl.inputfile import file_kind
+from robustctl.process import OutputLimitExceeded, run_argv
 from robustctl.schedulers.base import NodeState, OpResult, SchedulerError
-from robustctl.transport.process import OutputLimitExceeded, run_argv
 
 if TYPE_CHECKING:
     from robustctl.config import SchedulerSettings
@@ -464,7 +464,7 @@ The default, :func:`run_command`, is a subprocess; unit tests pass a fake."""
 def run_command(argv: Sequence[str], env: Mapping[str, str], timeout_s: float) -> CommandOutput:
     """Run ``argv`` (no shell, stdin closed) in its own process group, killed on timeout or interruption.
 
-    Output is decoded as UTF-8 (undecodable bytes replaced). See :func:`robustctl.transport.process.run_argv`
+    Output is decoded as UTF-8 (undecodable bytes replaced). See :func:`robustctl.process.run_argv`
     for what it raises.
     """
     done = run_argv(argv, timeout_s=timeout_s, env=env, max_stdout=SLURM_MAX_OUTPUT_BYTES)

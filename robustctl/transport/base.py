@@ -7,14 +7,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
-from robustctl.transport import process as _process
+from robustctl import process as _process
 
 if TYPE_CHECKING:
     from robustctl.inventory import Host
 
 
 MAX_STDOUT_BYTES = _process.MAX_STDOUT_BYTES
-"""Bound on one command's stdout, bytes (see :data:`robustctl.transport.process.MAX_STDOUT_BYTES`)."""
+"""Bound on one command's stdout, bytes (see :data:`robustctl.process.MAX_STDOUT_BYTES`)."""
 MAX_STDERR_BYTES = _process.MAX_STDERR_BYTES
 """What is kept of one command's stderr: its last bytes."""
 

@@ -7,8 +7,8 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from robustctl.errors import CommandTimeout, HostUnreachable, OutputTooLarge
+from robustctl.process import OutputLimitExceeded, run_argv
 from robustctl.transport.base import MAX_STDOUT_BYTES, CommandResult
-from robustctl.transport.process import OutputLimitExceeded, run_argv
 
 if TYPE_CHECKING:
     from robustctl.inventory import Host
@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 class LocalTransport:
     """Runs commands on this machine, each in its own process group, killed on timeout or interruption.
 
-    One runner for this and the Slurm back end: :func:`robustctl.transport.process.run_argv`.
+    One runner for this and the Slurm back end: :func:`robustctl.process.run_argv`.
 
     Args:
         max_stdout: bound on one command's stdout, bytes.

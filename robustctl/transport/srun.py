@@ -45,8 +45,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from robustctl.errors import CommandTimeout, HostError, HostUnreachable, OutputTooLarge
+from robustctl.process import OutputLimitExceeded, run_argv
 from robustctl.transport.base import MAX_STDOUT_BYTES, CommandResult
-from robustctl.transport.process import OutputLimitExceeded, run_argv
 
 if TYPE_CHECKING:
     from robustctl.config import SchedulerSettings

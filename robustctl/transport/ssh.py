@@ -46,8 +46,8 @@ from paramiko.pkey import PublicBlob
 from robustctl import interrupts
 from robustctl.errors import CommandTimeout, ConfigError, HostKeyError, HostUnreachable, OutputTooLarge
 from robustctl.inputfile import NotReadable, file_kind, open_regular, read_bounded, read_regular
+from robustctl.process import OutputLimitExceeded, TailBuffer
 from robustctl.transport.base import MAX_STDERR_BYTES, MAX_STDOUT_BYTES, CommandResult, remote_command
-from robustctl.transport.process import OutputLimitExceeded, TailBuffer
 
 if TYPE_CHECKING:
     from robustctl.inventory import Host

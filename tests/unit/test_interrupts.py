@@ -72,7 +72,7 @@ def test_a_probe_stops_its_group_when_its_controller_dies(tmp_path: Path) -> Non
         [
             sys.executable,
             "-c",
-            "import sys; from pathlib import Path; from robustctl.transport.process import run_argv; "
+            "import sys; from pathlib import Path; from robustctl.process import run_argv; "
             "run_argv([sys.executable, '-c', sys.argv[1]], stdin=Path(sys.argv[2]).read_bytes(), "
             "keep_stdin_open=True, timeout_s=120)",
             STREAM_BOOT,

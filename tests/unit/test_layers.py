@@ -31,7 +31,7 @@ LAYERS: dict[str, int] = {
     **dict.fromkeys(
         (
             "models", "errors", "exit_codes", "config", "inventory", "store", "watchstore", "yamlsrc",
-            "inputfile", "timefmt", "probes", "pidlock", "interrupts", "suspects", "thresholds", "__init__",
+            "inputfile", "timefmt", "probes", "pidlock", "interrupts", "suspects", "thresholds", "process", "__init__",
             "__version__",
         ),
         1,
@@ -44,9 +44,7 @@ KNOWN: dict[tuple[str, str], str] = {
         "playbooks",
         "commands",
     ): "step kinds call the commands' run_X (the kind table is not yet registered by commands)",
-    ("transport", "schedulers"): "transport/srun.py asks the Slurm scheduler for its host list and nodes",
     ("commands", "playbooks"): "the downward half of the playbooks ↔ commands cycle",
-    ("schedulers", "transport"): "the downward half of the transport ↔ schedulers cycle",
 }
 """The edges that still break the rule (issue 23 removes them), each with why it exists."""
 

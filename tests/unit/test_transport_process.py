@@ -13,10 +13,9 @@ from typing import Any
 
 import pytest
 
-from robustctl import interrupts
+from robustctl import interrupts, process
+from robustctl.process import MAX_STDERR_BYTES, OutputLimitExceeded, run_argv
 from robustctl.schedulers.slurm import run_command
-from robustctl.transport import process
-from robustctl.transport.process import MAX_STDERR_BYTES, OutputLimitExceeded, run_argv
 
 
 def _alive(pid: int) -> bool:
