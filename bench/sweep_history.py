@@ -3,8 +3,8 @@
 2,000 hosts (``--hosts``) × the 15 L0 checks, one sweep every 5 minutes for ``--days`` days (365:
 105,120 sweeps), written through :func:`robustctl.sweep.policy.record_sweep` (the history with each
 host's verdict after the debounce policy, as ``run_sweep`` records it) with a fake clock, then
-:func:`robustctl.commands.sweep.run_history` (``robustctl history HOST --since 7d``) and
-:func:`robustctl.commands.sweep.run_lemons` (``robustctl lemons --since 30d``) run on the store.
+:func:`robustctl.commands.history.run_history` (``robustctl history HOST --since 7d``) and
+:func:`robustctl.commands.history.run_lemons` (``robustctl lemons --since 30d``) run on the store.
 
 Fault model (per host and day, seeded; every event begins and ends at a sweep):
 
@@ -227,7 +227,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--dir", type=Path, default=None, help="where the store is written (default: a temp dir)")
     ap.add_argument("--json", action="store_true", help="print one JSON document on stdout")
     args = ap.parse_args(list(argv) if argv is not None else None)
-    from robustctl.commands.sweep import HistoryRequest, LemonsRequest, run_history, run_lemons
+    from robustctl.commands.history import HistoryRequest, LemonsRequest, run_history, run_lemons
     from robustctl.sweep.history import HOST_CHECK
 
     with tempfile.TemporaryDirectory(prefix="bench-sweep-history-", dir=args.dir) as d:

@@ -190,7 +190,7 @@ def history(
 
     Nothing is written; a missing store is an empty history. Exit: 0, 64 usage, 78 unreadable store.
     """
-    from robustctl.commands.sweep import HistoryRequest, run_history
+    from robustctl.commands.history import HistoryRequest, run_history
     from robustctl.report.console import emit_json, stderr_console
     from robustctl.report.sweep import render_history
 
@@ -223,7 +223,7 @@ def lemons(
     HPCA 2025). Nothing is written. Exit: 0, 64 usage, 78 unreadable store or inventory.
     """
     from robustctl.commands import options
-    from robustctl.commands.sweep import LemonsRequest, run_lemons
+    from robustctl.commands.history import LemonsRequest, run_lemons
     from robustctl.report.console import emit_json, stderr_console
     from robustctl.report.sweep import render_lemons
 

@@ -12,7 +12,8 @@ from robustctl.timefmt import format_utc
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from robustctl.commands.sweep import HistoryResult, LemonsResult, SweepRequest, SweepResult
+    from robustctl.commands.history import HistoryResult, LemonsResult
+    from robustctl.commands.sweep import SweepRequest, SweepResult
     from robustctl.sweep.healthcheck import LocalCheckResult
 
 

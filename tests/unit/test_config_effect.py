@@ -1659,7 +1659,7 @@ def _lemon_store(inv: Inventory) -> Path:
 
 
 def _lemons(inv: Inventory) -> list[str]:
-    from robustctl.commands.sweep import LemonsRequest, run_lemons
+    from robustctl.commands.history import LemonsRequest, run_lemons
 
     db = _lemon_store(inv)
     res = run_lemons(LemonsRequest(inventory=inv, state=db), clock=lambda: 1_800_000_000.0)

@@ -323,7 +323,7 @@ def test_a_jobs_timeline_shows_hostile_names_as_text() -> None:
 
 
 def test_history_terminal_shows_a_stored_detail_escaped() -> None:
-    from robustctl.commands.sweep import HistoryResult
+    from robustctl.commands.history import HistoryResult
     from robustctl.report.sweep import render_history
     from robustctl.sweep import history
 

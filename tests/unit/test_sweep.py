@@ -16,16 +16,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from robustctl.cli.main import main
 from robustctl.commands.ettr import MAX_TIMELINE_INTERVALS, EttrResult, JobEttr, bounded_timeline
-from robustctl.commands.sweep import (
-    HistoryRequest,
-    LemonsRequest,
-    SweepHost,
-    SweepResult,
-    run_history,
-    run_lemons,
-    run_sweep,
-    sweep_request,
-)
+from robustctl.commands.history import HistoryRequest, LemonsRequest, run_history, run_lemons
+from robustctl.commands.sweep import SweepHost, SweepResult, run_sweep, sweep_request
 from robustctl.config import SweepSettings
 from robustctl.errors import ConfigError
 from robustctl.exit_codes import ExitCode
