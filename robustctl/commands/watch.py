@@ -298,12 +298,6 @@ def _finding_verdicts(reading: JobReading) -> list[Verdict]:
     ]
 
 
-def fail_slow_params(settings: WatchSettings) -> FailSlowParams:
-    """The fail-slow rule's parameters from the inventory's ``watch:`` section (``slow_factor``,
-    ``persist_steps``; the rest at the rule's defaults)."""
-    return FailSlowParams(slow_factor=settings.slow_factor, persist_steps=settings.persist_steps)
-
-
 def reading_verdicts(
     reading: JobReading, state_fail_slow: FailSlowState, last_step: int | None, settings: WatchSettings
 ) -> tuple[list[Verdict], FailSlowState, int | None]:
@@ -327,7 +321,7 @@ def reading_verdicts(
     )
     if hang is not None:
         verdicts.append(hang)
-    params = fail_slow_params(settings)
+    params = FailSlowParams(slow_factor=settings.slow_factor, persist_steps=settings.persist_steps)
     fs, slow = state_fail_slow, None
     newest = last_step
     for s in reading.progress.samples:
@@ -536,7 +530,10 @@ def _evaluate(
             # the recovery restarted the job: judge it by the pace before the episode, without the
             # slow window (rules.after_recovery), and skip every step this reading shows: the old
             # processes' last (slow) steps and the restart's warm-up, numbered alike
-            fail_slow_in = after_recovery(st.fail_slow, fail_slow_params(settings))
+            fail_slow_in = after_recovery(
+                st.fail_slow,
+                FailSlowParams(slow_factor=settings.slow_factor, persist_steps=settings.persist_steps),
+            )
             shown = [s.step for s in reading.progress.samples]
             if reading.progress.step is not None:
                 shown.append(reading.progress.step)
