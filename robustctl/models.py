@@ -206,6 +206,30 @@ def to_jsonable(obj: Any) -> Any:
     return obj
 
 
+def result_json(result: Any) -> dict[str, Any]:
+    """The JSON document of a command result: its fields (enums and tuples made plain) plus ``exit_code``.
+
+    A result whose document is not simply its fields defines ``to_json() -> dict``, which is used
+    as it is (it carries ``exit_code`` itself where its document has one): ``diagnose`` keeps the
+    :class:`RunReport` fields at the top level; the action commands give the plan or apply document
+    (:class:`robustctl.actions.session.ActionResult`).
+
+    Args:
+        result: a ``run_<command>`` result (``kind``, ``schema_version``, ``exit_code``).
+
+    Returns:
+        The document, a dict with ``kind`` and ``schema_version``.
+
+    Raises:
+        TypeError: the document has no ``kind`` and ``schema_version``.
+    """
+    to_json = getattr(result, "to_json", None)
+    doc = to_json() if callable(to_json) else to_jsonable(result)
+    if not isinstance(doc, dict) or "kind" not in doc or "schema_version" not in doc:
+        raise TypeError(f"{type(result).__name__} is not a command result (needs kind and schema_version)")
+    return doc
+
+
 NON_FINITE_JSON = {"nan": "NaN", "inf": "Infinity", "-inf": "-Infinity"}
 """How a float that JSON cannot hold is written, by ``repr(value)``: the strings ``"NaN"``,
 ``"Infinity"`` and ``"-Infinity"``, the spelling of JavaScript's ``String(x)`` that Python's

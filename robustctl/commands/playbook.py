@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from robustctl.commands import steps as _steps  # noqa: F401  binds the step kinds' library calls
 from robustctl.errors import ConfigError, InventoryError, UsageError
 from robustctl.exit_codes import ExitCode
 from robustctl.models import SCHEMA_VERSION

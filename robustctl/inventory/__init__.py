@@ -176,15 +176,47 @@ def default_inventory() -> Inventory:
     )
 
 
-def resolve_inventory(path: Path | None) -> Inventory:
+def resolve_inventory(path: Path | None, environ: Mapping[str, str] | None = None) -> Inventory:
     """Load ``path``, else ``$ROBUSTCTL_INVENTORY``, else the embedded default.
+
+    Args:
+        path: the ``--inventory`` value (None: not given).
+        environ: the environment to read (None: ``os.environ``); also what ``${VAR}`` in the file reads.
+
+    Returns:
+        The validated inventory.
+
+    Raises:
+        ConfigError / InventoryError: the file is invalid (``FILE:LINE``).
+    """
+    env = os.environ if environ is None else environ
+    if path is None and env.get("ROBUSTCTL_INVENTORY"):
+        path = Path(env["ROBUSTCTL_INVENTORY"])
+    if path is None:
+        return default_inventory()
+    return load_inventory(path, environ=None if environ is None else dict(environ))
+
+
+def resolve_inventory_if_given(
+    path: Path | None, environ: Mapping[str, str] | None = None
+) -> Inventory | None:
+    """:func:`resolve_inventory` when one is named (``path`` or ``$ROBUSTCTL_INVENTORY``), else None.
+
+    A command that can do without an inventory (``hosts``, the playbook catalog) then uses none rather
+    than the embedded default.
+
+    Args:
+        path: the ``--inventory`` value (None: not given).
+        environ: the environment to read (None: ``os.environ``).
+
+    Returns:
+        The inventory, or None when none is named.
 
     Raises:
         ConfigError / InventoryError: the file is invalid.
     """
-    if path is None and os.environ.get("ROBUSTCTL_INVENTORY"):
-        path = Path(os.environ["ROBUSTCTL_INVENTORY"])
-    return default_inventory() if path is None else load_inventory(path)
+    env = os.environ if environ is None else environ
+    return resolve_inventory(path, environ) if path is not None or env.get("ROBUSTCTL_INVENTORY") else None
 
 
 def load_inventory(path: Path, *, environ: dict[str, str] | None = None) -> Inventory:

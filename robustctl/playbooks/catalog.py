@@ -13,6 +13,7 @@ from importlib import resources
 from pathlib import Path
 
 from robustctl.errors import ConfigError, UsageError
+from robustctl.inventory import resolve_inventory_if_given
 from robustctl.playbooks.schema import (
     MAX_PLAYBOOK_BYTES,
     Playbook,
@@ -72,11 +73,9 @@ def catalog(inventory: Path | None = None) -> list[CatalogEntry]:
     Raises:
         ConfigError / InventoryError: the inventory is invalid.
     """
-    from robustctl.commands import options
-
     out = _shipped()
     shipped = {e.name for e in out if e.name}
-    inv = options.inventory_if_given(inventory)
+    inv = resolve_inventory_if_given(inventory)
     for path in inv.playbooks if inv is not None else ():
         try:
             pb = load_playbook(path)

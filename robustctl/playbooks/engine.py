@@ -44,10 +44,10 @@ from typing import Any
 
 from robustctl.errors import RobustctlError, UsageError
 from robustctl.exit_codes import ExitCode
-from robustctl.models import SCHEMA_VERSION
+from robustctl.models import SCHEMA_VERSION, result_json
 from robustctl.playbooks import journal
 from robustctl.playbooks.expr import ExpressionError, compile_expr, evaluate
-from robustctl.playbooks.kinds import KINDS, StepEnv, StepKind
+from robustctl.playbooks.kinds import KINDS, StepEnv, StepKind, action_json
 from robustctl.playbooks.schema import END, Playbook, StepSpec, parse_playbook
 from robustctl.store import AuditStatus, Store
 
@@ -216,11 +216,7 @@ def _names(pb: Playbook, params: Mapping[str, str]) -> dict[str, Any]:
 
 
 def _result_doc(result: Any) -> dict[str, Any]:
-    from robustctl.commands.base import result_json
-
     if hasattr(result, "outcome") and hasattr(result, "plan"):
-        from robustctl.playbooks.kinds import action_json
-
         return action_json(result)
     return dict(result_json(result))
 

@@ -1,7 +1,11 @@
-"""The step kinds a playbook can use: name → args model, request builder, library call, destructive or not.
+"""The step kinds a playbook can use: name → args model, destructive or not, the codes that succeed.
 
-Each kind calls robustctl's own library function (``robustctl.commands.<cmd>.run_<cmd>``) with a typed
-request, the one the CLI builds too: never a subprocess of robustctl, never a CLI function.
+This module declares each kind (its ``args:`` model, what it may change, its time budget); the command
+layer binds the library call that runs it (:mod:`robustctl.commands.steps`, with :func:`bind_kind`), so
+the arrow points from the commands to the playbooks and never back. Each kind calls robustctl's own
+library function (``robustctl.commands.<cmd>.run_<cmd>``) with a typed request, the one the CLI builds
+too: never a subprocess of robustctl, never a CLI function. A kind whose call is not bound refuses to
+run (:class:`StepError`, exit 3); ``notify`` needs no command and is bound here.
 
 =================  ==========================================  ===========  ==========================
 kind               library call                                destructive  step fails when exit is
@@ -22,7 +26,7 @@ expressions (:mod:`robustctl.playbooks.expr`) evaluated when the step runs, e.g.
 ``hosts_from: steps.diag.suspects``; the others are literal values.
 
 Each library module is imported when its step runs (the CLI starts without them). More kinds register
-with :func:`register_kind`.
+with :func:`register_kind` and bind with :func:`bind_kind`.
 """
 
 from __future__ import annotations
@@ -39,7 +43,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from robustctl.errors import ConfigError, RobustctlError
 from robustctl.exit_codes import ExitCode
-from robustctl.models import SCHEMA_VERSION, strict_jsonable
+from robustctl.models import SCHEMA_VERSION, result_json, strict_jsonable
 from robustctl.playbooks.expr import MAX_EXPR_CHARS, compile_expr, evaluate
 
 __all__ = [
@@ -52,6 +56,7 @@ __all__ = [
     "StepKind",
     "StepsResult",
     "action_json",
+    "bind_kind",
     "kind",
     "register_kind",
 ]
@@ -138,25 +143,26 @@ class StepEnv:
 
 @dataclass(frozen=True)
 class StepKind:
-    """One registered step kind.
+    """One step kind: its declaration here, its library call bound by the command layer.
 
     Attributes:
         name: as written in ``kind:``. args: its ``args:`` model. summary: one line for ``show``.
-        build: ``(args, env) -> request`` (the library call's request). call: ``(request, env) -> result``
-            (a command result: ``kind``, ``schema_version``, ``exit_code``). destructive: it changes
-            machines or the job (needs ``--yes`` or the playbook's policy). ok_codes: exit codes that
-            are a success of the step. plan: ``(args, env) -> result`` what it would do now, for
-            ``--dry-run`` (None: it only reads, nothing to plan). actions: the audit-log ``action`` names
-            it writes (resume matches them). single_action: one audit record per run of the step (a
-            finished record is the step's result on resume). needs_job: reads ``params.job``.
+        build: ``(args, env) -> request`` (the library call's request; None until bound). call:
+            ``(request, env) -> result`` (a command result: ``kind``, ``schema_version``,
+            ``exit_code``; None until bound). destructive: it changes machines or the job (needs
+            ``--yes`` or the playbook's policy). ok_codes: exit codes that are a success of the step.
+            plan: ``(args, env) -> result`` what it would do now, for ``--dry-run`` (None: it only
+            reads, nothing to plan). actions: the audit-log ``action`` names it writes (resume matches
+            them). single_action: one audit record per run of the step (a finished record is the
+            step's result on resume). needs_job: reads ``params.job``.
         default_timeout_s: the step's budget when ``timeout_s`` is not given.
     """
 
     name: str
     args: type[StepArgs]
     summary: str
-    build: Callable[[Any, StepEnv], Any]
-    call: Callable[[Any, StepEnv], Any]
+    build: Callable[[Any, StepEnv], Any] | None = None
+    call: Callable[[Any, StepEnv], Any] | None = None
     destructive: bool = False
     ok_codes: frozenset[int] = frozenset({0})
     plan: Callable[[Any, StepEnv], Any] | None = None
@@ -165,8 +171,28 @@ class StepKind:
     needs_job: bool = True
     default_timeout_s: float = 3600.0
 
+    @property
+    def bound(self) -> bool:
+        """Whether a library call is bound (:func:`bind_kind`)."""
+        return self.build is not None and self.call is not None
+
     def run(self, args: StepArgs, env: StepEnv) -> Any:
-        """Build the request and call the library function."""
+        """Build the request and call the library function.
+
+        Args:
+            args: the step's validated ``args:``.
+            env: what the step sees.
+
+        Returns:
+            The library call's result.
+
+        Raises:
+            StepError: no library call is bound to this kind (the command layer was not loaded).
+        """
+        if self.build is None or self.call is None:
+            raise StepError(
+                f"step kind {self.name!r} has no library call bound (robustctl.commands.steps binds them)"
+            )
         return self.call(self.build(args, env), env)
 
 
@@ -175,11 +201,49 @@ KINDS: dict[str, StepKind] = {}
 
 
 def register_kind(spec: StepKind) -> StepKind:
-    """Add ``spec`` to :data:`KINDS`. Raises ValueError for a name already registered."""
+    """Add ``spec`` to :data:`KINDS`.
+
+    Args:
+        spec: the kind (its library call may be bound later with :func:`bind_kind`).
+
+    Returns:
+        ``spec``.
+
+    Raises:
+        ValueError: a kind of that name is already registered.
+    """
     if spec.name in KINDS:
         raise ValueError(f"step kind {spec.name!r} is already registered")
     KINDS[spec.name] = spec
     return spec
+
+
+def bind_kind(
+    name: str,
+    build: Callable[[Any, StepEnv], Any],
+    call: Callable[[Any, StepEnv], Any],
+    plan: Callable[[Any, StepEnv], Any] | None = None,
+) -> StepKind:
+    """Bind the library call of the registered kind ``name`` (the command layer does, at import).
+
+    The declaration (args model, destructive, codes, timeouts) stays where it is; binding again
+    replaces the call (a test's stand-in).
+
+    Args:
+        name: a registered kind.
+        build: ``(args, env) -> request``.
+        call: ``(request, env) -> result``.
+        plan: ``(args, env) -> result`` for ``--dry-run`` (None: the kind only reads).
+
+    Returns:
+        The bound kind, now in :data:`KINDS`.
+
+    Raises:
+        ConfigError: no kind of that name is registered.
+    """
+    bound = dataclasses.replace(kind(name), build=build, call=call, plan=plan)
+    KINDS[name] = bound
+    return bound
 
 
 def kind(name: str) -> StepKind:
@@ -249,8 +313,6 @@ class NotifyResult:
 
 def action_json(result: Any) -> dict[str, Any]:
     """An action result's document plus ``outcome`` and ``targets`` at the top level (for expressions)."""
-    from robustctl.commands.base import result_json
-
     doc = dict(result_json(result))
     plan = getattr(result, "plan", None)
     doc.setdefault("outcome", getattr(getattr(result, "outcome", None), "value", None))
@@ -274,56 +336,12 @@ class DiagnoseArgs(StepArgs):
     record: bool = True
 
 
-def _diagnose_build(a: DiagnoseArgs, env: StepEnv) -> Any:
-    from robustctl.commands import options
-    from robustctl.commands.diagnose import diagnose_request
-
-    if a.hosts_from is not None:
-        hosts: str | None = ",".join(env.hosts(a.hosts_from, "hosts_from"))
-        if not hosts:
-            raise StepError("hosts_from named no host")
-    elif a.hosts is not None:
-        hosts = a.hosts
-    else:  # the job's machines now (after standby swaps), not the inventory's list
-        from robustctl.actions.hosts import current_job
-
-        job, _ = current_job(options.inventory(env.inventory), env.job, state=env.state)
-        hosts = ",".join(h.name for h in job.hosts)
-    req = diagnose_request(
-        inventory=env.inventory,
-        hosts=hosts,
-        level=a.level,
-        all_levels=a.all_levels,
-        state=env.state,
-        record=a.record,
-    )
-    settings = req.settings
-    if env.timeout_s < settings.deadline_s:
-        settings = settings.model_copy(update={"deadline_s": env.timeout_s})
-    return dataclasses.replace(req, settings=settings)
-
-
-def _diagnose_call(req: Any, env: StepEnv) -> Any:
-    from robustctl.commands.diagnose import run_diagnose
-
-    return run_diagnose(req)
-
-
-def _diagnose_plan(a: DiagnoseArgs, env: StepEnv) -> Any:
-    from robustctl.commands.diagnose import plan_diagnose
-
-    return plan_diagnose(_diagnose_build(a, env))
-
-
 register_kind(
     StepKind(
         "diagnose",
         DiagnoseArgs,
         "hierarchical stop-time checks of the job's hosts (commands.diagnose.run_diagnose)",
-        _diagnose_build,
-        _diagnose_call,
         ok_codes=frozenset({0, 1, 2}),
-        plan=_diagnose_plan,
         needs_job=False,
         default_timeout_s=3600.0,
     )
@@ -346,37 +364,11 @@ class StacksArgs(StepArgs):
     record: bool = True
 
 
-def _stacks_build(a: StacksArgs, env: StepEnv) -> Any:
-    from robustctl.commands.stacks import stacks_request
-
-    return stacks_request(
-        job=env.job,
-        inventory=env.inventory,
-        slow=a.slow,
-        rounds=a.rounds,
-        interval_s=a.interval_s,
-        samples=a.samples,
-        sample_interval_s=a.sample_interval_s,
-        native=a.native,
-        timeout_s=min(a.probe_timeout_s, env.timeout_s),
-        state=env.state,
-        record=a.record,
-    )
-
-
-def _stacks_call(req: Any, env: StepEnv) -> Any:
-    from robustctl.commands.stacks import run_stacks
-
-    return run_stacks(req)
-
-
 register_kind(
     StepKind(
         "stacks",
         StacksArgs,
         "py-spy every rank, cluster the stacks, name the hung group (commands.stacks.run_stacks)",
-        _stacks_build,
-        _stacks_call,
         ok_codes=frozenset({0, 1, 2}),
         default_timeout_s=900.0,
     )
@@ -396,49 +388,12 @@ class EvictArgs(StepArgs):
     reason: str = Reason
 
 
-def _evict_build(a: EvictArgs, env: StepEnv) -> Any:
-    from robustctl.commands.evict import EvictRequest
-
-    if (a.hosts is None) == (a.hosts_from is None):
-        raise StepError("evict needs exactly one of hosts and hosts_from")
-    hosts = a.hosts if a.hosts is not None else ",".join(env.hosts(a.hosts_from or "", "hosts_from"))
-    return EvictRequest(
-        hosts=hosts,
-        job=env.job,
-        over_evict=a.over_evict,
-        reason=env.reason(a.reason),
-        inventory=env.inventory,
-        state=env.state,
-        dry_run=env.dry_run,
-        lock_timeout_s=env.lock_timeout_s,
-    )
-
-
-def _evict_call(req: Any, env: StepEnv) -> Any:
-    from robustctl.commands.evict import run_evict
-
-    if not req.hosts:
-        raise StepError("evict: no host to evict (the hosts expression gave an empty list)")
-    return run_evict(req, confirm=env.confirm, show=env.show)
-
-
-def _plan_with_session(build: Callable[[Any, StepEnv], Any], call: Callable[[Any, StepEnv], Any]) -> Any:
-    def plan(a: Any, env: StepEnv) -> Any:
-        env = dataclasses.replace(env, dry_run=True)
-        return call(build(a, env), env)
-
-    return plan
-
-
 register_kind(
     StepKind(
         "evict",
         EvictArgs,
         "drain the hosts (over-evicting their group) and mark them evicted (commands.evict.run_evict)",
-        _evict_build,
-        _evict_call,
         destructive=True,
-        plan=_plan_with_session(_evict_build, _evict_call),
         actions=("evict",),
         default_timeout_s=600.0,
     )
@@ -458,67 +413,12 @@ class StandbyActivateArgs(StepArgs):
     reason: str = Reason
 
 
-def _standby_build(a: StandbyActivateArgs, env: StepEnv) -> Any:
-    if (a.for_hosts is None) == (a.for_hosts_from is None):
-        raise StepError("standby-activate needs exactly one of for_hosts and for_hosts_from")
-    if a.for_hosts is not None:
-        hosts = [h for h in a.for_hosts.split(",") if h]
-    else:
-        hosts = env.hosts(a.for_hosts_from or "", "for_hosts_from")
-    return (tuple(hosts), a)
-
-
-def _standby_call(req: tuple[tuple[str, ...], StandbyActivateArgs], env: StepEnv) -> StepsResult:
-    """One activation per host. A host no longer in the job's host list was replaced already (by this
-    step before a crash, or by hand): it is skipped, so that running the step again is idempotent."""
-    from robustctl.actions import open_context
-    from robustctl.commands.standby import StandbyActivateRequest, run_standby_activate
-
-    hosts, a = req
-    if not hosts:
-        raise StepError("standby-activate: no host to replace")
-    ctx = open_context(env.inventory, env.state)
-    try:
-        current = set(ctx.job_hosts(env.job).hosts)
-    finally:
-        ctx.close()
-    docs: list[Mapping[str, Any]] = []
-    done: list[str] = []
-    skipped: list[str] = []
-    for host in hosts:
-        if host not in current and not env.dry_run:
-            skipped.append(f"{host}: no longer in job {env.job} (already replaced)")
-            continue
-        r = run_standby_activate(
-            StandbyActivateRequest(
-                for_host=host,
-                job=env.job,
-                requeue=a.requeue,
-                reason=env.reason(a.reason),
-                inventory=env.inventory,
-                state=env.state,
-                dry_run=env.dry_run,
-                lock_timeout_s=env.lock_timeout_s,
-            ),
-            confirm=env.confirm,
-            show=env.show,
-        )
-        docs.append(action_json(r))
-        done.append(host)
-        if int(r.exit_code) != 0:
-            break
-    return StepsResult("standby-activate", tuple(docs), tuple(done), tuple(skipped))
-
-
 register_kind(
     StepKind(
         "standby-activate",
         StandbyActivateArgs,
         "swap a ready warm standby in for each evicted host (commands.standby.run_standby_activate)",
-        _standby_build,
-        _standby_call,
         destructive=True,
-        plan=_plan_with_session(_standby_build, _standby_call),
         actions=("standby-activate",),
         single_action=False,
         default_timeout_s=600.0,
@@ -529,15 +429,6 @@ register_kind(
 # --- restart, rollback, wait-for-progress ----------------------------------------------------------
 
 
-def _session(env: StepEnv) -> dict[str, Any]:
-    return {
-        "inventory": env.inventory,
-        "state": env.state,
-        "dry_run": env.dry_run,
-        "lock_timeout_s": env.lock_timeout_s,
-    }
-
-
 class RestartArgs(StepArgs):
     """``restart``: stop the job, apply pending updates, launch from ``from_checkpoint``."""
 
@@ -545,29 +436,12 @@ class RestartArgs(StepArgs):
     reason: str = Reason
 
 
-def _restart_build(a: RestartArgs, env: StepEnv) -> Any:
-    from robustctl.commands.restart import RestartRequest
-
-    return RestartRequest(
-        job=env.job, from_checkpoint=a.from_checkpoint, reason=env.reason(a.reason), **_session(env)
-    )
-
-
-def _restart_call(req: Any, env: StepEnv) -> Any:
-    from robustctl.commands.restart import run_restart
-
-    return run_restart(req, confirm=env.confirm, show=env.show)
-
-
 register_kind(
     StepKind(
         "restart",
         RestartArgs,
         "restart the job in place from the newest complete checkpoint (commands.restart.run_restart)",
-        _restart_build,
-        _restart_call,
         destructive=True,
-        plan=_plan_with_session(_restart_build, _restart_call),
         actions=("restart",),
         default_timeout_s=1800.0,
     )
@@ -580,27 +454,12 @@ class StopArgs(StepArgs):
     reason: str = Reason
 
 
-def _stop_build(a: StopArgs, env: StepEnv) -> Any:
-    from robustctl.commands.restart import StopRequest
-
-    return StopRequest(job=env.job, reason=env.reason(a.reason), **_session(env))
-
-
-def _stop_call(req: Any, env: StepEnv) -> Any:
-    from robustctl.commands.restart import run_stop
-
-    return run_stop(req, confirm=env.confirm, show=env.show)
-
-
 register_kind(
     StepKind(
         "stop",
         StopArgs,
         "stop the job's processes on its machines, verified gone (commands.restart.run_stop)",
-        _stop_build,
-        _stop_call,
         destructive=True,
-        plan=_plan_with_session(_stop_build, _stop_call),
         actions=("stop",),
         default_timeout_s=600.0,
     )
@@ -614,27 +473,12 @@ class RollbackArgs(StepArgs):
     reason: str = Reason
 
 
-def _rollback_build(a: RollbackArgs, env: StepEnv) -> Any:
-    from robustctl.commands.update import RollbackRequest
-
-    return RollbackRequest(job=env.job, to=a.to, reason=env.reason(a.reason), **_session(env))
-
-
-def _rollback_call(req: Any, env: StepEnv) -> Any:
-    from robustctl.commands.update import run_rollback
-
-    return run_rollback(req, confirm=env.confirm, show=env.show)
-
-
 register_kind(
     StepKind(
         "rollback",
         RollbackArgs,
         "check out the last stable code version on every host and restart (commands.update.run_rollback)",
-        _rollback_build,
-        _rollback_call,
         destructive=True,
-        plan=_plan_with_session(_rollback_build, _rollback_call),
         actions=("rollback",),
         default_timeout_s=1800.0,
     )
@@ -649,32 +493,11 @@ class WaitProgressArgs(StepArgs):
     poll_s: float = Field(5.0, ge=0.1, le=600, description="Seconds between two readings of the progress.")
 
 
-def _progress_build(a: WaitProgressArgs, env: StepEnv) -> Any:
-    from robustctl.commands.progress import WaitProgressRequest
-
-    return WaitProgressRequest(
-        job=env.job,
-        min_new_steps=a.min_new_steps,
-        timeout_s=min(a.timeout_s, env.timeout_s),
-        poll_s=a.poll_s,
-        inventory=env.inventory,
-        state=env.state,
-    )
-
-
-def _progress_call(req: Any, env: StepEnv) -> Any:
-    from robustctl.commands.progress import run_wait_progress
-
-    return run_wait_progress(req)
-
-
 register_kind(
     StepKind(
         "wait-for-progress",
         WaitProgressArgs,
         "wait for new training steps: 0 progress, 2 none or exited (commands.progress.run_wait_progress)",
-        _progress_build,
-        _progress_call,
         default_timeout_s=900.0,
     )
 )
@@ -693,43 +516,12 @@ class ReplaySdcArgs(StepArgs):
     record: bool = True
 
 
-def _replay_build(a: ReplaySdcArgs, env: StepEnv) -> Any:
-    from robustctl.commands.replay_sdc import replay_sdc_request
-
-    deadline = min(a.deadline_s or env.timeout_s, env.timeout_s)
-    return replay_sdc_request(
-        inventory=env.inventory,
-        job=env.job,
-        k=a.k,
-        steps=a.steps,
-        command=a.command,
-        deadline_s=deadline,
-        state=env.state,
-        record=a.record,
-    )
-
-
-def _replay_call(req: Any, env: StepEnv) -> Any:
-    from robustctl.commands.replay_sdc import run_replay_sdc
-
-    return run_replay_sdc(req)
-
-
-def _replay_plan(a: ReplaySdcArgs, env: StepEnv) -> Any:
-    from robustctl.commands.replay_sdc import plan_replay_sdc
-
-    return plan_replay_sdc(_replay_build(a, env))
-
-
 register_kind(
     StepKind(
         "replay-sdc",
         ReplaySdcArgs,
         "dual-phase replay to localize silent data corruption (commands.replay_sdc.run_replay_sdc)",
-        _replay_build,
-        _replay_call,
         ok_codes=frozenset({0, 1, 2}),
-        plan=_replay_plan,
         default_timeout_s=3600.0,
     )
 )
