@@ -70,6 +70,12 @@ def _shipped() -> list[CatalogEntry]:
 def catalog(inventory: Path | None = None) -> list[CatalogEntry]:
     """Every playbook: shipped first (by file name), then the inventory's own (in its order).
 
+    Args:
+        inventory: the inventory path (None: ``$ROBUSTCTL_INVENTORY``, else none: shipped ones only).
+
+    Returns:
+        One entry per playbook file, an invalid one with its errors.
+
     Raises:
         ConfigError / InventoryError: the inventory is invalid.
     """
@@ -88,6 +94,13 @@ def catalog(inventory: Path | None = None) -> list[CatalogEntry]:
 
 def find_playbook(name: str, inventory: Path | None = None) -> Playbook:
     """The playbook called ``name`` (the inventory's own before the shipped one), or the file ``name``.
+
+    Args:
+        name: a playbook's name, or a path (it holds ``/`` or ends in ``.yaml``/``.yml``).
+        inventory: the inventory path (None: ``$ROBUSTCTL_INVENTORY``, else shipped ones only).
+
+    Returns:
+        The validated playbook.
 
     Raises:
         UsageError: no playbook of that name (the message lists them). PlaybookError / ConfigError: the

@@ -174,6 +174,13 @@ class DryRunStep:
 def resolve_params(pb: Playbook, given: Mapping[str, str]) -> dict[str, str]:
     """The run's parameters: ``given`` over the declared defaults.
 
+    Args:
+        pb: the playbook.
+        given: parameter name → value from ``--job`` / ``--param``.
+
+    Returns:
+        Every declared parameter that has a value, name → value.
+
     Raises:
         UsageError: an undeclared parameter, a missing required one, a NUL or a value over
             :data:`MAX_PARAM_CHARS` characters.
@@ -289,9 +296,18 @@ def run_playbook(
     """Run ``pb`` with ``params`` (see the module docstring).
 
     Args:
+        pb: the validated playbook.
+        params: parameter name → value (``job``, ...), over the declared defaults.
+        inventory: the inventory path (None: ``$ROBUSTCTL_INVENTORY`` or the embedded default).
+        state: the state store path (None: ``$ROBUSTCTL_STATE`` or the default).
+        lock_timeout_s: seconds an action waits for the store's lock (None: the default).
         confirm: asked before each destructive action (``always`` for ``--yes``); None: a playbook with
             destructive steps is refused before anything runs, unless its policy applies them.
-        show: receives each action plan before it is confirmed. progress: receives :class:`StepEvent` s.
+        show: receives each action plan before it is confirmed.
+        progress: receives a :class:`StepEvent` as each step starts and ends.
+
+    Returns:
+        The run's outcome: its id, status, and each step's result.
 
     Raises:
         UsageError: bad parameters; destructive steps and nobody to confirm.
@@ -331,6 +347,18 @@ def resume_playbook(
     progress: Callable[[StepEvent], None] | None = None,
 ) -> RunOutcome:
     """Carry run ``run_id`` on from where it stopped (see the module docstring).
+
+    Args:
+        run_id: the journal's run id.
+        inventory: the inventory path (None: ``$ROBUSTCTL_INVENTORY`` or the embedded default).
+        state: the state store path (None: ``$ROBUSTCTL_STATE`` or the default).
+        confirm: asked before each destructive action, as for :func:`run_playbook`.
+        show: receives each action plan before it is confirmed.
+        lock_timeout_s: seconds an action waits for the store's lock (None: the default).
+        progress: receives a :class:`StepEvent` as each step starts and ends.
+
+    Returns:
+        The run's outcome, the steps finished before the stop included.
 
     Raises:
         UsageError: no such run, or it is finished; destructive steps and nobody to confirm.
@@ -557,6 +585,16 @@ def dry_run(
 ) -> tuple[DryRunStep, ...]:
     """The decision tree of ``pb``: each step, its condition, where each branch leads, and for a step
     that reads no earlier step's result, what it would do on the job now (``plan_now``; nothing applied).
+
+    Args:
+        pb: the validated playbook.
+        params: parameter name → value (resolved against the declared defaults when ``plan_now``).
+        inventory: the inventory path (None: ``$ROBUSTCTL_INVENTORY`` or the embedded default).
+        state: the state store path (None: the default).
+        plan_now: also ask each step that can be planned what it would do now (reads the job).
+
+    Returns:
+        One :class:`DryRunStep` per step, in the playbook's order.
 
     Raises:
         UsageError: bad parameters (only when ``plan_now``).

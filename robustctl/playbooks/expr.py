@@ -181,7 +181,11 @@ def compile_expr(text: str, *, known_steps: frozenset[str] | None = None) -> Com
     """Parse and check ``text`` (see the module docstring).
 
     Args:
+        text: the expression (at most :data:`MAX_EXPR_CHARS` characters).
         known_steps: the step ids that may be named (None: any).
+
+    Returns:
+        The checked expression, with the step ids it reads.
 
     Raises:
         ExpressionError: too long or large, a syntax error, a construct outside the language, an unknown
@@ -274,6 +278,13 @@ def _step_refs(tree: ast.AST) -> list[str]:
 
 def evaluate(expr: CompiledExpr, names: Mapping[str, Any]) -> Any:
     """Evaluate ``expr`` with ``names`` (``steps``, ``params``: plain JSON-like data).
+
+    Args:
+        expr: a checked expression (:func:`compile_expr`).
+        names: what the expression's names read, name → plain JSON-like data.
+
+    Returns:
+        The value (JSON-like: a dict, list, string, number, bool or None).
 
     Raises:
         ExpressionError: a key that is not there, an operation on the wrong types, a number out of range.

@@ -127,6 +127,13 @@ class StepEnv:
     def hosts(self, expr: str, what: str) -> list[str]:
         """Evaluate a ``*_from`` expression to host names (a list of names, or one comma-separated string).
 
+        Args:
+            expr: the expression text (e.g. ``steps.diag.suspects``).
+            what: the argument's name, for errors (``hosts_from``).
+
+        Returns:
+            The host names, first occurrence kept, duplicates dropped.
+
         Raises:
             ExpressionError: it does not evaluate. StepError: not host names, or more than
                 :data:`MAX_HOSTS_FROM`.

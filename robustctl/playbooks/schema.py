@@ -198,6 +198,12 @@ class Playbook:
 def load_playbook(path: Path) -> Playbook:
     """Read and validate a playbook file.
 
+    Args:
+        path: the YAML file (at most :data:`MAX_PLAYBOOK_BYTES`, a regular file).
+
+    Returns:
+        The validated playbook.
+
     Raises:
         ConfigError: the file cannot be read or is not YAML (``FILE:LINE``). PlaybookError: every
             problem found, one line each.
