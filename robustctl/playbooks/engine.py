@@ -300,10 +300,10 @@ def run_playbook(
         params: parameter name → value (``job``, ...), over the declared defaults.
         inventory: the inventory path (None: ``$ROBUSTCTL_INVENTORY`` or the embedded default).
         state: the state store path (None: ``$ROBUSTCTL_STATE`` or the default).
-        lock_timeout_s: seconds an action waits for the store's lock (None: the default).
         confirm: asked before each destructive action (``always`` for ``--yes``); None: a playbook with
             destructive steps is refused before anything runs, unless its policy applies them.
         show: receives each action plan before it is confirmed.
+        lock_timeout_s: seconds an action waits for the store's lock (None: the default).
         progress: receives a :class:`StepEvent` as each step starts and ends.
 
     Returns:
