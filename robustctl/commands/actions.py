@@ -86,6 +86,10 @@ def check_reason(text: str | None, flag: str) -> None:
     where rendered) except a NUL, which no scheduler command line can carry, and text longer than
     :data:`MAX_REASON_BYTES` bytes.
 
+    Args:
+        text: the value (None: not given, accepted).
+        flag: the option's name, for the message.
+
     Raises:
         UsageError: a NUL in ``text``, or ``text`` too long (the message names ``flag`` and the limit).
     """

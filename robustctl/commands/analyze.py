@@ -106,6 +106,12 @@ def run_analyze(request: AnalyzeRequest) -> AnalyzeResult:
     is an UNKNOWN entry naming the file, as is a file that cannot be read (e.g. a corrupt gzip);
     the other files are still analysed.
 
+    Args:
+        request: the files, directories or archives, and what to judge them against.
+
+    Returns:
+        One entry per file analysed (its kind, verdict and evidence), and the clustered dumps when there are any.
+
     Raises:
         UsageError: the dumps do not fit the layout, or ``ranks_per_host`` does not divide the
             world size.

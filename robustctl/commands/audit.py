@@ -62,6 +62,13 @@ def audit_request(*, state: Path | None = None, since: str | None = None) -> Aud
 def run_audit(request: AuditRequest, *, clock: Callable[[], float] = time.time) -> AuditResult:
     """Read the audit log (the window ends now, by ``clock``).
 
+    Args:
+        request: the store and the window (``since``) to read.
+        clock: seconds since the epoch now (tests pass a fixed one).
+
+    Returns:
+        The audit records in the window, oldest first.
+
     Raises:
         StoreError: the store cannot be opened or read.
     """

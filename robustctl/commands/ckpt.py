@@ -161,7 +161,11 @@ def run_ckpt_status(request: CkptStatusRequest, *, pool: TransportPool | None = 
     """Read and judge the job's checkpoints (see the module docstring).
 
     Args:
+        request: the job and what to judge its checkpoints against.
         pool: transports (closed by the caller); None: opened and closed here.
+
+    Returns:
+        Each checkpoint found, its verdict, and the newest complete one.
 
     Raises:
         UsageError: unknown job; with ``layout``, a host list that does not fit the layout.

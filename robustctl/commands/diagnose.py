@@ -196,8 +196,12 @@ def run_diagnose(
     hosts never change. The store is best effort: an error lands in ``recorded.error``.
 
     Args:
+        request: the hosts, the levels and the settings.
         pool: the transports to use (closed by the caller); None: a pool opened and closed here.
         progress: receives per-level progress (see :class:`robustctl.diagnose.ProgressSink`).
+
+    Returns:
+        The run's report (each level's per-host results and the suspects) and what was recorded.
 
     Raises:
         RobustctlError: as :func:`robustctl.diagnose.run_levels` (hosts that cannot be checked are

@@ -70,13 +70,19 @@ def run_evict(
 ) -> ActionResult:
     """Plan the eviction (over-eviction, rails), then confirm and apply it in one action session.
 
-    ``confirm``/``show``: see :mod:`robustctl.actions.session`.
-
-    Raises:
+        Raises:
         UsageError: bad hosts, report, job or mode, both hosts and a report, ``--force`` without a reason,
             a reason that cannot be recorded (:func:`~robustctl.commands.actions.check_reason`), a plan
             that needs confirming without ``confirm``.
         ConfigError / StoreError: bad inventory, unwritable store. StoreLocked: the lock is held.
+
+    Args:
+        req: what to evict, the session options included (``dry_run``: plan only).
+        confirm: asked before anything changes (None: nobody can confirm; see :mod:`robustctl.actions.session`).
+        show: receives the plan before it is confirmed (None: not shown).
+
+    Returns:
+        The action's result: its plan, outcome, applied steps and audit id.
     """
     check_reason(req.reason, "--reason")
     check_reason(req.force_reason, "--force-reason")
@@ -102,6 +108,14 @@ def run_return(
     req: ReturnRequest, *, confirm: Confirm | None = None, show: ShowPlan | None = None
 ) -> ActionResult:
     """Plan resuming the hosts (scheduler) and marking them returned → active (store), then apply it.
+
+    Args:
+        req: the hosts to return and the session options (``dry_run``: plan only).
+        confirm: asked before anything changes (None: nobody can confirm).
+        show: receives the plan before it is confirmed (None: not shown).
+
+    Returns:
+        The action's result: its plan, outcome, applied steps and audit id.
 
     Raises:
         UsageError: a bad host range or unknown host, a reason that cannot be recorded; a plan that

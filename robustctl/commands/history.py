@@ -63,6 +63,13 @@ class HistoryResult:
 def run_history(request: HistoryRequest, *, clock: Callable[[], float] = time.time) -> HistoryResult:
     """Read ``request.host``'s history; a missing store is an empty history (nothing is created).
 
+    Args:
+        request: the host, the window and the store.
+        clock: seconds since the epoch now (tests pass a fixed one).
+
+    Returns:
+        The host's sweep results in the window, oldest first.
+
     Raises:
         StoreError: the store exists but cannot be read.
     """
@@ -115,6 +122,13 @@ class LemonsResult:
 
 def run_lemons(request: LemonsRequest, *, clock: Callable[[], float] = time.time) -> LemonsResult:
     """List the lemons (:func:`robustctl.sweep.lemons.find_lemons`); a missing store has none.
+
+    Args:
+        request: the window, the thresholds and the store.
+        clock: seconds since the epoch now (tests pass a fixed one).
+
+    Returns:
+        The hosts that failed often enough in the window, worst first.
 
     Raises:
         StoreError: the store exists but cannot be read.

@@ -90,6 +90,12 @@ class HostsResult:
 def run_hosts(request: HostsRequest) -> HostsResult:
     """List the hosts that are suspect, evicted or standby (or every host with ``include_active``).
 
+    Args:
+        request: the store, the inventory, and whether active hosts are listed too.
+
+    Returns:
+        The hosts with their state, reason and when it changed.
+
     Raises:
         StoreError: the store exists but cannot be read.
     """

@@ -88,6 +88,12 @@ class InventoryShow:
 def run_inventory_validate(request: InventoryValidateRequest) -> InventoryValidation:
     """Strictly validate an inventory.
 
+    Args:
+        request: the inventory file to validate.
+
+    Returns:
+        The validated inventory's summary (hosts, jobs, back end).
+
     Raises:
         ConfigError / InventoryError: unknown keys, bad host ranges or names (``FILE:LINE``).
     """
@@ -102,6 +108,12 @@ def run_inventory_validate(request: InventoryValidateRequest) -> InventoryValida
 
 def run_inventory_show(request: InventoryShowRequest) -> InventoryShow:
     """The hosts of an inventory (``hosts`` selects by range, in any state).
+
+    Args:
+        request: the inventory and the host range to show (None: every host).
+
+    Returns:
+        The selected hosts, in the inventory's order.
 
     Raises:
         ConfigError / InventoryError: an invalid inventory.

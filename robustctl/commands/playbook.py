@@ -164,6 +164,13 @@ Progress = Callable[[StepEvent], None]
 def parse_params(job: str | None, pairs: list[str] | tuple[str, ...]) -> dict[str, str]:
     """``--job`` and ``--param k=v`` as a parameter mapping.
 
+    Args:
+        job: the ``--job`` value (None: not given).
+        pairs: the ``--param`` values, each ``KEY=VALUE``.
+
+    Returns:
+        Parameter name → value (``job`` included when given).
+
     Raises:
         UsageError: a pair without ``=``, an empty key, a key given twice.
     """
@@ -208,6 +215,13 @@ def run_playbook_list(inventory: Path | None = None) -> PlaybookListResult:
 def run_playbook_show(name: str, inventory: Path | None = None) -> PlaybookShowResult:
     """The decision tree of ``name`` (no host contacted, nothing planned).
 
+    Args:
+        name: a playbook's name or file.
+        inventory: the inventory path (None: ``$ROBUSTCTL_INVENTORY``, else shipped playbooks only).
+
+    Returns:
+        The playbook's steps, conditions and where each branch leads.
+
     Raises:
         UsageError: no such playbook. PlaybookError: it does not validate.
     """
@@ -242,6 +256,10 @@ def run_playbook_validate(path: Path) -> PlaybookValidateResult:
 def _known_job(job: str | None, inventory: Path | None) -> None:
     """Refuse, before any step (dry run included), a ``job`` parameter the inventory does not hold.
 
+    Args:
+        job: the ``job`` parameter (None: the playbook has none; nothing to check).
+        inventory: the inventory path (None: ``$ROBUSTCTL_INVENTORY`` or the embedded default).
+
     Raises:
         UsageError: unknown job (the known ones listed). ConfigError / InventoryError: bad inventory.
     """
@@ -265,9 +283,16 @@ def run_playbook_run(
 ) -> RunOutcome | PlaybookDryRunResult:
     """Run the playbook (or only render its decision tree with ``dry_run``).
 
-    ``confirm``: asked before each destructive action (:func:`robustctl.actions.session.always` for
-    ``--yes``); None refuses a playbook with destructive steps before anything runs (unless its policy
-    applies them). ``show``: each action plan. ``progress``: step events.
+    Args:
+        req: the playbook, its parameters and the session options.
+        confirm: asked before each destructive action (:func:`robustctl.actions.session.always` for
+            ``--yes``); None refuses a playbook with destructive steps before anything runs (unless its
+            policy applies them).
+        show: receives each action plan before it is confirmed.
+        progress: receives a step event as each step starts and ends.
+
+    Returns:
+        The run's outcome, or with ``dry_run`` the decision tree and what each step would do now.
 
     Raises:
         UsageError: no such playbook, bad parameters, a job the inventory does not hold, destructive steps

@@ -225,6 +225,12 @@ def _result(
 def run_wait_progress(req: WaitProgressRequest) -> WaitProgressResult:
     """Wait for ``req.min_new_steps`` new steps of ``req.job`` over its hosts' transports.
 
+    Args:
+        req: the job, how many new steps to wait for, the timeout and the poll interval (seconds).
+
+    Returns:
+        The steps seen when the wait ended, and whether the job made the progress asked for.
+
     Raises:
         UsageError: a bad request, or a job not in the inventory.
         ConfigError: the job has no ``progress:`` section; a bad inventory. StoreError: a bad store.

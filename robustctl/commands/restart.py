@@ -65,13 +65,19 @@ def run_restart(
     """Plan the restart (stop → code updates → checkpoint → launch → wait running, or the scheduler's
     requeue), then confirm and apply it in one action session.
 
-    ``confirm``/``show``: see :mod:`robustctl.actions.session`.
-
-    Raises:
+        Raises:
         UsageError: a bad ``--from-checkpoint`` or reason, an unknown job, an option the back end cannot
             honour, a plan that needs confirming without ``confirm``.
         ConfigError / StoreError: a job without ``launch:`` on the inventory back end, bad inventory,
             unwritable store. StoreLocked: the lock is held.
+
+    Args:
+        req: the job, the checkpoint to start from, and the session options (``dry_run``: plan only).
+        confirm: asked before anything changes (None: nobody can confirm; see :mod:`robustctl.actions.session`).
+        show: receives the plan before it is confirmed (None: not shown).
+
+    Returns:
+        The action's result: its plan, outcome, applied steps and audit id.
     """
     check_reason(req.reason, "--reason")
     spec = RestartSpec(
@@ -86,6 +92,14 @@ def run_stop(
     req: StopRequest, *, confirm: Confirm | None = None, show: ShowPlan | None = None
 ) -> ActionResult:
     """Plan stopping the job's processes (TERM, grace, KILL, verified gone), then confirm and apply it.
+
+    Args:
+        req: the job and the session options (``dry_run``: plan only).
+        confirm: asked before anything changes (None: nobody can confirm).
+        show: receives the plan before it is confirmed (None: not shown).
+
+    Returns:
+        The action's result: its plan, outcome, applied steps and audit id.
 
     Raises:
         UsageError: a bad reason, an unknown job, a plan that needs confirming without ``confirm``.
