@@ -117,6 +117,10 @@ def fan_out(
         on_done: called (from worker threads) as each host finishes, e.g. to advance a progress bar.
         on_deadline: called once when the global deadline passes with hosts still running, to
             close their connections.
+
+    Returns:
+        Every host's outcome (ok, failed, unreachable or timed out; its value or error, seconds,
+        attempts), in the order of ``hosts``.
     """
 
     def as_host(o: UnitOutcome[Host, T]) -> HostOutcome[T]:

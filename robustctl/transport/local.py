@@ -37,6 +37,16 @@ class LocalTransport:
     ) -> CommandResult:
         """See :meth:`robustctl.transport.base.Transport.run`.
 
+        Args:
+            host: the inventory host the command is for (its name labels the result and errors).
+            argv: the program and its arguments, run directly (never through a shell).
+            stdin: bytes written to the command's input; None: nothing.
+            timeout_s: seconds the command may run before its process group is killed.
+            keep_stdin_open: leave the input open after ``stdin`` is written, until the command ends.
+
+        Returns:
+            The command's exit status, its stdout, the last of its stderr and its elapsed seconds.
+
         Raises:
             HostUnreachable: the program does not exist or cannot be executed.
             CommandTimeout: ``timeout_s`` passed; the whole process group was killed.

@@ -270,9 +270,20 @@ class SrunTransport:
     ) -> CommandResult:
         """Run ``argv`` on one node (a step of one task). See :meth:`Transport.run`.
 
+        Args:
+            host: the node, by its inventory name (its Python path starts the task).
+            argv: the program and its arguments.
+            stdin: bytes written to the step's input; None: nothing.
+            timeout_s: seconds for the whole step, Slurm's allocation included.
+            keep_stdin_open: not used: the step's input always stays open until srun ends.
+
+        Returns:
+            The command's exit status, its stdout, the last of its stderr and the step's elapsed seconds.
+
         Raises:
             HostUnreachable: Slurm cannot start a step there, or the node did not answer.
-            CommandTimeout: the command ran past ``timeout_s`` on the node. OutputTooLarge: as named.
+            CommandTimeout: the command ran past ``timeout_s`` on the node.
+            OutputTooLarge: as named.
         """
         res = self.run_batch([host], argv, stdin=stdin, timeout_s=timeout_s)[host.name]
         if isinstance(res, HostError):

@@ -122,6 +122,12 @@ def _parse_private_key(text: str) -> paramiko.PKey | None:
     """The private key in ``text`` (OpenSSH or PEM; RSA, ECDSA or Ed25519); None when it is encrypted
     (robustctl never asks for a passphrase: the agent may hold the key).
 
+    Args:
+        text: the identity file's text.
+
+    Returns:
+        The key; None when it is encrypted.
+
     Raises:
         ValueError: not a private key of a type paramiko reads.
     """
@@ -146,8 +152,9 @@ def load_identity(path: str, *, host: str, origin: str) -> paramiko.PKey | None:
     is then the path without the suffix.
 
     Args:
-        path: the file (``~`` expanded already). host: the host it is for, and origin the setting
-            that named it, for messages.
+        path: the file (``~`` expanded already).
+        host: the host it is for, for messages.
+        origin: the setting that named it, for messages.
 
     Returns:
         The key; None when it is encrypted (skipped: no passphrase is ever asked for).
@@ -260,6 +267,12 @@ class _KnownHostsIndex:
         """The keys of ``name``'s lines, parsed now: one per key type, the first line's (as paramiko's
         ``HostKeys.lookup``); a line whose key type paramiko lacks is skipped.
 
+        Args:
+            name: the name to look up (``host`` or ``[host]:port``), plain or matched against hashed names.
+
+        Returns:
+            The keys, in the order of their first lines in the file; empty when none.
+
         Raises:
             paramiko.SSHException: one of them is malformed (paramiko's ``InvalidHostKey``).
         """
@@ -287,6 +300,11 @@ class _AcceptNewPolicy(paramiko.MissingHostKeyPolicy):
 
     def missing_host_key(self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey) -> None:
         """Record ``key`` for ``hostname`` (appended to the file, which must be a regular file).
+
+        Args:
+            client: the connecting client; the key is added to its host keys too.
+            hostname: the name the key is recorded under (``host`` or ``[host]:port``).
+            key: the server's host key.
 
         Raises:
             ConfigError: the known_hosts path exists but is not a regular file (opened for appending
@@ -325,6 +343,10 @@ def preflight(hosts: Sequence[Host], *, ssh_config: Path | None = None) -> None:
     identity files the inventory (or ``ROBUSTCTL_SSH_IDENTITY``) names are private keys; the
     known_hosts files it names, when they exist, are regular files within :data:`MAX_KNOWN_HOSTS_BYTES`;
     the SSH client config (``ssh_config``, default ``~/.ssh/config``), when a host honours it, reads.
+
+    Args:
+        hosts: the inventory hosts; only those with ``transport: ssh`` are checked.
+        ssh_config: the SSH client config file; None: ``~/.ssh/config``.
 
     Raises:
         ConfigError: ``"FILE: identity file of host H is a FIFO, not a regular file (from SETTING)"``
@@ -371,6 +393,12 @@ def preflight(hosts: Sequence[Host], *, ssh_config: Path | None = None) -> None:
 def read_ssh_config(path: Path) -> paramiko.SSHConfig:
     """The OpenSSH client config at ``path``, read under :data:`MAX_SSH_CONFIG_BYTES` and parsed from
     its text; an empty config when nothing is there.
+
+    Args:
+        path: the config file (``~`` expanded already).
+
+    Returns:
+        The parsed config.
 
     Raises:
         ConfigError: the path is a FIFO, a device, a directory, unreadable, too large, or does not
@@ -470,6 +498,13 @@ class SshTransport:
         5.1's parser checks each line against all lines before it: O(lines²), 0.9 s of CPU for 2,000
         hosts, per connection (``python -m bench ssh-connect`` measures it).
 
+        Args:
+            path: the known_hosts file.
+            name: the name to look up: ``host`` or ``[host]:port``.
+
+        Returns:
+            The keys the file holds for ``name``, one per key type; empty when none.
+
         Raises:
             NotReadable: missing (``missing``), not a regular file, unreadable or past the bound.
             paramiko.SSHException: a line of ``name`` is malformed.
@@ -517,6 +552,14 @@ class SshTransport:
 
     def _host_keys(self, name: str, ep: Endpoint) -> tuple[str, list[paramiko.PKey]]:
         """(the name ``SSHClient.connect`` looks host keys up under, the keys known_hosts holds for it).
+
+        Args:
+            name: the inventory name of the host, for messages.
+            ep: where the host is reached (hostname, port) and its known_hosts file.
+
+        Returns:
+            ``(lookup name, keys)``: ``hostname`` for port 22, else ``[hostname]:port``; the keys the
+            file holds for it (empty when the file is missing).
 
         Raises:
             ConfigError: known_hosts exists but is not a regular file, is unreadable or past
@@ -683,8 +726,21 @@ class SshTransport:
         ``stop_all`` shuts it down: the connection closes, ``sshd`` closes the command's input, and a
         streamed probe (``keep_stdin_open``) stops its own process group.
 
+        Args:
+            host: the inventory host (its ``ssh:`` settings say how to reach it).
+            argv: the program and its arguments, quoted once for the remote login shell.
+            stdin: bytes written to the command's input; None: nothing.
+            timeout_s: seconds for the connection and the command; the host's
+                ``ssh.command_timeout_s`` caps it.
+            keep_stdin_open: leave the input open after ``stdin`` is written, until the command ends.
+
+        Returns:
+            The command's exit status (-1 when the server sent none), its stdout, the last of its
+            stderr and its elapsed seconds, connection included.
+
         Raises:
-            HostUnreachable, HostKeyError: connection or authentication failed.
+            HostUnreachable: connection or authentication failed.
+            HostKeyError: connection or authentication failed.
             CommandTimeout: the command did not finish within ``timeout_s`` (connection included).
             OutputTooLarge: it printed more than ``max_stdout`` bytes; the channel was closed.
         """
@@ -750,6 +806,14 @@ class SshTransport:
 def _drain(chan: paramiko.Channel, deadline: float, max_stdout: int) -> tuple[bytes, bytes] | None:
     """Read stdout and stderr until both end: ``(stdout, last of stderr)``; ``None`` when ``deadline``
     passes first.
+
+    Args:
+        chan: the channel the command runs on.
+        deadline: the ``time.monotonic()`` instant to give up at.
+        max_stdout: bound on stdout, bytes.
+
+    Returns:
+        ``(stdout, last MAX_STDERR_BYTES of stderr)``; None when ``deadline`` passes first.
 
     Raises:
         OutputLimitExceeded: stdout grew past ``max_stdout`` bytes.
