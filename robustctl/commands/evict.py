@@ -70,12 +70,6 @@ def run_evict(
 ) -> ActionResult:
     """Plan the eviction (over-eviction, rails), then confirm and apply it in one action session.
 
-        Raises:
-        UsageError: bad hosts, report, job or mode, both hosts and a report, ``--force`` without a reason,
-            a reason that cannot be recorded (:func:`~robustctl.commands.actions.check_reason`), a plan
-            that needs confirming without ``confirm``.
-        ConfigError / StoreError: bad inventory, unwritable store. StoreLocked: the lock is held.
-
     Args:
         req: what to evict, the session options included (``dry_run``: plan only).
         confirm: asked before anything changes (None: nobody can confirm; see :mod:`robustctl.actions.session`).
@@ -83,6 +77,12 @@ def run_evict(
 
     Returns:
         The action's result: its plan, outcome, applied steps and audit id.
+
+    Raises:
+        UsageError: bad hosts, report, job or mode, both hosts and a report, ``--force`` without a reason,
+            a reason that cannot be recorded (:func:`~robustctl.commands.actions.check_reason`), a plan
+            that needs confirming without ``confirm``.
+        ConfigError / StoreError: bad inventory, unwritable store. StoreLocked: the lock is held.
     """
     check_reason(req.reason, "--reason")
     check_reason(req.force_reason, "--force-reason")

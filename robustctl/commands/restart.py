@@ -65,12 +65,6 @@ def run_restart(
     """Plan the restart (stop → code updates → checkpoint → launch → wait running, or the scheduler's
     requeue), then confirm and apply it in one action session.
 
-        Raises:
-        UsageError: a bad ``--from-checkpoint`` or reason, an unknown job, an option the back end cannot
-            honour, a plan that needs confirming without ``confirm``.
-        ConfigError / StoreError: a job without ``launch:`` on the inventory back end, bad inventory,
-            unwritable store. StoreLocked: the lock is held.
-
     Args:
         req: the job, the checkpoint to start from, and the session options (``dry_run``: plan only).
         confirm: asked before anything changes (None: nobody can confirm; see :mod:`robustctl.actions.session`).
@@ -78,6 +72,12 @@ def run_restart(
 
     Returns:
         The action's result: its plan, outcome, applied steps and audit id.
+
+    Raises:
+        UsageError: a bad ``--from-checkpoint`` or reason, an unknown job, an option the back end cannot
+            honour, a plan that needs confirming without ``confirm``.
+        ConfigError / StoreError: a job without ``launch:`` on the inventory back end, bad inventory,
+            unwritable store. StoreLocked: the lock is held.
     """
     check_reason(req.reason, "--reason")
     spec = RestartSpec(
