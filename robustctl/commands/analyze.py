@@ -78,6 +78,15 @@ def analyze_request(
 ) -> AnalyzeRequest:
     """An :class:`AnalyzeRequest` from command-line values (``layout`` as ``"tp=2,pp=4,dp=4"``).
 
+    Args:
+        files: the paths (files, directories, tar archives), in the order given.
+        expected_busbw_gbps: the expected peak all-reduce busbw, GB/s; below it is a finding (None: none).
+        layout: the job's parallel layout as ``"tp=2,pp=4,dp=4"`` (None: none; dumps are clustered by rank only).
+        ranks_per_host: ranks (GPUs) per machine, for py-spy dumps; must divide the world size (None: unknown).
+
+    Returns:
+        The request :func:`run_analyze` takes.
+
     Raises:
         UsageError: a malformed layout.
     """

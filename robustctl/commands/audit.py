@@ -53,6 +53,13 @@ class AuditResult:
 def audit_request(*, state: Path | None = None, since: str | None = None) -> AuditRequest:
     """An :class:`AuditRequest` from command-line values (``since`` as ``24h``, ``7d``, ...).
 
+    Args:
+        state: the state store path (None: ``$ROBUSTCTL_STATE`` or the default).
+        since: how far back to read, as ``24h``, ``7d``, ... (None: the whole log).
+
+    Returns:
+        The request :func:`run_audit` takes (the window in seconds).
+
     Raises:
         UsageError: a bad duration.
     """

@@ -140,6 +140,16 @@ def ckpt_status_request(
 ) -> CkptStatusRequest:
     """A :class:`CkptStatusRequest` from command-line values.
 
+    Args:
+        job: the job's name in the inventory.
+        inventory: the inventory path (None: ``$ROBUSTCTL_INVENTORY`` or the embedded default).
+        layout: also check the backup placement rule against the job's layout.
+        state: the state store path (None: the default).
+        environ: the environment to read (None: ``os.environ``).
+
+    Returns:
+        The request :func:`run_ckpt_status` takes, with the inventory loaded.
+
     Raises:
         ConfigError / InventoryError: invalid inventory, or the job has no ``ckpt:`` section.
         UsageError: an unknown job (a flag value: exit 64).

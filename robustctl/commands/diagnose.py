@@ -140,6 +140,23 @@ def diagnose_request(
     """A :class:`DiagnoseRequest` from command-line values (``None``: not given), layered by
     :mod:`robustctl.commands.options`.
 
+    Args:
+        inventory: the inventory path (None: ``$ROBUSTCTL_INVENTORY`` or the embedded default).
+        hosts: a host range (None: every active host of the inventory).
+        level: the highest level to run (0 host checks … 4 bitwise alignment).
+        all_levels: run every level up to ``level`` even after one names suspects.
+        concurrency: hosts checked at once (None: the inventory's, else the default).
+        host_timeout_s: seconds per host and probe (None: the inventory's, else the default).
+        deadline_s: seconds for the whole run (None: the inventory's, else the default).
+        burn_seconds: seconds of the L1 GPU burn (None: the inventory's, else the default).
+        accept_new_host_keys: add unknown SSH host keys instead of refusing the host.
+        state: the state store path (None: the default).
+        record: record the suspects in the store.
+        environ: the environment that layers over the inventory (None: ``os.environ``).
+
+    Returns:
+        The request :func:`run_diagnose` takes, with the inventory loaded and the settings layered.
+
     Raises:
         ConfigError / InventoryError: the inventory or an environment variable is invalid.
         UsageError: ``hosts`` is a malformed range or names a host the inventory does not have; no

@@ -125,6 +125,15 @@ def run_levels(
 ) -> RunReport:
     """Run the levels on the requested hosts and return the full report.
 
+    Args:
+        request: the hosts, the levels and the settings.
+        pool: the transports to the hosts (closed by the caller).
+        progress: receives per-level progress (None: none).
+        clock: seconds since the epoch now (tests pass a fixed one).
+
+    Returns:
+        The full report: each level's per-host results, the suspects, and where the run stopped.
+
     Raises:
         ConfigError: a local precondition fails before any connection (e.g. an unreadable
             identity file). Per-host failures never raise; they become UNKNOWN host results.
