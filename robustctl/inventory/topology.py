@@ -20,7 +20,9 @@ robustctl treats the five dimensions as orthogonal: ``world = tp·cp·ep·dp·pp
 (``G`` = ranks per host), so rank ``r`` runs on machine ``r // G``.
 
 :func:`smallest_group` picks the group with the fewest machines that holds some ranks: what stacks
-blame and ``evict --over-evict auto`` take out.
+blame and ``evict --over-evict auto`` take out. :class:`GroupFinder` (one per :class:`Topology`,
+:attr:`Topology.finder`) remembers its answers and the groups' members, so stacks blame and the
+waits-for analysis, which ask about the same ranks and groups many times, share one search.
 """
 
 from __future__ import annotations
@@ -35,12 +37,17 @@ from robustctl.config import MAX_WORLD_SIZE, ParallelLayout
 from robustctl.errors import UsageError
 from robustctl.inventory.hostrange import compact_ranges
 
-__all__ = ["DIMS", "GroupChoice", "Topology", "parse_layout", "smallest_group"]
+__all__ = ["DIMS", "GroupChoice", "GroupFinder", "Topology", "parse_layout", "smallest_group"]
 
 DIMS = ("tp", "cp", "ep", "dp", "pp")
 """The parallel dimensions robustctl knows."""
 
 _KEYS = {*DIMS, "order"}
+
+MAX_REMEMBERED_SEARCHES = 256
+"""Smallest-group answers a :class:`GroupFinder` keeps before it forgets them all. One blame asks a few
+per stack class it tries to treat as healthy (tens at most); a key holds up to W ranks, so the bound
+keeps a long-lived topology's memory at a few hundred rank sets rather than growing with every call."""
 
 
 def parse_layout(text: str, *, world_size: int | None = None) -> ParallelLayout:
@@ -167,6 +174,7 @@ class Topology:
         self._strides = tuple(strides)
         self._shape = tuple(self.sizes[d] for d in self.order)
         self._kinds: dict[str, _Kind] = {}  # _kind's answers: it runs once per rank in group lookups
+        self._finder: GroupFinder | None = None
         if ranks_per_host is not None and ranks_per_host < 1:
             raise UsageError(f"ranks per host must be at least 1, got {ranks_per_host}")
         self.ranks_per_host = ranks_per_host
@@ -245,6 +253,13 @@ class Topology:
         return range(machine * g, min((machine + 1) * g, self.world_size))
 
     # --- groups ---------------------------------------------------------------------------------
+
+    @property
+    def finder(self) -> GroupFinder:
+        """The :class:`GroupFinder` of this topology (made on first use, then shared by every caller)."""
+        if self._finder is None:
+            self._finder = GroupFinder(self)
+        return self._finder
 
     def _kind(self, kind: str) -> _Kind:
         found = self._kinds.get(kind)
@@ -367,7 +382,12 @@ def smallest_group(topology: Topology, ranks: Iterable[int]) -> GroupChoice | No
     the rank alone (kind ``"rank"``), and the job. The fewest machines win; ties go to the earlier
     candidate (TP, CP, EP, DP, PP in layout order, then the combined group, the rank, the job), so a
     single stuck rank gets its TP group when that stays on its machine, and itself otherwise.
-    Without ranks per host every group counts as zero machines.
+    Without ranks per host every group counts as zero machines. Answers are remembered by the
+    topology's :class:`GroupFinder`.
+
+    Args:
+        topology: the job's topology.
+        ranks: the ranks to hold (any order, repeats allowed).
 
     Returns:
         ``None`` when ``ranks`` is empty.
@@ -375,6 +395,76 @@ def smallest_group(topology: Topology, ranks: Iterable[int]) -> GroupChoice | No
     Raises:
         UsageError: a rank outside the layout.
     """
+    return topology.finder.smallest(ranks)
+
+
+class GroupFinder:
+    """Remembered group searches over one :class:`Topology`: the smallest group holding a set of ranks
+    (:func:`smallest_group`) and the members of a group.
+
+    Stacks blame tries the same outlier sets several times (with and without promoted classes) and
+    the waits-for analysis looks up the group of every waiting rank, mostly the same few groups; both
+    ask the topology's finder (:attr:`Topology.finder`), so each answer is computed once. Members
+    are kept for every group asked about (at most W ranks per group kind); smallest-group answers up
+    to :data:`MAX_REMEMBERED_SEARCHES`.
+
+    Args:
+        topology: the topology searched.
+    """
+
+    def __init__(self, topology: Topology) -> None:
+        self.topology = topology
+        self._smallest: dict[frozenset[int], GroupChoice | None] = {}
+        self._members: dict[tuple[str, int], tuple[int, ...]] = {}
+
+    def smallest(self, ranks: Iterable[int]) -> GroupChoice | None:
+        """The smallest group holding every rank of ``ranks`` (see :func:`smallest_group`).
+
+        Args:
+            ranks: the ranks to hold.
+
+        Returns:
+            The remembered or newly found choice; ``None`` when ``ranks`` is empty.
+
+        Raises:
+            UsageError: a rank outside the layout (not remembered).
+        """
+        key = frozenset(ranks)
+        if key in self._smallest:
+            return self._smallest[key]
+        found = _search_smallest_group(self.topology, key)
+        if len(self._smallest) >= MAX_REMEMBERED_SEARCHES:
+            self._smallest.clear()
+        self._smallest[key] = found
+        return found
+
+    def members(self, kind: str, index: int) -> tuple[int, ...]:
+        """The ranks of group ``index`` of ``kind``, ascending (:meth:`Topology.group_ranks`, remembered).
+
+        Args:
+            kind: a group kind (``"pp"``, ``"tp-pp"``, ``"job"``).
+            index: Megatron's index of the group among the groups of its kind.
+
+        Raises:
+            UsageError: an unknown kind or an index out of range.
+        """
+        key = (kind, index)
+        found = self._members.get(key)
+        if found is None:
+            found = self._members[key] = self.topology.group_ranks(kind, index)
+        return found
+
+    def group_of(self, rank: int, kind: str) -> tuple[int, ...]:
+        """The ranks of the ``kind`` group containing ``rank`` (:meth:`Topology.group_of`, remembered).
+
+        Raises:
+            UsageError: a rank outside the layout or an unknown kind.
+        """
+        return self.members(kind, self.topology.group_index(rank, kind))
+
+
+def _search_smallest_group(topology: Topology, ranks: Iterable[int]) -> GroupChoice | None:
+    """:func:`smallest_group` without memory: the search itself."""
     rs = sorted(set(ranks))
     if not rs:
         return None
@@ -397,7 +487,7 @@ def smallest_group(topology: Topology, ranks: Iterable[int]) -> GroupChoice | No
             members, index = (rs[0],), rs[0]
         else:
             index = topology.group_index(rs[0], kind)
-            members = topology.group_ranks(kind, index)
+            members = topology.finder.members(kind, index)
         machines = topology.machines_of(members)
         choice = GroupChoice(
             kind=kind,

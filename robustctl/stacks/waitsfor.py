@@ -53,7 +53,7 @@ from __future__ import annotations
 
 import re
 from collections import deque
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from robustctl.inventory.hostrange import compact_ranges
@@ -526,86 +526,108 @@ def _with_layout(
     topo: Topology,
     max_suspects: int,
 ) -> WaitsFor:
-    world = topo.world_size
-    members_of: dict[int, list[int]] = {}
+    """Steps 2-4 of the module docstring with a layout: build the graph, walk it to its ends, explain them.
+
+    Args:
+        ranks: every rank taking part (readable, unreadable ``cls == -1``, missing ``cls == -2``).
+        waits: what each main class waits in.
+        waiting: the ranks in a communication call. idle: the readable ranks outside one.
+        topo: the job's topology.
+        max_suspects: more ends than this is undecided.
+
+    Returns:
+        The :class:`WaitsFor`: decided with suspects and chains, or undecided with why.
+    """
+    graph = _build_graph(ranks, waits, waiting, topo)
+    ends = _walk(graph, ranks, max_suspects)
+    if ends.undecided is not None:
+        return WaitsFor(
+            decided=False,
+            confidence=graph.confidence,
+            classes=graph.classes,
+            waiting=len(waiting),
+            not_waiting=len(idle),
+            undecided=ends.undecided,
+            notes=ends.notes,
+        )
+    suspects, chains = _explain(graph, ends, ranks, topo.world_size)
+    return WaitsFor(
+        decided=True,
+        confidence=graph.confidence,
+        suspects=suspects,
+        chains=chains,
+        classes=graph.classes,
+        waiting=len(waiting),
+        not_waiting=len(idle),
+        notes=ends.notes,
+    )
+
+
+# --- building the graph (step 2) ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Graph:
+    """The waits-for graph of one sample with a layout.
+
+    Attributes:
+        edges: waiting rank → the ranks it waits for (ascending, only ranks taking part, never itself).
+        rev: rank → the ranks waiting on it directly (in the order of ``edges``).
+        inferred: main class → how its collective's group was found (see :class:`RankWait`).
+        group_label: main class → the group kind(s) it waits on (``"dp"``, ``"dp|pp"``), when any.
+        classes: the per-class evidence. confidence: ``"medium"`` when some group was one of several
+            the layout allows, else ``"high"``.
+    """
+
+    edges: dict[int, list[int]]
+    rev: dict[int, list[int]]
+    inferred: dict[int, str]
+    group_label: dict[int, str]
+    classes: tuple[RankWait, ...]
+    confidence: str
+
+
+def _build_graph(
+    ranks: Mapping[int, _Rank], waits: Mapping[int, ClassWait], waiting: Sequence[_Rank], topo: Topology
+) -> _Graph:
+    """Point each waiting rank at the ranks it waits for (step 2 of the module docstring).
+
+    A p2p wait points at the neighbouring stage(s) of the rank's pipeline; a collective at the members
+    of its group(s) that are not in the same call (not in its stack class). Group members come from
+    the topology's :class:`~robustctl.inventory.topology.GroupFinder`, and a class's ranks outside a
+    group are listed once per (class, group): per rank that would be O(group size), quadratic in the
+    world size for a DP group.
+
+    Args:
+        ranks: every rank taking part. waits: what each main class waits in.
+        waiting: the ranks in a communication call (the graph's sources, in this order).
+        topo: the job's topology.
+
+    Returns:
+        The :class:`_Graph`.
+    """
+    in_class: dict[int, set[int]] = {}
     for r in ranks.values():
-        members_of.setdefault(r.cls, []).append(r.rank)
-    in_class: dict[int, set[int]] = {c: set(v) for c, v in members_of.items()}
-    kinds = [d for d in DIMS if topo.sizes[d] > 1]
-    # Group members are looked up once per group, and a class's ranks outside it once per (class,
-    # group): per rank that would be O(group size), quadratic in the world size for a DP group.
-    groups: dict[tuple[str, int], tuple[int, ...]] = {}
+        in_class.setdefault(r.cls, set()).add(r.rank)
+    group_of_class, inferred = _class_groups(waits, in_class, topo)
     outside: dict[tuple[int, str, int], tuple[int, ...]] = {}
 
-    def group(rank: int, kind: str) -> tuple[int, ...]:
-        key = _group_key(topo, rank, kind)
-        found = groups.get(key)
-        if found is None:
-            found = groups[key] = _members(topo, rank, kind)
-        return found
-
-    group_of_class: dict[int, tuple[str, ...]] = {}
-    inferred: dict[int, str] = {}
-    for cid, w in waits.items():
-        if w.kind != "collective" or cid not in in_class:
-            continue
-        mine = in_class[cid]
-        hinted = w.group is not None and ((w.group == EMBEDDING and topo.sizes["pp"] > 1) or w.group in kinds)
-        possible: list[str] = []
-        if hinted:
-            assert w.group is not None
-            k = w.group
-            every = all(set(group(m, k)) <= mine for m in _one_per_group(topo, mine, k))  # all in this call
-            group_of_class[cid] = () if every else (k,)
-            inferred[cid] = "complete" if every else "frames"
-            continue
-        for k in kinds:
-            seen: set[int] = set()
-            complete = False
-            for m in mine:
-                gi = topo.group_index(m, k)
-                if gi in seen:
-                    continue
-                seen.add(gi)
-                if set(topo.group_ranks(k, gi)) <= mine:
-                    complete = True
-                    break
-            if not complete:
-                possible.append(k)
-        group_of_class[cid] = tuple(possible)
-        if not possible:
-            inferred[cid] = "complete"
-        elif len(possible) == 1:
-            inferred[cid] = "layout"
-        else:
-            inferred[cid] = "layout, ambiguous"
-
-    def peers(r: _Rank) -> list[int]:
-        w = r.wait
-        if w is None or w.kind == "none":
-            return []
-        out: list[int] = []
-        if w.kind == "p2p":
-            if topo.sizes["pp"] < 2:
-                return out
-            c = topo.coords(r.rank)
-            n = topo.sizes["pp"]
-            for d in w.directions:
-                stage = (c["pp"] + (-1 if d == "prev" else 1)) % n
-                out.append(topo.rank_of({**c, "pp": stage}))
-            return out
+    def collective_peers(r: _Rank) -> list[int]:
         mine = in_class.get(r.cls, set())
+        out: list[int] = []
         for k in group_of_class.get(r.cls, ()):
             key = (r.cls, *_group_key(topo, r.rank, k))
             others = outside.get(key)
             if others is None:
-                others = outside[key] = tuple(m for m in group(r.rank, k) if m not in mine)
+                others = outside[key] = tuple(m for m in _members(topo, r.rank, k) if m not in mine)
             out.extend(others)
         return out
 
     edges: dict[int, list[int]] = {}
     for r in waiting:
-        edges[r.rank] = sorted({p for p in peers(r) if p != r.rank and p in ranks})
+        assert r.wait is not None  # a waiting rank is readable
+        peers = _stage_peers(topo, r.rank, r.wait) if r.wait.kind == "p2p" else collective_peers(r)
+        edges[r.rank] = sorted({p for p in peers if p != r.rank and p in ranks})
     rev: dict[int, list[int]] = {}
     for a, bs in edges.items():
         for b in bs:
@@ -614,7 +636,7 @@ def _with_layout(
     classes = tuple(
         RankWait(
             cid,
-            compact_ranges(sorted(members_of.get(cid, ()))),
+            compact_ranges(sorted(in_class[cid])),
             w.kind,
             w.call,
             w.caller,
@@ -624,14 +646,125 @@ def _with_layout(
             ),
         )
         for cid, w in sorted(waits.items())
-        if cid in members_of
+        if cid in in_class
     )
     confidence = "medium" if any(v == "layout, ambiguous" for v in inferred.values()) else "high"
-    notes: list[str] = []
+    return _Graph(edges, rev, inferred, group_label, classes, confidence)
 
+
+def _class_groups(
+    waits: Mapping[int, ClassWait], in_class: Mapping[int, set[int]], topo: Topology
+) -> tuple[dict[int, tuple[str, ...]], dict[int, str]]:
+    """The group kind(s) each collective class waits on, and how that was found (step 1, layout part).
+
+    A kind named by the frames is kept unless every group of it among the class's ranks sits entirely
+    in the call (``"complete"``: the collective would have completed). Without a name, a kind is ruled
+    out when some group of it sits entirely in the call; what remains is the group (``"layout"``),
+    several groups (``"layout, ambiguous"``) or none (``"complete"``).
+
+    Args:
+        waits: what each main class waits in. in_class: each class's ranks. topo: the topology.
+
+    Returns:
+        ``(class → kinds, class → how found)`` for the collective classes that have ranks.
+    """
+    kinds = [d for d in DIMS if topo.sizes[d] > 1]
+    group_of_class: dict[int, tuple[str, ...]] = {}
+    inferred: dict[int, str] = {}
+    for cid, w in waits.items():
+        if w.kind != "collective" or cid not in in_class:
+            continue
+        mine = in_class[cid]
+        if w.group is not None and ((w.group == EMBEDDING and topo.sizes["pp"] > 1) or w.group in kinds):
+            every = all(_groups_within(topo, mine, w.group))
+            group_of_class[cid] = () if every else (w.group,)
+            inferred[cid] = "complete" if every else "frames"
+            continue
+        possible = tuple(k for k in kinds if not any(_groups_within(topo, mine, k)))
+        group_of_class[cid] = possible
+        if not possible:
+            inferred[cid] = "complete"
+        elif len(possible) == 1:
+            inferred[cid] = "layout"
+        else:
+            inferred[cid] = "layout, ambiguous"
+    return group_of_class, inferred
+
+
+def _groups_within(topo: Topology, ranks: set[int], kind: str) -> Iterator[bool]:
+    """For each distinct group of ``kind`` holding some of ``ranks`` (first seen first): whether every
+    member of the group is among ``ranks``. Lazy, so ``any``/``all`` stop at the first answer."""
+    seen: set[tuple[str, int]] = set()
+    for r in ranks:
+        key = _group_key(topo, r, kind)
+        if key in seen:
+            continue
+        seen.add(key)
+        yield set(_members(topo, r, kind)) <= ranks
+
+
+def _stage_peers(topo: Topology, rank: int, wait: ClassWait) -> list[int]:
+    """The ranks a p2p wait of ``rank`` waits for: its previous and/or next pipeline stage (the first
+    stage's previous stage is the last one); none without pipeline parallelism."""
+    n = topo.sizes["pp"]
+    if n < 2:
+        return []
+    c = topo.coords(rank)
+    return [topo.rank_of({**c, "pp": (c["pp"] + (-1 if d == "prev" else 1)) % n}) for d in wait.directions]
+
+
+def _group_key(topo: Topology, rank: int, kind: str) -> tuple[str, int]:
+    """Which group of ``kind`` holds ``rank``: ``(kind, group index)`` (:data:`EMBEDDING`: its PP group's)."""
+    return kind, topo.group_index(rank, "pp" if kind == EMBEDDING else kind)
+
+
+def _members(topo: Topology, rank: int, kind: str) -> tuple[int, ...]:
+    """The ranks of ``rank``'s group of ``kind`` (:data:`EMBEDDING`: the first and last stage of its pipeline)."""
+    if kind == EMBEDDING:
+        pp = topo.finder.group_of(rank, "pp")
+        return (pp[0], pp[-1]) if len(pp) > 1 else pp
+    return topo.finder.group_of(rank, kind)
+
+
+# --- walking the graph (step 3) -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Ends:
+    """Where the waits end.
+
+    Attributes:
+        ranks: the suspects to explain (empty when undecided). cycle: the ranks of a deadlock, when
+            the suspects are one. notes: observations (ranks with no dump waited on too).
+        undecided: why no suspect is named, ``None`` when decided.
+    """
+
+    ranks: tuple[_Rank, ...]
+    cycle: frozenset[int]
+    notes: tuple[str, ...]
+    undecided: str | None = None
+
+
+def _walk(graph: _Graph, ranks: Mapping[int, _Rank], max_suspects: int) -> _Ends:
+    """Find the ends of the waits (steps 3-4 of the module docstring).
+
+    The ends are the ranks not waiting (readable first; unreadable or missing ones only when no
+    readable rank is an end) that some rank waits for; else the bottom cycles of the graph (a
+    deadlock). Undecided: no end and no cycle (with why: complete collectives, or nothing to follow),
+    or more ends than ``max_suspects``.
+
+    Args:
+        graph: from :func:`_build_graph`. ranks: every rank taking part.
+        max_suspects: the most ends named.
+
+    Returns:
+        The :class:`_Ends`.
+    """
+    rev = graph.rev
     terminals = [r for r in ranks.values() if (r.wait is None or r.wait.kind == "none") and rev.get(r.rank)]
     readable_ends = [r for r in terminals if r.wait is not None]
     other_ends = [r for r in terminals if r.wait is None]
+    notes: list[str] = []
     if readable_ends:
         ends = readable_ends + [r for r in other_ends if r.cls == -1]
         missing = [r.rank for r in other_ends if r.cls == -2]
@@ -644,9 +777,9 @@ def _with_layout(
         ends = other_ends
     cycle: set[int] = set()
     if not ends:
-        cycle = _bottom_cycle(edges, ranks)
+        cycle = _bottom_cycle(graph.edges, ranks)
         if not cycle:
-            full = [cid for cid, v in inferred.items() if v == "complete"]
+            full = [cid for cid, v in graph.inferred.items() if v == "complete"]
             why = (
                 "every rank waits, but in collectives whose members are all in the same call (class "
                 f"{', '.join(map(str, full))}): stuck inside the collective (network, communication "
@@ -654,100 +787,90 @@ def _with_layout(
                 if full
                 else "the waits end at no rank: a second sample, or dumps of the ranks not collected, would decide"
             )
-            return WaitsFor(
-                decided=False,
-                confidence=confidence,
-                classes=classes,
-                waiting=len(waiting),
-                not_waiting=len(idle),
-                undecided=why,
-                notes=tuple(notes),
-            )
+            return _Ends((), frozenset(), tuple(notes), why)
         ends = [ranks[r] for r in sorted(cycle)]
     if len(ends) > max_suspects:
-        return WaitsFor(
-            decided=False,
-            confidence=confidence,
-            classes=classes,
-            waiting=len(waiting),
-            not_waiting=len(idle),
-            undecided=(
-                f"the waits end at {len(ends)} ranks ({compact_ranges(sorted(r.rank for r in ends))}): a pattern "
-                "with a shared cause rather than one rank; a second sample would tell a slow job from a hang"
-            ),
-            notes=tuple(notes),
+        why = (
+            f"the waits end at {len(ends)} ranks ({compact_ranges(sorted(r.rank for r in ends))}): a pattern "
+            "with a shared cause rather than one rank; a second sample would tell a slow job from a hang"
         )
+        return _Ends((), frozenset(), tuple(notes), why)
+    return _Ends(tuple(ends), frozenset(cycle), tuple(notes))
 
+
+# --- explaining the ends ------------------------------------------------------------------------------
+
+
+def _explain(
+    graph: _Graph, ends: _Ends, ranks: Mapping[int, _Rank], world: int
+) -> tuple[tuple[WaitSuspect, ...], tuple[WaitChain, ...]]:
+    """Say why each end is a suspect and show the longest chain of waits leading to it.
+
+    Suspects come most waited-on first (then by rank), chains in the same order (at most
+    :data:`MAX_CHAINS`); a deadlock gets one chain that goes round the cycle.
+
+    Args:
+        graph: from :func:`_build_graph`. ends: from :func:`_walk` (decided).
+        ranks: every rank taking part. world: the world size (for "no dump for rank 5 of 16").
+
+    Returns:
+        ``(suspects, chains)``.
+    """
+    cycle = set(ends.cycle)
+    label = graph.group_label
     suspects: list[WaitSuspect] = []
     chains: list[WaitChain] = []
-    for end in ends:
-        dist, nxt = _reverse_bfs(end.rank, rev, edges)
-        direct = len(rev.get(end.rank, ()))
+    for end in ends.ranks:
+        dist, nxt = _reverse_bfs(end.rank, graph.rev, graph.edges)
         if cycle:
             reason = (
                 f"deadlock: ranks {compact_ranges(sorted(cycle))} wait only for each other "
-                f"(rank {end.rank}: {_hop_what(end, group_label, world)}); mismatched send/recv or collectives"
+                f"(rank {end.rank}: {_hop_what(end, label, world)}); mismatched send/recv or collectives"
             )
         elif end.wait is None:
-            reason = _hop_what(end, group_label, world)
+            reason = _hop_what(end, label, world)
         else:
-            reason = f"{_state(end)} in {_hop_what(end, group_label, world)}, outside any communication call"
+            reason = f"{_state(end)} in {_hop_what(end, label, world)}, outside any communication call"
+        direct = len(graph.rev.get(end.rank, ()))
         suspects.append(
             WaitSuspect(
                 end.rank, _state(end), reason, waiters=len(dist) - 1, direct=direct, cycle=bool(cycle)
             )
         )
-        far = max(dist, key=lambda r: (dist[r], -r))
-        path = [far]
-        while path[-1] != end.rank and len(path) <= len(dist):
-            path.append(nxt[path[-1]])
-        if cycle:  # go round the cycle back to a rank already on the path
-            seen = set(path)
-            while len(path) <= len(dist) + len(cycle):
-                step = next((b for b in edges.get(path[-1], ()) if b in cycle), None)
-                if step is None:
-                    break
-                path.append(step)
-                if step in seen:
-                    break
-                seen.add(step)
-        chains.append(_chain(path, ranks, group_label, world, cycle))
+        path = _longest_path(end.rank, dist, nxt, graph.edges, cycle)
+        chains.append(_chain(path, ranks, label, world, cycle))
     suspects.sort(key=lambda s: (-s.waiters, s.rank))
     order = {s.rank: i for i, s in enumerate(suspects)}
     chains.sort(key=lambda c: order.get(c.hops[-1].rank, 0) if not cycle else 0)
     if cycle:
         chains = chains[:1]
-    return WaitsFor(
-        decided=True,
-        confidence=confidence,
-        suspects=tuple(suspects),
-        chains=tuple(chains[:MAX_CHAINS]),
-        classes=classes,
-        waiting=len(waiting),
-        not_waiting=len(idle),
-        notes=tuple(notes),
-    )
+    return tuple(suspects), tuple(chains[:MAX_CHAINS])
 
 
-def _group_key(topo: Topology, rank: int, kind: str) -> tuple[str, int]:
-    """Which group of ``kind`` holds ``rank``: ``(kind, group index)`` (:data:`EMBEDDING`: its PP group's)."""
-    return kind, topo.group_index(rank, "pp" if kind == EMBEDDING else kind)
-
-
-def _one_per_group(topo: Topology, ranks: Iterable[int], kind: str) -> list[int]:
-    """One rank of each distinct group of ``kind`` among ``ranks`` (in first-seen order)."""
-    seen: dict[tuple[str, int], int] = {}
-    for r in ranks:
-        seen.setdefault(_group_key(topo, r, kind), r)
-    return list(seen.values())
-
-
-def _members(topo: Topology, rank: int, kind: str) -> tuple[int, ...]:
-    """The ranks of ``rank``'s group of ``kind`` (:data:`EMBEDDING`: the first and last stage of its pipeline)."""
-    if kind == EMBEDDING:
-        pp = topo.group_of(rank, "pp")
-        return (pp[0], pp[-1]) if len(pp) > 1 else pp
-    return topo.group_of(rank, kind)
+def _longest_path(
+    end: int,
+    dist: Mapping[int, int],
+    nxt: Mapping[int, int],
+    edges: Mapping[int, Sequence[int]],
+    cycle: set[int],
+) -> list[int]:
+    """The chain to ``end`` from the rank farthest from it (lowest rank among the farthest); for a
+    deadlock, continued round the cycle back to a rank already on the path."""
+    far = max(dist, key=lambda r: (dist[r], -r))
+    path = [far]
+    while path[-1] != end and len(path) <= len(dist):
+        path.append(nxt[path[-1]])
+    if cycle:
+        seen = set(path)
+        while len(path) <= len(dist) + len(cycle):
+            step = next((b for b in edges.get(path[-1], ()) if b in cycle), None)
+            if step is None:
+                break
+            path.append(step)
+            if step in seen:
+                break
+            seen.add(step)
+    return path
 
 
 def _reverse_bfs(
