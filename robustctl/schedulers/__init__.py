@@ -24,6 +24,14 @@ __all__ = ["NodeState", "OpResult", "Scheduler", "SchedulerError", "make_schedul
 def make_scheduler(settings: SchedulerSettings, *, inventory: Inventory, store: Store) -> Scheduler:
     """The back end ``settings.kind`` names, configured from ``settings``.
 
+    Args:
+        settings: the inventory's ``scheduler:`` section.
+        inventory: the inventory, handed to the back end's ``create``.
+        store: the state store, handed to the back end's ``create``.
+
+    Returns:
+        The configured back end.
+
     Raises:
         ConfigError: the back end is not available in this installation (module or ``create`` missing).
     """

@@ -69,8 +69,9 @@ class OpResult:
 class SchedulerError(RobustctlError):
     """A scheduler command or API call failed or timed out.
 
-    Attributes:
-        scheduler: back-end name. command: the command line or endpoint that failed.
+    Args:
+        scheduler: back-end name.
+        command: the command line or endpoint that failed.
         reason: why (stderr's last line, HTTP status, "timed out after 30 s").
     """
 
@@ -112,6 +113,12 @@ class Scheduler(Protocol):
 
     def job_hosts(self, job: str) -> list[str]:
         """The job's machines in rank order (machine k holds ranks k·G … k·G+G-1).
+
+        Args:
+            job: the scheduler's job id or name.
+
+        Returns:
+            The machines' names, machine 0 first.
 
         Raises:
             SchedulerError: the job is unknown to the scheduler or the query failed.

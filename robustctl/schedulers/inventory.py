@@ -87,6 +87,14 @@ class InventoryScheduler:
     def replace_host(self, job: str, old: str, new: str) -> OpResult:
         """Put ``new`` at ``old``'s index in the job's host list (in the store).
 
+        Args:
+            job: the job's name in the inventory.
+            old: the host leaving the job.
+            new: the host taking its place.
+
+        Returns:
+            The result for ``new``: changed, or not when ``old`` was already replaced by ``new``.
+
         Raises:
             SchedulerError: unknown job or host, ``old`` not in the job, or ``new`` already in it elsewhere.
         """

@@ -193,7 +193,8 @@ class ClientApi:
     """:class:`KubeApi` over the official client's ``CoreV1Api`` (raw JSON, no retries, a timeout).
 
     Args:
-        core: a ``kubernetes.client.CoreV1Api``. timeout_s: each request's deadline, seconds.
+        core: a ``kubernetes.client.CoreV1Api``.
+        timeout_s: each request's deadline, seconds.
     """
 
     def __init__(self, core: Any, timeout_s: float) -> None:
@@ -218,9 +219,19 @@ class ClientApi:
         """``read(response)`` of the request ``fn(*args, **kwargs)``, made under the timeout with the
         answer not preloaded, so ``read`` decides how much of it is read.
 
+        Args:
+            command: the request as messages name it (e.g. ``"GET nodes/NAME"``).
+            read: takes the response and returns what it reads of it.
+            fn: the client method making the request.
+            *args: positional arguments of ``fn``.
+            **kwargs: keyword arguments of ``fn`` (the timeout and ``_preload_content`` are added).
+
+        Returns:
+            What ``read`` returned.
+
         Raises:
-            ApiStatus: the server answered an HTTP error. SchedulerError: a timeout (of the request or
-                of reading its answer) or an unreachable server.
+            ApiStatus: the server answered an HTTP error.
+            SchedulerError: a timeout (of the request or of reading its answer) or an unreachable server.
         """
         from kubernetes.client.exceptions import ApiException
         from urllib3.exceptions import HTTPError, MaxRetryError, NewConnectionError
@@ -314,15 +325,19 @@ class ClientApi:
         server may send slightly more), and decoded as UTF-8 with undecodable bytes replaced.
 
         Args:
-            namespace, name: the pod. container: its container (None: the pod's only one).
-            limit_bytes: bytes asked (≥ 1). tail_lines: newest lines asked (≥ 0).
+            namespace: the pod's namespace.
+            name: the pod's name.
+            container: its container (None: the pod's only one).
+            limit_bytes: bytes asked (≥ 1).
+            tail_lines: newest lines asked (≥ 0).
 
         Returns:
             The log text, oldest line first.
 
         Raises:
             ApiStatus: an HTTP error (404 no such pod; 400 no such container, none named among several,
-                or one waiting to start). SchedulerError: a timeout or an unreachable server.
+                or one waiting to start).
+            SchedulerError: a timeout or an unreachable server.
         """
         nbytes = max(1, min(int(limit_bytes), MAX_POD_LOG_BYTES))
         kwargs: dict[str, Any] = {"limit_bytes": nbytes, "tail_lines": max(0, int(tail_lines))}
@@ -538,6 +553,13 @@ class Kubernetes:
     def drain(self, hosts: Sequence[str], reason: str) -> list[OpResult]:
         """Cordon, taint and label ``hosts``, then evict their pods (see the module doc).
 
+        Args:
+            hosts: the Node names.
+            reason: why, put in the taint's value and the reason annotation.
+
+        Returns:
+            One result per host, in the order given: what was patched and evicted, or "already drained".
+
         Raises:
             SchedulerError: a host that is not a Node (nothing is changed then); a request failed or
                 timed out; pods still refused by a PodDisruptionBudget after ``eviction_timeout_s``
@@ -627,6 +649,13 @@ class Kubernetes:
     def resume(self, hosts: Sequence[str], reason: str) -> list[OpResult]:
         """Uncordon ``hosts`` and remove robustctl's taints, label and annotations; no-op when schedulable.
 
+        Args:
+            hosts: the Node names.
+            reason: why, shown in each result's detail (whitespace collapsed).
+
+        Returns:
+            One result per host, in the order given: changed, or "already schedulable".
+
         Raises:
             SchedulerError: a host that is not a Node (nothing is changed then), or a request failed.
         """
@@ -666,6 +695,13 @@ class Kubernetes:
 
     def hold_standby(self, hosts: Sequence[str], reason: str) -> list[OpResult]:
         """Cordon ``hosts``, taint them ``robustctl.io/standby=<reason>:NoSchedule``, label them standby.
+
+        Args:
+            hosts: the Node names.
+            reason: why, put in the taint's value and the reason annotation.
+
+        Returns:
+            One result per host, in the order given.
 
         Raises:
             SchedulerError: a host that is not a Node (nothing is changed then), or a request failed.
@@ -737,6 +773,12 @@ class Kubernetes:
     def job_hosts(self, job: str) -> list[str]:
         """The job's machines in rank order (see the module doc).
 
+        Args:
+            job: the job, by the value of its pods' job label.
+
+        Returns:
+            The Node names, machine 0 first.
+
         Raises:
             SchedulerError: no pod of the job, a pod without an index, or a pending pod whose node
                 robustctl has no record of.
@@ -786,6 +828,14 @@ class Kubernetes:
     def replace_host(self, job: str, old: str, new: str) -> OpResult:
         """Label ``new`` as the job's node in place of ``old`` (see the module doc).
 
+        Args:
+            job: the job, by the value of its pods' job label.
+            old: the Node leaving the job.
+            new: the Node taking its place.
+
+        Returns:
+            The result for ``job``: changed, or not when ``new`` already replaces ``old``.
+
         Raises:
             SchedulerError: ``new`` is not a Node, ``old`` is not a host of the job, or ``new`` already is.
         """
@@ -830,6 +880,12 @@ class Kubernetes:
 
     def requeue(self, job: str) -> OpResult:
         """Delete the job's pods so that its controller recreates them on the job's nodes.
+
+        Args:
+            job: the job, by the value of its pods' job label.
+
+        Returns:
+            The result for ``job``, naming how many pods were deleted.
 
         Raises:
             SchedulerError: the job has no pod, or a deletion failed.
@@ -893,8 +949,9 @@ def read_kubeconfig(path: Path, *, origin: str, context: str | None) -> dict[str
     already there wins over the file, as in the client.
 
     Args:
-        path: the kubeconfig. origin: the setting that named it, for messages ("" for the default
-            ~/.kube/config). context: the context.
+        path: the kubeconfig.
+        origin: the setting that named it, for messages ("" for the default ~/.kube/config).
+        context: the context (None: the kubeconfig's ``current-context``).
 
     Returns:
         The document (a copy), for ``kubernetes.config.load_kube_config_from_dict``.
@@ -962,6 +1019,12 @@ def _entries(doc: Mapping[str, Any], section: str) -> list[dict[str, Any]]:
 def _inline(obj: dict[str, Any], keys: Sequence[tuple[str, str, bool]], base: Path, where: str) -> None:
     """Replace each file key of ``obj`` by its inline key, the file read as a bounded regular file.
 
+    Args:
+        obj: the cluster, user or auth-provider config, changed in place.
+        keys: ``(file key, inline key, inline value is base64)`` for each path-valued key.
+        base: the kubeconfig's directory, which relative paths are relative to.
+        where: what ``obj`` is, for messages (e.g. ``"user 'u' of kubeconfig K"``).
+
     Raises:
         ConfigError: ``"FILE: client-key of user 'u' of kubeconfig K is a FIFO, not a regular file"``.
     """
@@ -987,6 +1050,14 @@ def create(
     settings: SchedulerSettings, *, inventory: object = None, store: Store | None = None
 ) -> Kubernetes:
     """The factory :func:`robustctl.schedulers.make_scheduler` calls for ``scheduler.kind: kubernetes``.
+
+    Args:
+        settings: the inventory's ``scheduler:`` section (its ``kubernetes:`` part and ``timeout_s``).
+        inventory: not used.
+        store: the state store, where job host lists are recorded; None: none are.
+
+    Returns:
+        The configured back end.
 
     Raises:
         ConfigError: the client is not installed, or the kubeconfig is missing or invalid.

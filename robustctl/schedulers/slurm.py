@@ -272,6 +272,12 @@ def _split_state(state: Any, flags: Any) -> tuple[str, frozenset[str]]:
 def parse_sinfo_json(text: str) -> dict[str, SlurmNode]:
     """Nodes of ``sinfo --json`` output (Slurm 22.05's openapi v0.0.38 and later shapes), by name.
 
+    Args:
+        text: what ``sinfo --json`` printed.
+
+    Returns:
+        Each node (base state, state flags, reason) by its name.
+
     Raises:
         ValueError: not JSON, not sinfo's shape, or Slurm listed errors.
     """
@@ -300,6 +306,12 @@ def parse_sinfo_text(text: str) -> dict[str, SlurmNode]:
     ``%T`` is the long state (``idle``, ``drained``, ``draining``, ``mixed+drain``, ``down*``); a
     trailing ``*`` means not responding. ``%E`` (the reason, "none" when unset) comes last and may
     itself contain ``|``.
+
+    Args:
+        text: what ``sinfo`` printed.
+
+    Returns:
+        Each node (base state, state flags, reason) by its name.
 
     Raises:
         ValueError: a line that is not ``NAME|STATE|REASON``.
@@ -404,6 +416,12 @@ def parse_squeue_json(text: str) -> list[SlurmJob]:
     Note: Slurm 22.05's ``squeue --json`` ignores ``-j``/``-n`` filters and prints every job the
     controller still holds; filter the result instead.
 
+    Args:
+        text: what ``squeue --json`` printed.
+
+    Returns:
+        The jobs, in Slurm's order.
+
     Raises:
         ValueError: not JSON, not squeue's shape, or Slurm listed errors.
     """
@@ -504,7 +522,8 @@ def check_slurm_conf(path: str, origin: str) -> None:
     message. A missing file is left to Slurm (its error names it).
 
     Args:
-        path: the configured path. origin: the setting that named it, for the message.
+        path: the configured path.
+        origin: the setting that named it, for the message.
 
     Raises:
         ConfigError: ``"PATH: slurm.conf is a FIFO, not a regular file (from scheduler.slurm.conf)"``.
@@ -545,6 +564,13 @@ class Slurm:
 
     def run(self, argv: Sequence[str], *, check: bool = True) -> CommandOutput:
         """Run one Slurm command (``argv[0]`` is ``scontrol``, ``sinfo``, …) under :attr:`timeout_s`.
+
+        Args:
+            argv: the command; ``argv[0]`` is looked up in :attr:`bin_dir` (else ``PATH``).
+            check: raise when it exits non-zero; False: return its output anyway.
+
+        Returns:
+            Its exit status, stdout and stderr (text).
 
         Raises:
             SchedulerError: it could not start, timed out, or (with ``check``) exited non-zero; the
@@ -650,6 +676,13 @@ class Slurm:
     def drain(self, hosts: Sequence[str], reason: str) -> list[OpResult]:
         """Drain ``hosts`` with reason ``robustctl: REASON``; drained hosts are no-ops, standbys re-drained.
 
+        Args:
+            hosts: the node names.
+            reason: why, stored by Slurm as ``robustctl: REASON``.
+
+        Returns:
+            One result per host, in the order given: the scontrol command run, or "already drained".
+
         Raises:
             SchedulerError: a host unknown to Slurm (nothing is changed then), or scontrol failed.
         """
@@ -668,6 +701,13 @@ class Slurm:
         """Resume drained or down ``hosts`` (Slurm clears their reason); schedulable hosts are no-ops.
 
         ``reason`` is not stored by Slurm (resume clears the reason); it is echoed in the results.
+
+        Args:
+            hosts: the node names.
+            reason: why, echoed in each changed host's detail.
+
+        Returns:
+            One result per host, in the order given.
 
         Raises:
             SchedulerError: a host unknown to Slurm (nothing is changed then), or scontrol failed.
@@ -723,6 +763,12 @@ class Slurm:
 
     def resolve_job(self, job: str) -> str:
         """The Slurm job id of ``job``: itself when it is an id, else the one unfinished job of that name.
+
+        Args:
+            job: a job id or a job name (surrounding whitespace ignored).
+
+        Returns:
+            The job id.
 
         Raises:
             SchedulerError: no unfinished job has that name, or several do.
@@ -783,6 +829,15 @@ class Slurm:
         See the module doc: Slurm cannot swap a node in a running job, so the job is stopped
         (``scontrol requeuehold``) and pinned to the new list; :meth:`requeue` releases it.
 
+        Args:
+            job: a job id or name (see :meth:`resolve_job`).
+            old: the node leaving the job.
+            new: the node taking its place.
+
+        Returns:
+            The result for the job id: the scontrol commands run, or not changed when ``new`` already
+            replaces ``old``.
+
         Raises:
             SchedulerError: ``old`` is not a host of the job, ``new`` already is, the job has finished,
                 or a command failed.
@@ -827,6 +882,12 @@ class Slurm:
         Running: ``scontrol requeue``; held by :meth:`replace_host`: ``scontrol release``; then, once
         the job is pending and ``requeue_settle_s`` after the requeue, ``StartTime=now``. A pending job
         that is not held is only made eligible at once.
+
+        Args:
+            job: a job id or name (see :meth:`resolve_job`).
+
+        Returns:
+            The result for the job id, naming the scontrol commands run.
 
         Raises:
             SchedulerError: the job has finished or cannot be requeued (``--no-requeue``), a command
@@ -874,6 +935,14 @@ def create(settings: SchedulerSettings, *, inventory: object = None, store: obje
     Reads ``scheduler.timeout_s`` and, where ``scheduler.slurm`` defines them, ``conf`` (path of
     slurm.conf), ``bin_dir`` and ``requeue_settle_s``. ``inventory`` and ``store`` are not needed: Slurm
     holds the node states itself.
+
+    Args:
+        settings: the inventory's ``scheduler:`` section.
+        inventory: not used.
+        store: not used.
+
+    Returns:
+        The configured back end.
 
     Raises:
         ConfigError: the slurm.conf named by ``conf`` (or inherited as ``$SLURM_CONF``) exists but is
