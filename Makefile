@@ -53,6 +53,7 @@ bench: setup
 lint: setup
 	$(VENV)/bin/ruff check robustctl diagnostics tests bench
 	$(VENV)/bin/ruff format --check robustctl diagnostics tests bench
+	$(VENV)/bin/pydoclint --config=pyproject.toml --quiet robustctl
 	$(VENV)/bin/mypy
 
 fmt: setup
