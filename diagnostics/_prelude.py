@@ -8,7 +8,12 @@ Standalone (Python >= 3.8, stdlib only); never imports robustctl. It gives every
   document, a ``timeout: ...`` line in ``errors``, and that line as ``data.error`` (unless the data
   already names an error, or says ``available: false``);
 - common arguments (:func:`add_common_args`): ``--root``, ``--nvml-injection``, ``--timeout``;
-- :func:`probe_main`: parse the arguments, start the watchdog, collect, print.
+- :func:`probe_main`: parse the arguments, start the watchdog, collect, print;
+- the rank harness of the torch probes (``allreduce``, ``replay``): :func:`serve_rendezvous` (the
+  listening socket rank 0's TCPStore serves on), :func:`make_store`, :func:`run_rank_processes`
+  (one forked process per local rank, each rank's answer collected through a pipe before a
+  deadline), :func:`gpu_count` and :func:`kill_children` (the watchdog's clean-up). torch is never
+  imported here: the probe's rank function imports it inside the forked rank.
 
 How a probe finds it (each probe starts with ``from _prelude import ...``):
 
@@ -24,6 +29,7 @@ How a probe finds it (each probe starts with ``from _prelude import ...``):
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import os
 import signal
@@ -32,10 +38,15 @@ import sys
 import threading
 import time
 import types
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Dict, Optional, Sequence
 
 VERSION = 1
 """Version of the probe document envelope (``probe``, ``version``, ..., ``errors``, ``timed_out``)."""
+
+RANK_JOIN_S = 5.0
+"""Longest wait (s) for a rank process to exit once its answer came (or its deadline passed), and
+again after killing one: a rank exits right after sending its answer, so a rank still there after
+this is stuck and is killed."""
 
 EXIT_HOOKS: list[Callable[[], None]] = []
 """Called (in order) by a watchdog that fired, after the document went out and before the process
@@ -231,6 +242,159 @@ def one_line(exc: BaseException) -> str:
     text = str(exc).strip()
     first = text.splitlines()[0] if text else ""
     return f"{type(exc).__name__}: {first}" if first else type(exc).__name__
+
+
+# --------------------------------------------------------------------------- torch rank processes
+CHILDREN: list[Any] = []
+"""Forked rank processes (:func:`run_rank_processes`), killed by :func:`kill_children` when the
+probe's watchdog fires."""
+
+
+def listening_socket(addr: str, port: int) -> socket.socket:
+    """A TCP socket bound to ``addr:port`` (port 0: a free one) and listening.
+
+    Raises:
+        OSError: the address cannot be bound (in use, not this host's).
+    """
+    family = socket.AF_INET6 if ":" in addr else socket.AF_INET
+    s = socket.socket(family, socket.SOCK_STREAM)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind((addr, port))
+    s.listen(128)
+    return s
+
+
+def listen_failure(addr: str, port: int | None, exc: OSError) -> str:
+    """The error line of a rendezvous address that cannot be listened on."""
+    return f"cannot listen on {addr}:{port}: {exc.strerror or exc}"
+
+
+def serve_rendezvous(cfg: dict[str, Any], doc: Document) -> socket.socket:
+    """Listen on ``cfg["master_addr"]:cfg["master_port"]`` (None or 0: a free port) for rank 0's
+    TCPStore; the port taken is written back to ``cfg`` and to ``doc``'s ``master_port``.
+
+    Raises:
+        OSError: the address cannot be bound (see :func:`listen_failure`).
+    """
+    sock = listening_socket(cfg["master_addr"], cfg["master_port"] or 0)
+    cfg["master_port"] = sock.getsockname()[1]
+    doc.set("master_port", cfg["master_port"])
+    return sock
+
+
+def make_store(dist: Any, cfg: dict[str, Any], rank: int, listen_fd: int | None) -> Any:
+    """The rendezvous TCPStore: rank 0 serves it on the listening socket ``listen_fd``.
+
+    Args:
+        dist: ``torch.distributed``. cfg: ``master_addr``, ``master_port``, ``world`` (ranks) and
+            ``rdzv_timeout`` (s). rank: the global rank. listen_fd: rank 0's listening socket
+            (bound to master:port), owned and closed by the store from here.
+    """
+    timeout = datetime.timedelta(seconds=cfg["rdzv_timeout"])
+    addr, port, world = cfg["master_addr"], cfg["master_port"], cfg["world"]
+    if rank == 0:
+        try:
+            return dist.TCPStore(
+                addr, port, world, True, timeout, wait_for_workers=False, master_listen_fd=listen_fd
+            )
+        except TypeError:  # torch without master_listen_fd: let the store bind the port itself
+            return dist.TCPStore(addr, port, world, True, timeout, wait_for_workers=False)
+    return dist.TCPStore(addr, port, world, False, timeout)
+
+
+RankFn = Callable[[Dict[str, Any], int, Optional[int]], Dict[str, Any]]
+"""A probe's rank function: ``(cfg, rank, listen_fd) -> answer`` (a dict with ``rank`` and
+``error``); it never raises."""
+
+
+def _rank_child(run_rank: RankFn, cfg: dict[str, Any], rank: int, listen_fd: int | None, conn: Any) -> None:
+    """Body of a forked rank: run it, send its answer through ``conn``, exit at once."""
+    try:
+        res = run_rank(cfg, rank, listen_fd)
+    except BaseException as exc:  # pragma: no cover - a rank function does not raise
+        res = {"rank": rank, "error": one_line(exc)}
+    try:
+        conn.send(res)
+    finally:
+        conn.close()
+        os._exit(0)
+
+
+def run_rank_processes(
+    run_rank: RankFn,
+    ranks: Sequence[tuple[int, dict[str, Any]]],
+    sock: socket.socket | None,
+    deadline: float,
+) -> list[dict[str, Any]]:
+    """Fork one process per ``(rank, cfg)``, collect every rank's answer before ``deadline``.
+
+    Args:
+        run_rank: what each forked process runs (:data:`RankFn`). ranks: global rank and its own
+            config, in order. sock: the rendezvous socket (:func:`serve_rendezvous`) whose fd
+            global rank 0 gets; closed here once the ranks are forked. deadline: ``time.monotonic()``
+            by which every answer must have come.
+
+    Returns:
+        One answer per rank, in order. A rank without an answer gets ``{rank, error}``: "did not
+        finish before the deadline" when it was still running (it is killed), else "exited with
+        code N without an answer".
+    """
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("fork")
+    procs: list[Any] = []
+    pipes: list[Any] = []
+    try:
+        for rank, cfg in ranks:
+            rcv, snd = ctx.Pipe(duplex=False)
+            fd = sock.fileno() if (sock is not None and rank == 0) else None
+            p = ctx.Process(target=_rank_child, args=(run_rank, cfg, rank, fd, snd))
+            p.daemon = True
+            p.start()
+            snd.close()
+            procs.append(p)
+            CHILDREN.append(p)
+            pipes.append(rcv)
+    finally:
+        if sock is not None:
+            sock.close()
+    answers: list[dict[str, Any] | None] = [None] * len(procs)
+    for i, (p, rcv) in enumerate(zip(procs, pipes)):
+        if rcv.poll(max(0.0, deadline - time.monotonic())):
+            try:
+                answers[i] = rcv.recv()
+            except EOFError:
+                answers[i] = None
+        p.join(max(0.0, min(RANK_JOIN_S, deadline - time.monotonic())))
+    out: list[dict[str, Any]] = []
+    for (rank, _), p, ans in zip(ranks, procs, answers):
+        if p.is_alive():
+            p.kill()
+            p.join(RANK_JOIN_S)
+            if ans is None:
+                ans = {"rank": rank, "error": "did not finish before the deadline"}
+        elif ans is None:
+            ans = {"rank": rank, "error": f"exited with code {p.exitcode} without an answer"}
+        out.append(ans)
+    return out
+
+
+def gpu_count() -> int:
+    """CUDA devices torch sees, without initialising CUDA (fork stays safe); 0 without torch."""
+    os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")
+    try:
+        import torch
+
+        return int(torch.cuda.device_count()) if torch.backends.cuda.is_built() else 0
+    except Exception:
+        return 0
+
+
+def kill_children() -> None:
+    """Kill every rank process still running (the torch probes' watchdog clean-up)."""
+    for p in CHILDREN:
+        if p.is_alive():
+            p.kill()
 
 
 # --------------------------------------------------------------------------- streamed scripts

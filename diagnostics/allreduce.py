@@ -46,21 +46,29 @@ import argparse
 import datetime
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import time
 from typing import Any, Sequence
 
-from _prelude import Document, one_line, probe_main
+from _prelude import (
+    Document,
+    gpu_count,
+    kill_children,
+    listen_failure,
+    listening_socket,
+    make_store,
+    one_line,
+    probe_main,
+    run_rank_processes,
+    serve_rendezvous,
+)
 
 PROBE = "allreduce"
 CPU_SIZES = (1 << 20, 4 << 20, 16 << 20)
 GPU_SIZES = (1 << 20, 16 << 20, 256 << 20, 1 << 30)
 NCCL_TESTS_DIRS = ("/usr/local/bin", "/opt/nccl-tests/build", "/usr/local/nccl-tests/build")
 STDOUT_CAP = 1 << 20
-CHILDREN: list[Any] = []
-"""Forked rank processes, killed by the watchdog if the probe runs out of time."""
 
 
 # --------------------------------------------------------------------------- measurements
@@ -147,20 +155,6 @@ class NcclComm:
             pass
 
 
-def make_store(dist: Any, cfg: dict[str, Any], rank: int, listen_fd: int | None) -> Any:
-    """The TCPStore: rank 0 serves it on the listening socket ``listen_fd`` (bound to master:port)."""
-    timeout = datetime.timedelta(seconds=cfg["rdzv_timeout"])
-    addr, port, world = cfg["master_addr"], cfg["master_port"], cfg["world"]
-    if rank == 0:
-        try:
-            return dist.TCPStore(
-                addr, port, world, True, timeout, wait_for_workers=False, master_listen_fd=listen_fd
-            )
-        except TypeError:  # torch without master_listen_fd: let the store bind the port itself
-            return dist.TCPStore(addr, port, world, True, timeout, wait_for_workers=False)
-    return dist.TCPStore(addr, port, world, False, timeout)
-
-
 def run_rank(cfg: dict[str, Any], rank: int, listen_fd: int | None = None) -> dict[str, Any]:
     """One rank's measurements: ``{rank, init_s, results, error}`` (never raises)."""
     out: dict[str, Any] = {"rank": rank, "init_s": None, "results": [], "error": None}
@@ -240,16 +234,6 @@ def run_rank(cfg: dict[str, Any], rank: int, listen_fd: int | None = None) -> di
 
 
 # --------------------------------------------------------------------------- modes
-def listening_socket(addr: str, port: int) -> socket.socket:
-    """A TCP socket bound to ``addr:port`` (port 0: a free one) and listening."""
-    family = socket.AF_INET6 if ":" in addr else socket.AF_INET
-    s = socket.socket(family, socket.SOCK_STREAM)
-    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    s.bind((addr, port))
-    s.listen(128)
-    return s
-
-
 def fill_from_ranks(doc: Document, per_rank: Sequence[dict[str, Any] | None], world: int) -> None:
     """Merge rank answers into ``results``/``correct``/``error`` (rank 0's table; errors first)."""
     first = next((r for r in per_rank if r is not None and r.get("results")), None)
@@ -267,65 +251,11 @@ def fill_from_ranks(doc: Document, per_rank: Sequence[dict[str, Any] | None], wo
     doc.set("error", error)
 
 
-def child_main(cfg: dict[str, Any], rank: int, listen_fd: int | None, conn: Any) -> None:
-    try:
-        res = run_rank(cfg, rank, listen_fd)
-    except BaseException as exc:  # pragma: no cover - run_rank does not raise
-        res = {"rank": rank, "init_s": None, "results": [], "error": one_line(exc)}
-    try:
-        conn.send(res)
-    finally:
-        conn.close()
-        os._exit(0)
-
-
 def run_intra(cfg: dict[str, Any], doc: Document, deadline: float) -> None:
-    """Fork ``world`` local ranks and collect their answers before ``deadline``."""
-    import multiprocessing
-
-    ctx = multiprocessing.get_context("fork")
-    sock = listening_socket(cfg["master_addr"], cfg["master_port"] or 0)
-    cfg["master_port"] = sock.getsockname()[1]
-    doc.set("master_port", cfg["master_port"])
-    procs: list[Any] = []
-    pipes: list[Any] = []
-    try:
-        for rank in range(cfg["world"]):
-            rcv, snd = ctx.Pipe(duplex=False)
-            rank_cfg = dict(cfg, gpu=rank)
-            p = ctx.Process(
-                target=child_main, args=(rank_cfg, rank, sock.fileno() if rank == 0 else None, snd)
-            )
-            p.daemon = True
-            p.start()
-            snd.close()
-            procs.append(p)
-            CHILDREN.append(p)
-            pipes.append(rcv)
-    finally:
-        sock.close()
-    answers: list[dict[str, Any] | None] = [None] * cfg["world"]
-    for rank, (p, rcv) in enumerate(zip(procs, pipes)):
-        left = max(0.0, deadline - time.monotonic())
-        if rcv.poll(left):
-            try:
-                answers[rank] = rcv.recv()
-            except EOFError:
-                answers[rank] = None
-        p.join(max(0.0, min(5.0, deadline - time.monotonic())))
-    for rank, p in enumerate(procs):
-        if p.is_alive():
-            p.kill()
-            p.join(5)
-            if answers[rank] is None:
-                answers[rank] = {"rank": rank, "results": [], "error": "did not finish before the deadline"}
-        elif answers[rank] is None:
-            answers[rank] = {
-                "rank": rank,
-                "results": [],
-                "error": f"exited with code {p.exitcode} without an answer",
-            }
-    fill_from_ranks(doc, answers, cfg["world"])
+    """Fork ``world`` local ranks (rank r on GPU r) and collect their answers before ``deadline``."""
+    sock = serve_rendezvous(cfg, doc)
+    ranks = [(rank, dict(cfg, gpu=rank)) for rank in range(cfg["world"])]
+    fill_from_ranks(doc, run_rank_processes(run_rank, ranks, sock, deadline), cfg["world"])
 
 
 def run_single_rank(cfg: dict[str, Any], doc: Document) -> None:
@@ -342,7 +272,7 @@ def run_single_rank(cfg: dict[str, Any], doc: Document) -> None:
                     {
                         "rank": 0,
                         "results": [],
-                        "error": f"cannot listen on {cfg['master_addr']}:{cfg['master_port']}: {exc.strerror or exc}",
+                        "error": listen_failure(cfg["master_addr"], cfg["master_port"], exc),
                     }
                 ],
                 1,
@@ -401,23 +331,6 @@ def run_nccl_tests(args: argparse.Namespace, sizes: list[int], doc: Document, de
     doc.set("stderr_tail", proc.stderr[-4000:].decode("utf-8", "replace"))
     if proc.returncode != 0:
         doc.set("error", f"all_reduce_perf exited with status {proc.returncode}")
-
-
-def gpu_count() -> int:
-    """CUDA devices torch sees, without initialising CUDA (fork stays safe); 0 without torch."""
-    os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")
-    try:
-        import torch
-
-        return int(torch.cuda.device_count()) if torch.backends.cuda.is_built() else 0
-    except Exception:
-        return 0
-
-
-def kill_children() -> None:
-    for p in CHILDREN:
-        if p.is_alive():
-            p.kill()
 
 
 # --------------------------------------------------------------------------- main

@@ -47,16 +47,23 @@ import datetime
 import hashlib
 import math
 import os
-import socket
 import sys
 import time
 from typing import Any, Sequence
 
-from _prelude import Document, one_line, probe_main
+from _prelude import (
+    Document,
+    gpu_count,
+    kill_children,
+    listen_failure,
+    make_store,
+    one_line,
+    probe_main,
+    run_rank_processes,
+    serve_rendezvous,
+)
 
 PROBE = "replay"
-CHILDREN: list[Any] = []
-"""Forked rank processes, killed by the watchdog if the probe runs out of time."""
 LR = 0.05
 TAG_ACT, TAG_GRAD = 1, 2
 
@@ -79,30 +86,6 @@ def all_groups(tp: int, pp: int, dp: int) -> dict[str, list[list[int]]]:
 
 
 # --------------------------------------------------------------------------- communication
-def listening_socket(addr: str, port: int) -> socket.socket:
-    """A TCP socket bound to ``addr:port`` (port 0: a free one) and listening."""
-    family = socket.AF_INET6 if ":" in addr else socket.AF_INET
-    s = socket.socket(family, socket.SOCK_STREAM)
-    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    s.bind((addr, port))
-    s.listen(128)
-    return s
-
-
-def make_store(dist: Any, cfg: dict[str, Any], rank: int, listen_fd: int | None) -> Any:
-    """The TCPStore: rank 0 serves it on the listening socket ``listen_fd``."""
-    timeout = datetime.timedelta(seconds=cfg["rdzv_timeout"])
-    addr, port, world = cfg["master_addr"], cfg["master_port"], cfg["world"]
-    if rank == 0:
-        try:
-            return dist.TCPStore(
-                addr, port, world, True, timeout, wait_for_workers=False, master_listen_fd=listen_fd
-            )
-        except TypeError:  # torch without master_listen_fd
-            return dist.TCPStore(addr, port, world, True, timeout, wait_for_workers=False)
-    return dist.TCPStore(addr, port, world, False, timeout)
-
-
 class Comm:
     """The rank's groups (TP, DP, world) and point-to-point over the world, gloo or NCCL.
 
@@ -345,72 +328,18 @@ def run_rank(cfg: dict[str, Any], rank: int, listen_fd: int | None = None) -> di
 
 
 # --------------------------------------------------------------------------- processes
-def child_main(cfg: dict[str, Any], rank: int, listen_fd: int | None, conn: Any) -> None:
-    try:
-        res = run_rank(cfg, rank, listen_fd)
-    except BaseException as exc:  # pragma: no cover - run_rank does not raise
-        res = {"rank": rank, "error": one_line(exc)}
-    try:
-        conn.send(res)
-    finally:
-        conn.close()
-        os._exit(0)
-
-
 def run_node(cfg: dict[str, Any], doc: Document, deadline: float) -> None:
     """Fork this node's ranks, collect their answers before ``deadline``, merge them into ``doc``."""
-    import multiprocessing
-
-    ctx = multiprocessing.get_context("fork")
     sock = None
     first = cfg["node_rank"] * cfg["nproc"]
     if first == 0:
         try:
-            sock = listening_socket(cfg["master_addr"], cfg["master_port"] or 0)
+            sock = serve_rendezvous(cfg, doc)
         except OSError as exc:
-            doc.set(
-                "error", f"cannot listen on {cfg['master_addr']}:{cfg['master_port']}: {exc.strerror or exc}"
-            )
+            doc.set("error", listen_failure(cfg["master_addr"], cfg["master_port"], exc))
             return
-        cfg["master_port"] = sock.getsockname()[1]
-        doc.set("master_port", cfg["master_port"])
-    procs, pipes = [], []
-    try:
-        for local in range(cfg["nproc"]):
-            rank = first + local
-            rcv, snd = ctx.Pipe(duplex=False)
-            fd = sock.fileno() if (sock is not None and rank == 0) else None
-            p = ctx.Process(target=child_main, args=(dict(cfg, local_rank=local), rank, fd, snd))
-            p.daemon = True
-            p.start()
-            snd.close()
-            procs.append(p)
-            CHILDREN.append(p)
-            pipes.append(rcv)
-    finally:
-        if sock is not None:
-            sock.close()
-    answers: list[dict[str, Any]] = []
-    for local, (p, rcv) in enumerate(zip(procs, pipes)):
-        ans = None
-        if rcv.poll(max(0.0, deadline - time.monotonic())):
-            try:
-                ans = rcv.recv()
-            except EOFError:
-                ans = None
-        p.join(max(0.0, min(5.0, deadline - time.monotonic())))
-        if p.is_alive():
-            p.kill()
-            p.join(5)
-        if ans is None:
-            why = (
-                "did not finish before the deadline"
-                if p.exitcode is None or p.exitcode < 0
-                else (f"exited with code {p.exitcode} without an answer")
-            )
-            ans = {"rank": first + local, "error": why}
-        answers.append(ans)
-    merge(doc, answers)
+    ranks = [(first + local, dict(cfg, local_rank=local)) for local in range(cfg["nproc"])]
+    merge(doc, run_rank_processes(run_rank, ranks, sock, deadline))
 
 
 def merge(doc: Document, answers: Sequence[dict[str, Any]]) -> None:
@@ -429,23 +358,6 @@ def merge(doc: Document, answers: Sequence[dict[str, Any]]) -> None:
     doc.set("nonfinite", bool(first.get("nonfinite")))
     doc.set("digest", first.get("digest"))
     doc.set("consistent", bool(first.get("consistent")) and same)
-
-
-def gpu_count() -> int:
-    """CUDA devices torch sees, without initialising CUDA (fork stays safe); 0 without torch."""
-    os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")
-    try:
-        import torch
-
-        return int(torch.cuda.device_count()) if torch.backends.cuda.is_built() else 0
-    except Exception:
-        return 0
-
-
-def kill_children() -> None:
-    for p in CHILDREN:
-        if p.is_alive():
-            p.kill()
 
 
 # --------------------------------------------------------------------------- main
