@@ -7,6 +7,9 @@ deeper levels up to ``level`` only on hosts no job holds (unless ``include_busy`
 host's checks in the history (:mod:`robustctl.sweep.history`), applies the debounce policy
 (:mod:`robustctl.sweep.policy`) and, with ``act``, records the confirmed hosts suspect or drains them
 through ``robustctl evict`` (rails and audit apply). One sweep at a time (:mod:`robustctl.sweep.lock`).
+The orchestration is :func:`robustctl.sweep.run.sweep_fleet`; this module turns the request into its
+:class:`~robustctl.sweep.run.SweepSpec`, hands it ``evict`` as the drain, adds each job's ETTR and
+returns the :class:`SweepResult`.
 
 Exit code of a sweep: 2 when the policy names a host (a confirmed finding), else 3 when a host could
 not be checked, else 1 when a finding is pending (CRITICAL but debounced) or a check warns, else 0.
@@ -16,14 +19,17 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
-from robustctl.errors import ConfigError, RobustctlError, UsageError
+from robustctl.errors import ConfigError, UsageError
 from robustctl.exit_codes import ExitCode
 from robustctl.models import SCHEMA_VERSION, RunReport, Status
+from robustctl.sweep.healthcheck import local_request
+from robustctl.sweep.policy import sweep_exit_code
+from robustctl.sweep.run import RECENT_CHANGES, SWEPT_STATES, TRANSPORTS, SweepHost, with_transport
 
 if TYPE_CHECKING:
     from robustctl.commands.ettr import JobEttr
@@ -31,12 +37,16 @@ if TYPE_CHECKING:
     from robustctl.inventory import Inventory
     from robustctl.store import Store
     from robustctl.sweep.healthcheck import LocalCheckRequest, LocalCheckResult
-    from robustctl.sweep.history import CheckChange, CheckState, HostCounters
+    from robustctl.sweep.history import CheckChange, HostCounters
     from robustctl.sweep.lemons import Lemon
     from robustctl.sweep.policy import Decision
+    from robustctl.sweep.run import Drainer, SweepOutcome
     from robustctl.transport.pool import TransportPool
 
 __all__ = [
+    "RECENT_CHANGES",
+    "SWEPT_STATES",
+    "TRANSPORTS",
     "SweepHost",
     "SweepRequest",
     "SweepResult",
@@ -47,11 +57,6 @@ __all__ = [
     "sweep_request",
     "with_transport",
 ]
-
-RECENT_CHANGES = 10
-"""State changes per host carried in a sweep's result (the HTML report's history column)."""
-SWEPT_STATES = ("active", "standby", "suspect", "returned")
-"""Host states a sweep checks (an evicted host is out for repair)."""
 
 
 @dataclass(frozen=True)
@@ -79,27 +84,6 @@ class SweepRequest:
     textfile: Path | None = None
     html: Path | None = None
     accept_new_host_keys: bool = False
-
-
-@dataclass(frozen=True)
-class SweepHost:
-    """One host of a sweep: its verdict, the highest level it got, each check's worst status now.
-
-    Attributes:
-        host, status (its verdict after the policy, as the history records it: critical only when
-        named, warning while a CRITICAL finding is pending; the engine's own verdict is in the
-        result's ``report``), busy (a job holds it), max_level, checks ({check: status}), error
-        (unknown outcome), named (the policy names it), pending (CRITICAL checks waiting on their rule).
-    """
-
-    host: str
-    status: Status
-    busy: bool
-    max_level: int
-    checks: Mapping[str, str]
-    error: str | None = None
-    named: bool = False
-    pending: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -140,13 +124,11 @@ class SweepResult:
     @property
     def exit_code(self) -> ExitCode:
         """2 a host named, 3 a host not checked, 1 pending or warning, 0 healthy."""
-        if any(h.named for h in self.hosts):
-            return ExitCode.CRITICAL
-        if any(h.status is Status.UNKNOWN for h in self.hosts):
-            return ExitCode.UNKNOWN
-        if any(h.pending or h.status is Status.WARNING for h in self.hosts):
-            return ExitCode.WARNING
-        return ExitCode.OK
+        return sweep_exit_code(
+            named=any(h.named for h in self.hosts),
+            unchecked=any(h.status is Status.UNKNOWN for h in self.hosts),
+            pending=any(h.pending or h.status is Status.WARNING for h in self.hosts),
+        )
 
 
 def check_output_path(path: Path, flag: str) -> None:
@@ -212,133 +194,6 @@ def sweep_request(
     )
 
 
-TRANSPORTS = ("ssh", "local", "srun")
-
-
-def with_transport(inventory: Inventory, transport: str) -> Inventory:
-    """``inventory`` with every host reached through ``transport`` (``--transport``).
-
-    Raises:
-        UsageError: an unknown transport, or ``ssh`` for a host the inventory has no address for
-            (a local host's address is this machine).
-    """
-    import dataclasses
-
-    if transport not in TRANSPORTS:
-        raise UsageError(f"bad --transport {transport!r}: one of {', '.join(TRANSPORTS)}")
-    hosts = []
-    for h in inventory.hosts:
-        if h.transport == transport:
-            hosts.append(h)
-            continue
-        if transport == "ssh" and h.transport == "local":
-            raise UsageError(f"--transport ssh: host {h.name} is transport: local and has no address")
-        address = {"local": "local", "srun": h.name}.get(transport, h.address)
-        kind: Literal["ssh", "local", "srun"] = (
-            "srun" if transport == "srun" else "local" if transport == "local" else "ssh"
-        )
-        hosts.append(dataclasses.replace(h, transport=kind, address=address))
-    return dataclasses.replace(inventory, hosts=tuple(hosts))
-
-
-def _targets(request: SweepRequest, store: Store) -> tuple[list[Any], list[str], set[str]]:
-    """(hosts to sweep, hosts skipped as evicted, busy host names)."""
-    from robustctl.commands import options
-
-    inv = request.inventory
-    chosen = options.select_hosts(inv, request.hosts) if request.hosts else list(inv.hosts)
-    recorded = {m.host: m.state.value for m in store.machines()}
-    swept: list[Any] = []
-    skipped: list[Any] = []
-    for h in chosen:
-        (swept if recorded.get(h.name, h.state.value) in SWEPT_STATES else skipped).append(h)
-    busy: set[str] = set()
-    for name, job in inv.jobs.items():
-        busy.update(h.name for h in job.hosts)
-        busy.update(store.job_hosts(name) or ())
-    return swept, [h.name for h in skipped], busy
-
-
-def _merge(reports: list[RunReport], order: list[str]) -> RunReport:
-    by = {h.host: h for r in reports for h in r.hosts}
-    hosts = tuple(by[n] for n in order if n in by)
-    levels = max((r.levels for r in reports), key=len)
-    return RunReport(
-        status=Status.worst(h.status for h in hosts),
-        hosts=hosts,
-        levels=levels,
-        suspects=tuple(h.host for h in hosts if h.status is Status.CRITICAL),
-        unknown=tuple(h.host for h in hosts if h.status is Status.UNKNOWN),
-        started_at=min(r.started_at for r in reports),
-        finished_at=max(r.finished_at for r in reports),
-    )
-
-
-def _diagnose(
-    request: SweepRequest,
-    hosts: list[Any],
-    busy: set[str],
-    pool: TransportPool,
-    progress: ProgressSink | None,
-) -> tuple[RunReport, dict[str, int]]:
-    from robustctl.diagnose import DiagnoseSpec, run_levels
-
-    inv = request.inventory
-    deep = [h for h in hosts if request.include_busy or h.name not in busy] if request.level > 0 else []
-    quick = [h for h in hosts if h not in deep]
-    reports: list[RunReport] = []
-    levels: dict[str, int] = {}
-    for group, level in ((quick, 0), (deep, request.level)):
-        if not group:
-            continue
-        spec = DiagnoseSpec(
-            hosts=tuple(group), settings=inv.diagnose, thresholds=inv.thresholds, max_level=level
-        )
-        reports.append(run_levels(spec, pool, progress=progress))
-        levels.update({h.name: level for h in group})
-    return _merge(reports, [h.name for h in hosts]), levels
-
-
-def _act(request: SweepRequest, store: Store, decisions: list[Decision]) -> dict[str, Any]:
-    """Record the named hosts suspect; with ``sweep.act: drain``, drain them through ``evict``."""
-    from robustctl.store import MachineState
-    from robustctl.suspects import record_suspects
-
-    named = {d.host: d.reason() for d in decisions if d.named}
-    out: dict[str, Any] = {"suspect": [], "drained": [], "skipped": [], "error": None}
-    if not named:
-        return out
-    inv_states = {h.name: MachineState(h.state.value) for h in request.inventory.hosts}
-    rec = record_suspects(store, named, source="sweep", inventory_states=inv_states)
-    out["suspect"] = list(rec.suspects)
-    out["skipped"] = [f"{s.host} ({s.state.value})" for s in rec.skipped]
-    if request.inventory.sweep.act != "drain" or not rec.suspects:
-        return out
-    from robustctl.commands.actions import always
-    from robustctl.commands.evict import EvictRequest, run_evict
-    from robustctl.inventory.hostrange import collapse
-
-    source = request.inventory.source
-    try:
-        res = run_evict(
-            EvictRequest(
-                inventory=None if source.startswith("<") else Path(source),
-                state=request.state,
-                hosts=collapse(list(rec.suspects)),
-                reason="; ".join(named[h] for h in rec.suspects)[:1000],
-            ),
-            confirm=always,
-        )
-    except RobustctlError as exc:
-        out["error"] = f"drain not applied: {exc}"
-        return out
-    if int(res.exit_code) == 0:
-        out["drained"] = list(rec.suspects)
-    else:
-        out["error"] = f"drain not applied (exit {int(res.exit_code)}): see robustctl audit"
-    return out
-
-
 def run_sweep(
     request: SweepRequest,
     *,
@@ -346,97 +201,84 @@ def run_sweep(
     progress: ProgressSink | None = None,
     clock: Callable[[], float] = time.time,
 ) -> SweepResult:
-    """Sweep the fleet once (see the module docstring) and write the asked outputs.
+    """Sweep the fleet once (see the module docstring); the caller writes the asked outputs
+    (:func:`robustctl.report.sweep.write_sweep_files`).
 
     Args:
-        pool: the transports (closed by the caller); None: one opened and closed here.
-        clock: UNIX seconds for the history (tests pass a fake clock).
+        request: the sweep. pool: the transports (closed by the caller); None: one opened and closed
+            here. progress: the diagnose engine's progress sink. clock: UNIX seconds for the history
+            (tests pass a fake clock).
+
+    Returns:
+        The :class:`SweepResult` (its ``exit_code``: see the module docstring).
 
     Raises:
         SweepBusy: another sweep runs (exit 3). StoreError: the store cannot be opened or written
-            (exit 78). ConfigError: an output file cannot be written (exit 78; the old file is intact).
+            (exit 78). UsageError: ``request.hosts`` is a bad host range (exit 64).
     """
-    from robustctl.commands.options import state_path
-    from robustctl.store import Store
-    from robustctl.sweep import history
-    from robustctl.sweep.lemons import find_lemons
-    from robustctl.sweep.lock import sweep_lock
-    from robustctl.sweep.policy import record_sweep
+    from robustctl.commands.options import select_hosts, state_path
+    from robustctl.sweep.run import SweepSpec, sweep_fleet, sweep_session
 
-    path = state_path(request.state)
-    settings = request.inventory.sweep
-    with Store.open(path, clock=clock) as store, sweep_lock(path):
-        started = clock()
-        hosts, skipped, busy = _targets(request, store)
-        own = pool is None
-        if pool is None:
-            from robustctl.transport.pool import TransportPool
-
-            pool = TransportPool(
-                accept_new_host_keys=request.accept_new_host_keys, scheduler=request.inventory.scheduler
-            )
-        try:
-            if hosts:
-                report, levels = _diagnose(request, hosts, busy, pool, progress)
-            else:
-                now = clock()
-                report, levels = RunReport(Status.SKIPPED, (), (), (), (), now, now), {}
-        finally:
-            if own:
-                pool.close()
-        obs = [o for h in report.hosts for o in history.observations_of(h)]
-        rec, decisions = record_sweep(store, obs, settings, started_at=started)
-        warnings: list[str] = []
-        if rec.clock_skew_s > 0:
-            warnings.append(
-                f"robustctl: warning: the clock is {rec.clock_skew_s:.0f} s behind the last sweep recorded in "
-                f"{path}; this sweep is recorded at that time"
-            )
-        history.prune(store, rec.at - settings.retention_days * 86_400)
-        names = [h.host for h in report.hosts]
-        states = history.check_states(store, names)
-        acted = _act(request, store, decisions) if request.act else None
-        lemons = find_lemons(
-            store,
-            since=rec.at - settings.lemon_days * 86_400,
-            min_failures=settings.lemon_failures,
-            min_returns=settings.lemon_returns,
-        )
-        recent = {n: tuple(history.changes(store, host=n, limit=RECENT_CHANGES)) for n in names}
-        counters = history.counters(store, names)
-        ettrs = _job_ettrs(request.inventory, store, rec.at, warnings)
-    by_decision = {d.host: d for d in decisions}
-    swept = tuple(
-        SweepHost(
-            host=h.host,
-            status=_verdict(states, h.host, h.status),
-            busy=h.host in busy,
-            max_level=levels.get(h.host, 0),
-            checks=_checks(states, h.host),
-            error=h.error,
-            named=h.host in by_decision and by_decision[h.host].named,
-            pending=tuple(f.check for f in by_decision[h.host].findings if not f.confirmed)
-            if h.host in by_decision
-            else (),
-        )
-        for h in report.hosts
+    inv = request.inventory
+    spec = SweepSpec(
+        inventory=inv,
+        state=state_path(request.state),
+        hosts=tuple(select_hosts(inv, request.hosts) if request.hosts else inv.hosts),
+        level=request.level,
+        include_busy=request.include_busy,
+        act=request.act,
+        accept_new_host_keys=request.accept_new_host_keys,
     )
-    result = SweepResult(
-        started_at=min(started, rec.at),
-        finished_at=rec.at,
-        hosts=swept,
-        skipped=tuple(skipped),
-        decisions=tuple(decisions),
-        acted=acted,
-        lemons=tuple(lemons),
-        recent=recent,
-        counters=counters,
+    with sweep_session(spec.state, clock) as store:
+        outcome = sweep_fleet(
+            spec, store, pool=pool, progress=progress, clock=clock, drain=_evict_drainer(request)
+        )
+        warnings = list(outcome.warnings)
+        ettrs = _job_ettrs(inv, store, outcome.finished_at, warnings)
+    return _result(outcome, ettrs, warnings)
+
+
+def _result(outcome: SweepOutcome, ettrs: tuple[JobEttr, ...], warnings: list[str]) -> SweepResult:
+    """The command's result: ``outcome`` with the jobs' ETTR and every warning line."""
+    return SweepResult(
+        started_at=outcome.started_at,
+        finished_at=outcome.finished_at,
+        hosts=outcome.hosts,
+        skipped=outcome.skipped,
+        decisions=outcome.decisions,
+        acted=outcome.acted,
+        lemons=outcome.lemons,
+        recent=outcome.recent,
+        counters=outcome.counters,
         warnings=tuple(warnings),
-        state=str(path),
-        report=report,
+        state=outcome.state,
+        report=outcome.report,
         ettr=ettrs,
     )
-    return result
+
+
+def _evict_drainer(request: SweepRequest) -> Drainer:
+    """The sweep's drain: ``robustctl evict`` of the hosts with the reason, confirmed (the sweep's
+    ``--act`` is the operator's confirmation), through its rails and audit log."""
+
+    def drain(hosts: Sequence[str], reason: str) -> int:
+        from robustctl.commands.actions import always
+        from robustctl.commands.evict import EvictRequest, run_evict
+        from robustctl.inventory.hostrange import collapse
+
+        source = request.inventory.source
+        res = run_evict(
+            EvictRequest(
+                inventory=None if source.startswith("<") else Path(source),
+                state=request.state,
+                hosts=collapse(list(hosts)),
+                reason=reason,
+            ),
+            confirm=always,
+        )
+        return int(res.exit_code)
+
+    return drain
 
 
 def _job_ettrs(inventory: Inventory, store: Store, now: float, warnings: list[str]) -> tuple[JobEttr, ...]:
@@ -459,45 +301,7 @@ def _job_ettrs(inventory: Inventory, store: Store, now: float, warnings: list[st
     return tuple(out)
 
 
-def _verdict(states: Mapping[tuple[str, str], CheckState], host: str, engine: Status) -> Status:
-    """The host's verdict as recorded (after the policy: a pending finding is a warning)."""
-    from robustctl.sweep.history import HOST_CHECK
-
-    st = states.get((host, HOST_CHECK))
-    return Status(st.status) if st is not None else engine
-
-
-def _checks(states: Mapping[tuple[str, str], CheckState], host: str) -> dict[str, str]:
-    from robustctl.sweep.history import HOST_CHECK
-
-    return {c: s.status for (h, c), s in sorted(states.items()) if h == host and c != HOST_CHECK}
-
-
 # --- this node (sweep --local [--slurm]) ----------------------------------------------------------
-
-
-def local_request(
-    *,
-    node: str | None = None,
-    slurm: bool = False,
-    gpus: int | None = None,
-    state: Path | None = None,
-    environ: Mapping[str, str] | None = None,
-) -> LocalCheckRequest:
-    """A :class:`~robustctl.sweep.healthcheck.LocalCheckRequest` from command-line values and the
-    environment: the node's name (``--node``, ``$SLURMD_NODENAME``, the short host name) and the store
-    (``--state``, else ``$ROBUSTCTL_STATE``, else none: this mode records history only when asked).
-
-    Raises:
-        UsageError: a bad node name.
-    """
-    from robustctl.sweep.healthcheck import LocalCheckRequest, node_name
-
-    env = os.environ if environ is None else environ
-    store = (
-        state if state is not None else (Path(env["ROBUSTCTL_STATE"]) if env.get("ROBUSTCTL_STATE") else None)
-    )
-    return LocalCheckRequest(node=node_name(node, env), slurm=slurm, gpus=gpus or 0, state=store)
 
 
 def run_local(request: LocalCheckRequest, **kwargs: Any) -> LocalCheckResult:

@@ -58,6 +58,7 @@ __all__ = [
     "SLURM_TIMEOUT_S",
     "LocalCheckRequest",
     "LocalCheckResult",
+    "local_request",
     "node_name",
     "reason_check",
     "run_local_check",
@@ -124,6 +125,35 @@ class LocalCheckRequest:
     budget_s: float = BUDGET_S
 
 
+def local_request(
+    *,
+    node: str | None = None,
+    slurm: bool = False,
+    gpus: int | None = None,
+    state: Path | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> LocalCheckRequest:
+    """A :class:`LocalCheckRequest` from command-line values and the environment.
+
+    Args:
+        node: ``--node`` (None: ``$SLURMD_NODENAME``, else the short host name; :func:`node_name`).
+        slurm: ``--slurm``. gpus: ``--gpus`` (None: 0). state: ``--state`` (None: ``$ROBUSTCTL_STATE``,
+            else none: this mode records history only when asked). environ: the environment (None:
+            the process's).
+
+    Returns:
+        The request.
+
+    Raises:
+        UsageError: a bad node name.
+    """
+    env = os.environ if environ is None else environ
+    store = (
+        state if state is not None else (Path(env["ROBUSTCTL_STATE"]) if env.get("ROBUSTCTL_STATE") else None)
+    )
+    return LocalCheckRequest(node=node_name(node, env), slurm=slurm, gpus=gpus or 0, state=store)
+
+
 @dataclass(frozen=True)
 class LocalCheckResult:
     """The node's verdict and what was done about it (the ``--json`` document).
@@ -162,13 +192,13 @@ class LocalCheckResult:
     @property
     def exit_code(self) -> ExitCode:
         """2 a finding, 3 not checked or a Slurm error, 1 pending or warning, 0 healthy."""
-        if self.findings:
-            return ExitCode.CRITICAL
-        if self.status is Status.UNKNOWN or self.error:
-            return ExitCode.UNKNOWN
-        if self.pending or self.status is Status.WARNING:
-            return ExitCode.WARNING
-        return ExitCode.OK
+        from robustctl.sweep.policy import sweep_exit_code
+
+        return sweep_exit_code(
+            named=bool(self.findings),
+            unchecked=self.status is Status.UNKNOWN or bool(self.error),
+            pending=bool(self.pending) or self.status is Status.WARNING,
+        )
 
 
 def _probe(request: LocalCheckRequest, pool: TransportPool | None, budget: float) -> RunReport:

@@ -31,6 +31,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from robustctl.exit_codes import ExitCode
 from robustctl.models import Status
 from robustctl.sweep.history import HOST_CHECK, Observation, check_states, record
 
@@ -48,6 +49,7 @@ __all__ = [
     "decide",
     "host_verdict",
     "record_sweep",
+    "sweep_exit_code",
 ]
 
 
@@ -233,3 +235,24 @@ def record_sweep(
         host_verdict=verdicts,
     )
     return rec, decisions
+
+
+def sweep_exit_code(*, named: bool, unchecked: bool, pending: bool) -> ExitCode:
+    """The exit code of a sweep or a node's health check, from what it found (the design's table).
+
+    Args:
+        named: the policy names a host (a confirmed finding). unchecked: a host could not be checked
+            (or, for ``sweep --local``, Slurm could not be read or changed). pending: a CRITICAL
+            finding waits on its rule, or a check warns.
+
+    Returns:
+        2 (CRITICAL) when ``named``, else 3 (UNKNOWN) when ``unchecked``, else 1 (WARNING) when
+        ``pending``, else 0: a confirmed finding outranks a host that could not be checked.
+    """
+    if named:
+        return ExitCode.CRITICAL
+    if unchecked:
+        return ExitCode.UNKNOWN
+    if pending:
+        return ExitCode.WARNING
+    return ExitCode.OK
