@@ -84,6 +84,12 @@ class StepKind(str, enum.Enum):
     """Start the job's processes from its ``launch:`` section (robustctl.actions.restart)."""
     WAIT_RUNNING = "wait_running"
     """Wait until every rank of the job runs, or the start timeout passes (robustctl.actions.restart)."""
+    CHECKOUT = "checkout"
+    """Check one commit out on every host of the job, all or none (robustctl.actions.rollback)."""
+    RECORD_CHANGE = "record_change"
+    """Record a code change of the job in the store (robustctl.actions.rollback)."""
+    RESTART_JOB = "restart_job"
+    """Restart the job through its own restart action, audited on its own (robustctl.actions.rollback)."""
 
 
 StepRunner = Callable[["Step", "Plan"], tuple[bool, str]]
@@ -97,6 +103,9 @@ _JOB_STEP_VERBS = {
     StepKind.STAGE_CHECKPOINT: "stage the checkpoint's shards of job",
     StepKind.LAUNCH: "launch job",
     StepKind.WAIT_RUNNING: "wait until every rank runs: job",
+    StepKind.CHECKOUT: "check out on every host, all or none, the code of job",
+    StepKind.RECORD_CHANGE: "record the code change of job",
+    StepKind.RESTART_JOB: "restart job",
 }
 
 

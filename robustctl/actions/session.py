@@ -24,6 +24,8 @@ Outcomes (:class:`Outcome`) and what is written:
 * ``declined``: ``confirm`` said no; nothing written; exit 0;
 * ``applied`` / ``nothing-to-do`` / ``failed``: :func:`~robustctl.actions.plan.apply_plan` ran
   (its audit record says which steps ran); exit 0, 0, 3.
+* ``restart-failed``: a rollback only (:mod:`robustctl.actions.rollback`): the code was switched and
+  recorded, and the restart it ran failed; the restart's exit code.
 
 Errors raised (not outcomes): UsageError (bad input, nobody to confirm), ConfigError/StoreError (bad
 inventory, a store that cannot be written or whose audit record does not read back, a row holding what
@@ -92,6 +94,9 @@ class Outcome(str, enum.Enum):
     APPLIED = "applied"
     NOTHING_TO_DO = "nothing-to-do"
     FAILED = "failed"
+    RESTART_FAILED = "restart-failed"
+    """A rollback checked the code out and recorded it, then the restart it ran failed
+    (:mod:`robustctl.actions.rollback`)."""
 
 
 @dataclass(frozen=True)

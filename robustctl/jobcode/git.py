@@ -97,6 +97,8 @@ __all__ = [
     "common_commit",
     "current_versions",
     "inspect_hosts",
+    "inspect_job",
+    "job_code_hosts",
     "names_command",
     "parse_config_list",
     "require_clean",
@@ -673,6 +675,61 @@ def code_hosts(
     return spec, [ctx.inventory.by_name(n) for n in names]
 
 
+def job_code_hosts(ctx: ActionContext, job: str) -> tuple[CodeSpec, list[Host]]:
+    """:func:`code_hosts` of a job a person named (``--job``): the job's ``code:`` section and its
+    current machines.
+
+    Args:
+        ctx: the open action context. job: the inventory job's name, as given.
+
+    Returns:
+        The job's ``code:`` section and its hosts (rank order).
+
+    Raises:
+        UsageError: the job is not in the inventory (bad input, exit 64). ConfigError: the job has no
+            ``code:`` section, or a host of the job is not in the inventory.
+    """
+    try:
+        ctx.inventory.job(job)
+    except ConfigError as exc:
+        raise UsageError(str(exc)) from None
+    return code_hosts(ctx, job)
+
+
+def inspect_job(
+    ctx: ActionContext, job: str, ref: str | None
+) -> tuple[CodeSpec, list[Host], tuple[HostCode, ...]]:
+    """Read the work tree of every host of ``job`` (:func:`inspect_hosts`), ``ref`` resolved there too,
+    with the inventory's fan-out settings and a pool of its own.
+
+    Args:
+        ctx: the open action context. job: the inventory job (see :func:`job_code_hosts`).
+        ref: a checked ref (:func:`check_ref`) to resolve on every host, or None.
+
+    Returns:
+        The job's ``code:`` section, its hosts, and one :class:`HostCode` per host (same order).
+
+    Raises:
+        UsageError / ConfigError: see :func:`job_code_hosts` and :func:`inspect_hosts`.
+    """
+    from robustctl.transport.pool import TransportPool
+
+    spec, hosts = job_code_hosts(ctx, job)
+    pool = TransportPool()
+    try:
+        codes = inspect_hosts(
+            pool,
+            hosts,
+            spec,
+            ref,
+            concurrency=ctx.inventory.diagnose.concurrency,
+            timeout_s=ctx.inventory.diagnose.host_timeout_s,
+        )
+    finally:
+        pool.close()
+    return spec, hosts, codes
+
+
 def switch_code(
     ctx: ActionContext,
     job: str,
@@ -680,9 +737,13 @@ def switch_code(
     commit: str,
     *,
     pool: TransportPool | None = None,
+    codes: Sequence[HostCode] | None = None,
 ) -> SwitchResult:
     """Check ``commit`` out on every host of ``job`` (``hosts``: names, None: the job's current machines),
     all or none (:func:`switch_work_trees`), with the inventory's fan-out settings.
+
+    ``codes``: the hosts' reading with ``ref=commit`` taken when the switch was planned (None: read
+    now); the heads it holds are what a failed switch puts back.
 
     Raises:
         UsageError / ConfigError: see :func:`code_hosts`, and a ``commit`` that is not a full id.
@@ -699,6 +760,7 @@ def switch_code(
             targets,
             spec,
             commit,
+            codes=codes,
             concurrency=ctx.inventory.diagnose.concurrency,
             timeout_s=ctx.inventory.diagnose.host_timeout_s,
         )
