@@ -45,6 +45,12 @@ __all__ = [
 def parse_want(text: str | int) -> str | int:
     """A ``--from-checkpoint`` value: ``latest-complete``, ``none`` or an iteration number (``30``).
 
+    Args:
+        text: the value as given (any case, surrounding whitespace ignored), or an iteration number.
+
+    Returns:
+        ``"latest-complete"``, ``"none"`` or the iteration number (≥ 0).
+
     Raises:
         UsageError: anything else.
     """
@@ -69,12 +75,17 @@ def read_checkpoints(
 
     Args:
         inventory: the inventory (the job's ``ckpt:`` section, layout and host settings).
+        job: the job's name.
         hosts: the job's current hosts in rank order (``ActionContext.job_hosts(job).hosts``).
         pool: transports (closed by the caller); None: one opened and closed here.
 
+    Returns:
+        The job's checkpoints, every iteration judged complete or not, newest first.
+
     Raises:
         UsageError: unknown job.
-        ConfigError: the job has no ``ckpt:`` section; InventoryError: a host not in the inventory.
+        ConfigError: the job has no ``ckpt:`` section.
+        InventoryError: a host not in the inventory.
     """
     from robustctl.ckpt.scan import evaluate_scan, require_spec, scan_checkpoints
     from robustctl.errors import InventoryError
@@ -112,8 +123,9 @@ def resolve_checkpoint(
 
     Args:
         inventory: the inventory holding the job (its ``ckpt:`` section says where to look).
-        job: the job's name. hosts: its current hosts in rank order (a copy of a shard counts only
-            on one of them, unless the directory is shared).
+        job: the job's name.
+        hosts: its current hosts in rank order (a copy of a shard counts only on one of them, unless
+            the directory is shared).
         want: ``"latest-complete"`` (the newest complete iteration; the tracker file is read but
             never trusted alone), an iteration number (it must be complete), or ``"none"`` (no
             checkpoint: nothing is read). A string is parsed with :func:`parse_want`.

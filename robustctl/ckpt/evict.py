@@ -29,7 +29,8 @@ def evict_survival(
 
     Args:
         ctx: the action context (inventory, scheduler and store for the jobs' current hosts).
-        targets: the hosts the plan evicts. pool: transports (None: opened and closed here).
+        targets: the hosts the plan evicts.
+        pool: transports (None: opened and closed here).
 
     Returns:
         One :class:`CheckpointSurvival` per such job, inventory order. Never raises: a job whose

@@ -61,6 +61,13 @@ class CheckpointScan:
 def require_spec(job: Job, source: str) -> CheckpointSpec:
     """The job's ``ckpt:`` section.
 
+    Args:
+        job: the inventory job.
+        source: the inventory file, for the error message.
+
+    Returns:
+        The section.
+
     Raises:
         ConfigError: the job has none (one line naming the inventory file and the job).
     """
@@ -101,12 +108,21 @@ def parse_read(
 ) -> HostRead:
     """One host's ``ckpt`` probe ``data`` as a :class:`HostRead`; never raises on what a host sent.
 
+    Shards whose name gives a rank outside the layout (``rank_00099.pt`` of an 8-rank job, an
+    ``mp_rank`` beyond tp × pp) are not counted; a note says so.
+
     Args:
+        host: the host's inventory name.
+        data: the probe document's ``data`` (the directory, its tracker, iterations and shards).
+        layout: the job's parallel layout (its world size, tp and pp place the shards' ranks).
+        shards: the shard naming, ``rank`` or ``mp_rank``.
+        max_iterations: most iterations kept (the job's ``ckpt.max_iterations``).
+        max_entries: most shard copies kept (``ckpt.max_entries``); past it the read is partial.
         problems: what already makes the read partial (``errors`` of the document, a timeout); the
             read is then not ``ok`` but keeps what it has.
 
-    Shards whose name gives a rank outside the layout (``rank_00099.pt`` of an 8-rank job, an
-    ``mp_rank`` beyond tp × pp) are not counted; a note says so.
+    Returns:
+        The host's read: ok or not with the error, the tracker, the iterations and shard copies found.
     """
     errors = [str(p)[:MAX_TEXT] for p in problems]
     if data.get("exists") is not True:
@@ -191,8 +207,12 @@ def scan_checkpoints(
     A shared directory is read on the first host that answers (:data:`SHARED_TRIES` at most).
 
     Args:
+        job: the inventory job (its ``ckpt:`` section and layout).
+        hosts: the job's current hosts, rank order.
+        pool: transports, one per host (closed by the caller).
         settings: fan-out knobs (concurrency, retries, global deadline ``deadline_s``); default:
-            the built-in ``diagnose:`` defaults. source: the inventory file, for the error message.
+            the built-in ``diagnose:`` defaults.
+        source: the inventory file, for the error message.
 
     Returns:
         A :class:`CheckpointScan`; a host that could not be read is a :class:`HostRead` that is not ok.

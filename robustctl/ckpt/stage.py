@@ -111,8 +111,10 @@ def plan_staging(
 
     Args:
         state: the job's checkpoints as read on ``hosts`` (:func:`robustctl.ckpt.read_checkpoints`).
+        iteration: the checkpoint iteration the restart loads.
         hosts: the job's current hosts in rank order (machine k runs ranks k·G … k·G+G-1).
-        ranks_per_host: G. topo: the job's topology for ``mp_rank`` naming (None: ``rank`` naming).
+        ranks_per_host: G.
+        topo: the job's topology for ``mp_rank`` naming (None: ``rank`` naming).
 
     Returns:
         One move per (shard, host that loads it and lacks it), sources spread over the holders
@@ -190,8 +192,14 @@ def stage_shards(
     """Copy every shard of ``moves`` (one at a time, chunk by chunk) and rename it into place.
 
     Args:
+        moves: the copies to make (:func:`plan_staging`), in order.
         spec: the job's ``ckpt:`` section (``dir``, with ``{host}``, and the tracker's name).
-        hosts: inventory host by name. chunk_bytes: bytes per chunk (at most :data:`CHUNK_BYTES`).
+        hosts: inventory host by name.
+        pool: transports, one per host (closed by the caller).
+        chunk_bytes: bytes per chunk (at most :data:`CHUNK_BYTES`).
+
+    Returns:
+        The copies made, the bytes copied, the hosts given a tracker file and the elapsed seconds.
 
     Raises:
         StagingError: a read or a write failed, or the copy's size differs from the source's; the

@@ -196,8 +196,14 @@ def evaluate(
 
     Args:
         reads: one per host read (partial reads count: a readable shard seen is evidence).
-        needed: ranks whose shards make an iteration complete. hosts: the job's current hosts, rank
-            order; a copy counts only on one of them, except in a ``shared`` directory.
+        job: the job's name.
+        dir: the configured checkpoint directory.
+        shared: the directory is one file system for every host.
+        shards: the shard naming, ``rank`` or ``mp_rank``.
+        world_size: the job's number of ranks.
+        needed: ranks whose shards make an iteration complete.
+        hosts: the job's current hosts, rank order; a copy counts only on one of them, except in a
+            ``shared`` directory.
 
     Returns:
         The :class:`CheckpointState` (iterations newest first).
@@ -302,8 +308,13 @@ def pick_restart_iteration(state: CheckpointState, want: str | int = "latest-com
     """The iteration a restart should load.
 
     Args:
+        state: the job's checkpoints, judged (:func:`evaluate`).
         want: ``"latest-complete"`` (the newest complete iteration, whatever the tracker says), an
             iteration number (it must be complete), or ``"none"`` (no checkpoint).
+
+    Returns:
+        ``(iteration, tracker, note)``: the iteration to load (None: start without a checkpoint), the
+        tracker's iteration, and a note on the choice (e.g. when it is not the tracker's).
 
     Raises:
         CheckpointError: the asked-for iteration is absent or incomplete, or no iteration is complete.
@@ -403,7 +414,8 @@ def check_backups(
     """Check ByteRobust's backup placement rule (§6.3, Fig. 9) on one iteration.
 
     Args:
-        it: the iteration (per-host directories). primary: rank → the host that runs it.
+        it: the iteration (per-host directories).
+        primary: rank → the host that runs it.
         group_hosts: rank → {``"tp"``/``"pp"``/``"dp"``: hosts running a rank of that group}.
 
     Returns:
