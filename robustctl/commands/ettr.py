@@ -26,19 +26,26 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from robustctl.errors import UsageError
 from robustctl.exit_codes import ExitCode
 from robustctl.models import SCHEMA_VERSION, strict_jsonable
+from robustctl.watch.timeline import (
+    MAX_TIMELINE_INCIDENTS,
+    MAX_TIMELINE_INTERVALS,
+    JobEttr,
+    TimelineInterval,
+    bounded_timeline,
+)
 
 if TYPE_CHECKING:
     from robustctl.inventory import Inventory
     from robustctl.store import Store
-    from robustctl.watch.ledger import EttrLedger, IncidentRow, LedgerInterval
+    from robustctl.watch.ledger import EttrLedger, IncidentRow
 
 __all__ = [
     "DEFAULT_WINDOW_S",
@@ -62,18 +69,6 @@ MAX_WINDOW_S = 3650 * 86_400.0
 """Longest ``--window`` or ``--since``, seconds: ten years, the bound ``robustctl history --since``
 has (longer than any training job; far from the store's time range)."""
 
-MAX_TIMELINE_INTERVALS = 2_000
-"""Most intervals of a job's ledger a sweep carries to its HTML page (and its ``--json``). A timeline
-bar is at most a few thousand pixels wide: 2,000 segments already put several in one pixel, and each
-is about 200 bytes of HTML, so one job's bar stays under half a megabyte however long its history
-(a ledger of :data:`robustctl.watch.ledger.MAX_INCIDENTS` incidents has tens of thousands). More are
-merged, then the earliest left out and counted (:func:`bounded_timeline`)."""
-
-MAX_TIMELINE_INCIDENTS = 500
-"""Most incident rows of a job a sweep carries to its HTML page (the most recent ones; the rest are
-counted). Our choice: an incident every 4 hours for three months, far more than anyone reads in a
-table, and a few hundred kilobytes of rows; ``robustctl ettr --json`` lists them all."""
-
 
 @dataclass(frozen=True)
 class EttrRequest:
@@ -92,84 +87,6 @@ class EttrRequest:
     state: Path | None = None
     window_s: float = DEFAULT_WINDOW_S
     since_s: float | None = None
-
-
-@dataclass(frozen=True)
-class TimelineInterval:
-    """One stretch of a job's timeline as a sweep's page draws it.
-
-    Attributes:
-        cause: a :class:`~robustctl.watch.ledger.Cause` value (``productive``, ``detection``, ...).
-        start_s, end_s: UNIX s, start ≤ end.
-    """
-
-    cause: str
-    start_s: float
-    end_s: float
-
-    @property
-    def duration_s(self) -> float:
-        """``end_s - start_s``, seconds."""
-        return self.end_s - self.start_s
-
-
-@dataclass(frozen=True)
-class JobEttr:
-    """A job's ETTR in a few numbers (what a sweep's textfile exports), and its timeline (what its
-    HTML page draws).
-
-    Attributes:
-        job. cumulative_ettr, sliding_ettr: in [0, 1]. sliding_window_s: seconds. productive_s,
-        total_s: seconds of the window. unproductive_s: seconds by cause (every cause of
-        :data:`robustctl.watch.ledger.UNPRODUCTIVE_CAUSES`, zeros included).
-        window_start_s, window_end_s: the ledger's window, UNIX s (None: not carried).
-        intervals: the ledger's partition of the window, in time order, at most
-            :data:`MAX_TIMELINE_INTERVALS` (:func:`bounded_timeline`); intervals_left_out: how many
-            earlier ones (after merging) were left out, covering ``[window_start_s, intervals[0].start_s]``.
-        incidents: the ledger's most recent incident rows, by onset, at most
-            :data:`MAX_TIMELINE_INCIDENTS`; incidents_left_out: how many earlier rows were left out.
-    """
-
-    job: str
-    cumulative_ettr: float
-    sliding_ettr: float
-    sliding_window_s: float
-    productive_s: float
-    total_s: float
-    unproductive_s: Mapping[str, float] = field(default_factory=dict)
-    window_start_s: float | None = None
-    window_end_s: float | None = None
-    intervals: tuple[TimelineInterval, ...] = ()
-    intervals_left_out: int = 0
-    incidents: tuple[IncidentRow, ...] = ()
-    incidents_left_out: int = 0
-
-
-def bounded_timeline(
-    intervals: Sequence[LedgerInterval], limit: int = MAX_TIMELINE_INTERVALS
-) -> tuple[tuple[TimelineInterval, ...], int]:
-    """``intervals`` (a ledger's partition, in time order) as at most ``limit`` (≥ 1) timeline intervals.
-
-    Within the limit they are kept one for one. Over it, neighbours of the same cause are merged first
-    (the ledger keeps apart neighbours of different incidents); when that is still too many, the most
-    recent ``limit`` are kept.
-
-    Returns:
-        ``(kept, left_out)``: the intervals kept, in time order, and how many earlier (merged)
-        intervals were left out.
-    """
-    out = [TimelineInterval(iv.cause.value, iv.start_s, iv.end_s) for iv in intervals]
-    if len(out) <= limit:
-        return tuple(out), 0
-    merged: list[TimelineInterval] = []
-    for iv in out:
-        last = merged[-1] if merged else None
-        if last is not None and last.cause == iv.cause and last.end_s == iv.start_s:
-            merged[-1] = TimelineInterval(iv.cause, last.start_s, iv.end_s)
-        else:
-            merged.append(iv)
-    left_out = max(0, len(merged) - limit)
-    return tuple(merged[left_out:]), left_out
 
 
 @dataclass(frozen=True)
@@ -302,14 +219,6 @@ def _duration(value: object, what: str) -> float:
     return seconds
 
 
-def _label(text: str) -> str:
-    """Store text cut to the ledger's :data:`~robustctl.watch.ledger.MAX_LABEL_CHARS` (the store keeps
-    up to :data:`robustctl.store.MAX_TEXT`; a reason or a name is display only in the ledger)."""
-    from robustctl.watch.ledger import MAX_LABEL_CHARS
-
-    return text if len(text) <= MAX_LABEL_CHARS else text[: MAX_LABEL_CHARS - 1] + "…"
-
-
 def ettr_of_store(
     store: Store, job: str, *, now: float, window_s: float = DEFAULT_WINDOW_S, since: float | None = None
 ) -> EttrResult:
@@ -329,68 +238,20 @@ def ettr_of_store(
         LedgerInputError: the records cannot be read as a timeline (exit 78).
         WatchStoreInputError: ``since`` is not a time (exit 78).
     """
-    from robustctl.watch.ledger import Incident, ProgressSample, Timeline, WaitingSpan, build_ledger
-    from robustctl.watchstore import incidents, progress_samples, waiting
+    from robustctl.watch.ledger import build_ledger
+    from robustctl.watch.records import read_timeline
 
-    path = str(store.path)
-    samples = progress_samples(store, job, since)
-    found = incidents(store, job, since)
-    spans = waiting(store, job, since)
+    read = read_timeline(store, job, now=now, since=since)
 
     def result(ledger: EttrLedger | None, message: str) -> EttrResult:
         return EttrResult(
-            job, path, now, since, window_s, ledger, message,
-            samples=len(samples), incidents_read=len(found), waiting_read=len(spans),
+            job, str(store.path), now, since, window_s, ledger, message,
+            samples=read.samples, incidents_read=read.incidents, waiting_read=read.waiting,
         )  # fmt: skip
 
-    firsts = [
-        *(s.at for s in samples[:1]),
-        *(i.onset_at for i in found[:1]),
-        *(w.start_at for w in spans[:1]),
-    ]
-    if not firsts:
-        where = "" if since is None else " since the window's start"
-        return result(
-            None,
-            f"no ETTR data for job {job!r} in {path}{where}: no progress sample, incident or waiting "
-            "span recorded (is robustctl watch running for it?)",
-        )
-    start = since if since is not None else min(firsts)
-    if start >= now:
-        return result(
-            None,
-            f"no ETTR data for job {job!r} in {path} before now: its records begin at {start!r}, "
-            f"after this clock's {now!r} (a clock behind the watcher's?)",
-        )
-    timeline = Timeline(
-        job=job,
-        start_s=start,
-        end_s=now,
-        samples=tuple(ProgressSample(s.at, s.step) for s in samples),
-        incidents=tuple(
-            Incident(
-                incident_id=str(i.id),
-                incident_class=i.incident_class,
-                onset_s=i.onset_at,
-                decision_s=i.decision_at,
-                localization_start_s=i.localization_start_at,
-                localization_end_s=i.localization_end_at,
-                eviction_start_s=i.eviction_start_at,
-                eviction_end_s=i.eviction_end_at,
-                machines_evicted=tuple(_label(m) for m in i.machines_evicted),
-                restart_start_s=i.restart_start_at,
-                first_new_step_s=i.first_new_step_at,
-                checkpoint_step=i.checkpoint_step,
-                last_step=i.last_step,
-                playbook=None if i.playbook is None else _label(i.playbook),
-            )
-            for i in found
-        ),
-        waiting=tuple(
-            WaitingSpan(w.start_at, now if w.end_at is None else w.end_at, _label(w.reason)) for w in spans
-        ),
-    )
-    ledger = build_ledger(timeline, window_s)
+    if read.timeline is None:
+        return result(None, read.message)
+    ledger = build_ledger(read.timeline, window_s)
     message = (
         f"job {job!r}: ETTR {ledger.cumulative_ettr:.1%} over {ledger.total_s:.0f} s, "
         f"{len(ledger.incidents)} incident(s)"
