@@ -131,6 +131,14 @@ class _BoundedFormatter(string.Formatter):
 def _fill(template: str, values: Mapping[str, object], what: str) -> str:
     """``template`` filled in from ``values`` (``str.format`` syntax), at most :data:`MAX_FILLED_TEXT` long.
 
+    Args:
+        template: the template text.
+        values: the placeholders' values by name.
+        what: the template's key under ``launch:`` (e.g. ``env.PATH``), for the message.
+
+    Returns:
+        The filled-in text.
+
     Raises:
         ConfigError: a placeholder cannot be filled, or the result would be too long; one line naming
             ``launch.WHAT``.
@@ -155,6 +163,15 @@ def render_launch(job: Job, hosts: Sequence[Host], ckpt_iter: int | None) -> lis
     ``none``). Environment per rank: ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``LOCAL_WORLD_SIZE``,
     ``NODE_RANK``, ``NNODES``, ``MASTER_ADDR``, ``MASTER_PORT`` (torchrun's names); per host:
     ``NODE_RANK``, ``NNODES``, ``MASTER_ADDR``, ``MASTER_PORT``.
+
+    Args:
+        job: the job (its ``launch:`` section and G ranks per host).
+        hosts: the machines, rank order (machine k runs ranks k·G … k·G+G-1).
+        ckpt_iter: the checkpoint iteration to load; None: none (``ckpt_iter`` is ``none``).
+
+    Returns:
+        The processes, machine by machine in rank order: one per rank (``per: rank``) or one per
+        machine (``per: host``).
 
     Raises:
         ConfigError: the job has no ``launch:`` section, or a template cannot be filled.
@@ -386,6 +403,16 @@ def launch_job(
 ) -> tuple[HostLaunch, ...]:
     """Start ``job``'s processes on ``hosts`` (detached) and return at once, one result per machine.
 
+    Args:
+        job: the job (its ``launch:`` section).
+        hosts: the machines, rank order.
+        pool: transports, one per host (closed by the caller).
+        ckpt_iter: the checkpoint iteration to load; None: none.
+        diagnose: fan-out knobs (concurrency, retries, backoff); None: 64 hosts at once, one retry.
+
+    Returns:
+        One result per machine, in the order of ``hosts``: the pid of each process started, or why not.
+
     Raises:
         ConfigError: no ``launch:`` section, or a template that cannot be filled.
     """
@@ -451,8 +478,16 @@ def stop_job(
 ) -> tuple[HostStop, ...]:
     """End ``job``'s process trees on ``hosts``: SIGTERM, ``grace_s``, SIGKILL, verify (module docstring).
 
-    Returns one result per machine; a machine that could not be reached is a result with ``error``
-    (never "stopped").
+    Args:
+        job: the job (its ``process:`` section finds its processes).
+        hosts: the machines.
+        pool: transports, one per host (closed by the caller).
+        grace_s: seconds between SIGTERM and SIGKILL.
+        diagnose: fan-out knobs (concurrency, retries, backoff); None: 64 hosts at once, one retry.
+
+    Returns:
+        One result per machine, in the order of ``hosts``; a machine that could not be reached is a
+        result with ``error`` (never "stopped").
 
     Raises:
         ConfigError: the job has no ``process:`` section.
@@ -514,6 +549,16 @@ def list_ranks(
     job: Job, hosts: Sequence[Host], pool: TransportPool, *, diagnose: DiagnoseSettings | None = None
 ) -> tuple[HostRanks, ...]:
     """Which of its ranks run on each of ``hosts`` now (machine k of ``hosts`` holds k·G … k·G+G-1).
+
+    Args:
+        job: the job (its ``process:`` section finds its processes).
+        hosts: the machines, rank order.
+        pool: transports, one per host (closed by the caller).
+        diagnose: fan-out knobs (concurrency, retries, backoff); None: 64 hosts at once, one retry.
+
+    Returns:
+        One result per machine, in the order of ``hosts``: the ranks expected and those found running;
+        a machine that could not be checked has ``error``.
 
     Raises:
         ConfigError: the job has no ``process:`` section.
@@ -577,6 +622,20 @@ def wait_running(
 
     Every rank must be found by two scans in a row, ``poll_s`` apart, so that a process that dies
     as it starts (a bad argument, an import error) is not counted as running.
+
+    Args:
+        job: the job (its ``process:`` section finds its processes).
+        hosts: the machines, rank order.
+        pool: transports, one per host (closed by the caller).
+        timeout_s: seconds to wait at most.
+        diagnose: fan-out knobs (concurrency, retries, backoff); None: 64 hosts at once, one retry.
+        poll_s: seconds between scans.
+        sleep: waits that many seconds (a fake in tests).
+        clock: monotonic seconds (a fake in tests).
+
+    Returns:
+        The last scan of each machine, the seconds waited and ``timeout_s``: at the second scan in a row
+        that found every rank, or at the last scan before ``timeout_s`` (ranks may then be missing).
 
     Raises:
         ConfigError: the job has no ``process:`` section.
