@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from robustctl.cli.common import InventoryOpt, JsonOpt, StateOpt
 from robustctl.cli.help import examples
 from robustctl.commands.base import exit_code_of, result_json
+
+if TYPE_CHECKING:
+    from robustctl.commands.sweep import SweepRequest
 
 SWEEP_EXAMPLES = examples(
     ("robustctl sweep -i cluster.yaml", "L0 on every active and standby host; history kept"),
@@ -20,67 +23,88 @@ HISTORY_EXAMPLES = examples(("robustctl history node017 --since 7d", "a host's c
 LEMONS_EXAMPLES = examples(("robustctl lemons --since 30d", "hosts that keep failing or keep coming back"))
 
 
+HostsOpt = Annotated[
+    str | None,
+    typer.Option("--hosts", "-H", help="Host range to sweep (default: every host in service)."),
+]
+"""``--hosts``: restrict the sweep to a host range."""
+LevelOpt = Annotated[
+    int,
+    typer.Option("--level", "-l", min=0, max=3, help="Highest level; above 0 only on hosts no job holds."),
+]
+"""``--level``: the highest diagnose level (0-3)."""
+IncludeBusyOpt = Annotated[
+    bool, typer.Option("--include-busy", help="Run levels above 0 on hosts a job holds too (GPU load!).")
+]
+"""``--include-busy``: deeper levels on hosts a job holds too."""
+ActOpt = Annotated[
+    bool, typer.Option("--act", help="Apply the policy: record suspects, or drain (sweep.act: drain).")
+]
+"""``--act``: apply the sweep policy."""
+TextfileOpt = Annotated[
+    Path | None, typer.Option("--textfile", help="Write a Prometheus textfile there (atomically).")
+]
+"""``--textfile``: the Prometheus textfile to write."""
+HtmlOpt = Annotated[Path | None, typer.Option("--html", help="Write the HTML report there (atomically).")]
+"""``--html``: the HTML page to write."""
+SweepQuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No table on stderr (warnings still).")]
+"""``--quiet``: no table (warnings are still printed)."""
+AcceptNewHostKeysOpt = Annotated[
+    bool,
+    typer.Option("--accept-new-host-keys", help="Record unknown host keys (changed keys are refused)."),
+]
+"""``--accept-new-host-keys``: as diagnose."""
+TransportOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--transport",
+        help="Reach every host through ssh, local or srun (one Slurm step for all; host = node name).",
+    ),
+]
+"""``--transport``: reach every host through one transport."""
+LocalOpt = Annotated[
+    bool, typer.Option("--local", help="Check this node only (L0, no inventory); see --slurm.")
+]
+"""``--local``: check this node only."""
+SlurmOpt = Annotated[
+    bool,
+    typer.Option(
+        "--slurm",
+        help="With --local, as Slurm's HealthCheckProgram (45 s budget): drain this node on a "
+        "finding, resume it when robustctl's own reason is gone.",
+    ),
+]
+"""``--slurm``: with ``--local``, act as Slurm's health check."""
+NodeOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--node", help="With --local: this node's name \\[default: $SLURMD_NODENAME, else hostname -s]."
+    ),
+]
+"""``--node``: with ``--local``, this node's name."""
+GpusOpt = Annotated[
+    int | None, typer.Option("--gpus", min=0, max=64, help="With --local: GPUs this node must have.")
+]
+"""``--gpus``: with ``--local``, the GPUs this node must have."""
+
+
 def sweep(
     inventory: InventoryOpt = None,
     state: StateOpt = None,
-    hosts: Annotated[
-        str | None,
-        typer.Option("--hosts", "-H", help="Host range to sweep (default: every host in service)."),
-    ] = None,
-    level: Annotated[
-        int,
-        typer.Option(
-            "--level", "-l", min=0, max=3, help="Highest level; above 0 only on hosts no job holds."
-        ),
-    ] = 0,
-    include_busy: Annotated[
-        bool, typer.Option("--include-busy", help="Run levels above 0 on hosts a job holds too (GPU load!).")
-    ] = False,
-    act: Annotated[
-        bool, typer.Option("--act", help="Apply the policy: record suspects, or drain (sweep.act: drain).")
-    ] = False,
-    textfile: Annotated[
-        Path | None, typer.Option("--textfile", help="Write a Prometheus textfile there (atomically).")
-    ] = None,
-    html: Annotated[
-        Path | None, typer.Option("--html", help="Write the HTML report there (atomically).")
-    ] = None,
+    hosts: HostsOpt = None,
+    level: LevelOpt = 0,
+    include_busy: IncludeBusyOpt = False,
+    act: ActOpt = False,
+    textfile: TextfileOpt = None,
+    html: HtmlOpt = None,
     json_out: JsonOpt = False,
-    quiet: Annotated[
-        bool, typer.Option("--quiet", "-q", help="No table on stderr (warnings still).")
-    ] = False,
-    accept_new_host_keys: Annotated[
-        bool,
-        typer.Option("--accept-new-host-keys", help="Record unknown host keys (changed keys are refused)."),
-    ] = False,
-    transport: Annotated[
-        str | None,
-        typer.Option(
-            "--transport",
-            help="Reach every host through ssh, local or srun (one Slurm step for all; host = node name).",
-        ),
-    ] = None,
-    local: Annotated[
-        bool, typer.Option("--local", help="Check this node only (L0, no inventory); see --slurm.")
-    ] = False,
-    slurm: Annotated[
-        bool,
-        typer.Option(
-            "--slurm",
-            help="With --local, as Slurm's HealthCheckProgram (45 s budget): drain this node on a "
-            "finding, resume it when robustctl's own reason is gone.",
-        ),
-    ] = False,
-    node: Annotated[
-        str | None,
-        typer.Option(
-            "--node", help="With --local: this node's name \\[default: $SLURMD_NODENAME, else hostname -s]."
-        ),
-    ] = None,
-    gpus: Annotated[
-        int | None,
-        typer.Option("--gpus", min=0, max=64, help="With --local: GPUs this node must have."),
-    ] = None,
+    quiet: SweepQuietOpt = False,
+    accept_new_host_keys: AcceptNewHostKeysOpt = False,
+    transport: TransportOpt = None,
+    local: LocalOpt = False,
+    slurm: SlurmOpt = False,
+    node: NodeOpt = None,
+    gpus: GpusOpt = None,
 ) -> int:
     """Sweep the fleet: quick checks (L0, no GPU load) on every active, standby, suspect and returned host.
 
@@ -90,9 +114,6 @@ def sweep(
     Exit: 0 healthy, 1 pending findings or warnings, 2 hosts named, 3 hosts not checked or another
     sweep running, 64 usage, 78 config, store or output file.
     """
-    from robustctl.commands.sweep import run_sweep, sweep_request
-    from robustctl.report.console import emit_json, stderr_console
-
     if local or slurm or node is not None or gpus is not None:
         given = {
             "--inventory": inventory is not None,
@@ -106,17 +127,10 @@ def sweep(
             "--accept-new-host-keys": accept_new_host_keys,
         }
         return _local(
-            local=local,
-            slurm=slurm,
-            node=node,
-            gpus=gpus,
-            state=state,
-            json_out=json_out,
-            quiet=quiet,
+            local=local, slurm=slurm, node=node, gpus=gpus, state=state, json_out=json_out, quiet=quiet,
             given=given,
-        )
-    from robustctl.report.progress import RichProgress
-    from robustctl.report.sweep import render_sweep, write_sweep_files
+        )  # fmt: skip
+    from robustctl.commands.sweep import sweep_request
 
     request = sweep_request(
         inventory=inventory,
@@ -130,6 +144,16 @@ def sweep(
         accept_new_host_keys=accept_new_host_keys,
         transport=transport,
     )
+    return _fleet(request, json_out=json_out, quiet=quiet)
+
+
+def _fleet(request: SweepRequest, *, json_out: bool, quiet: bool) -> int:
+    """Run the sweep, write its textfile and page, render it, print its JSON; the exit code."""
+    from robustctl.commands.sweep import run_sweep
+    from robustctl.report.console import emit_json, stderr_console
+    from robustctl.report.progress import RichProgress
+    from robustctl.report.sweep import render_sweep, write_sweep_files
+
     console = stderr_console(wide=True)
     result = run_sweep(request, progress=RichProgress(console, enabled=not quiet))
     write_sweep_files(request, result)
