@@ -106,6 +106,9 @@ _REGISTRY: dict[str, ArtefactKind] = {}
 def register_kind(kind: ArtefactKind) -> None:
     """Add ``kind`` to the registry.
 
+    Args:
+        kind: the kind, registered under its name.
+
     Raises:
         ValueError: a kind with this name is already registered, or the name is ``"unknown"``.
     """
@@ -400,6 +403,11 @@ def analyze_text(
 ) -> ArtefactAnalysis:
     """Detect the kind of ``text`` and analyse it. Never raises.
 
+    Args:
+        text: the artefact's text.
+        path: the name the analysis carries (``"<text>"`` when it comes from no file).
+        options: settings the analysis may use; None: the defaults.
+
     Returns:
         The analysis; kind ``"unknown"`` and status UNKNOWN when no kind recognises the text.
     """
@@ -435,6 +443,13 @@ def _open_binary(path: Path) -> IO[bytes]:
 
     The file is opened with :func:`robustctl.inputfile.open_regular`, so a FIFO (which would block
     ``open`` until a writer comes) or a device is refused without waiting.
+
+    Args:
+        path: the file.
+
+    Returns:
+        The open file (a gzip reader over it when it starts with gzip's magic bytes); close it with
+        :func:`_close`.
 
     Raises:
         _Unreadable: missing, a directory, a special file, permission denied, other ``OSError``.
@@ -498,6 +513,12 @@ def _iter_lines(fh: IO[bytes]) -> Iterator[str]:
 def _read_head(path: Path) -> str:
     """The first :data:`HEAD_BYTES` of ``path`` (decompressed) as text, cut at the last line end.
 
+    Args:
+        path: the file.
+
+    Returns:
+        The text, UTF-8 with undecodable bytes replaced.
+
     Raises:
         _Unreadable: see :func:`_open_binary`; a read error; a binary file.
     """
@@ -517,6 +538,12 @@ def _read_head(path: Path) -> str:
 
 def _read_whole(path: Path) -> str:
     """All of ``path`` (decompressed) as text, at most :data:`MAX_BYTES`.
+
+    Args:
+        path: the file.
+
+    Returns:
+        The text, UTF-8 with undecodable bytes replaced.
 
     Raises:
         _Unreadable: see :func:`_read_head`; a file larger than :data:`MAX_BYTES`.
@@ -540,6 +567,10 @@ def analyze_file(path: Path, *, options: AnalysisOptions | None = None) -> Artef
     a kind with ``analyze_lines`` then reads the file line by line, others read it whole (at most
     :data:`MAX_BYTES`). Only regular files are read: a FIFO, a device or a socket is refused without
     blocking.
+
+    Args:
+        path: the file (plain or gzip-compressed).
+        options: settings the analysis may use; None: the defaults.
 
     Returns:
         The analysis; kind ``"unknown"`` and status UNKNOWN, with ``"PATH: reason"`` as summary,

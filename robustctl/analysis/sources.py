@@ -109,6 +109,13 @@ def is_archive(name: str) -> bool:
 def read_bounded(fd: int, limit: int) -> bytes:
     """At most ``limit`` bytes from the descriptor ``fd`` (stops at end of file).
 
+    Args:
+        fd: an open file descriptor, read from its current offset.
+        limit: most bytes read.
+
+    Returns:
+        The bytes read (fewer than ``limit`` at end of file).
+
     Raises:
         OSError: the read failed.
     """
@@ -151,6 +158,10 @@ def iter_sources(
             a member declared larger is not read (its ``error`` says so).
         read: read files (``data``); ``False``: give their ``path`` and let the caller open them
             (tar members are always read, bounded).
+
+    Yields:
+        One source per file or archive member, in the order of ``args`` (a directory's entries by
+        name); a bad input is a source with ``error`` set.
     """
     for arg in args:
         name = os.fspath(arg)
@@ -277,6 +288,14 @@ _BASE256 = (0o200, 0o377)
 
 def _octal(buf: bytes | bytearray, start: int, end: int) -> int:
     """A tar number field as ``tarfile.nti`` reads an octal one (NUL-terminated, blank-padded).
+
+    Args:
+        buf: the tar header block.
+        start: the field's first byte offset in ``buf``.
+        end: the offset just past the field.
+
+    Returns:
+        The number.
 
     Raises:
         ValueError: not octal text (non-ASCII bytes included).
