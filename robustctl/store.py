@@ -66,6 +66,16 @@ skip it, because each feeds a decision (the rails count evictions, a sweep dates
 newest one, lemons count failures) or a record a person trusts (``audit``, ``hosts``, ``history``).
 Rows a query filters out by time (``since``) are not read, and so not checked.
 
+The API (the one way to the file; :mod:`robustctl.watchstore`, :mod:`robustctl.playbooks.journal`,
+:mod:`robustctl.jobcode.records` and :mod:`robustctl.sweep.history` keep their own tables through it):
+:meth:`Store.open` makes the one connection and sets its WAL mode, ``synchronous=FULL``, foreign keys
+and busy timeout once; :data:`SCHEMA` creates every table, each step naming the module that owns its
+tables; :meth:`Store.transaction` is the one write transaction (a :class:`Transaction`, which refuses
+transaction control, pragmas and schema changes); :meth:`Store.rows` (checked fields) and
+:meth:`Store.query` read. Every text argument is bound through :func:`clean_text`; free text is cut by
+:func:`store_text` where it is written. No module outside this one opens a connection, sets a pragma,
+creates a table or commits.
+
 Before an action applies anything, :meth:`Store.audit_begin` checks that its record can be written and
 read back (:meth:`Store.check_audit`: ``PRAGMA quick_check`` of the tables an action writes and the
 whole audit log read as ``robustctl audit`` reads it); a store that fails is a StoreError and nothing
@@ -97,7 +107,9 @@ from robustctl.errors import ActionRefused, ConfigError
 __all__ = [
     "ACTION_TABLES",
     "MAX_JSON_DEPTH",
+    "NOT_IN_A_TRANSACTION",
     "PID_MAX",
+    "SCHEMA",
     "SCHEMA_VERSION",
     "TIME_MAX",
     "TIME_MIN",
@@ -107,14 +119,18 @@ __all__ = [
     "HistoryRow",
     "MachineRecord",
     "MachineState",
+    "Migration",
     "Readiness",
     "Store",
     "StoreError",
     "StoreLocked",
     "StoreRow",
+    "Transaction",
     "clean_text",
     "deeper_than",
     "default_path",
+    "journal_query",
+    "schema_tables",
     "store_text",
     "time_problem",
     "whoami",
@@ -459,8 +475,46 @@ def whoami() -> str:
     return f"{user}@{socket.gethostname()}"
 
 
-_MIGRATIONS: dict[int, tuple[str, str]] = {
-    1: (
+@dataclass(frozen=True)
+class Migration:
+    """One step of the store's schema: the tables (with their indexes and triggers) of one module.
+
+    Every table of the state file is created here, in :data:`SCHEMA`, whichever module reads and writes
+    it; that module keeps its own SQL statements for its own tables and runs them through
+    :meth:`Store.transaction` (writes) and :meth:`Store.rows` / :meth:`Store.query` (reads).
+
+    Attributes:
+        version: the schema version this step brings a file to (a row of ``migrations``).
+        owner: the module that reads and writes these tables.
+        description: the line recorded in ``migrations`` (kept as written: files hold it).
+        sql: the statements, each ended by ``;`` and a newline (the last one by nothing), run in one
+            transaction by :meth:`Store.open`.
+    """
+
+    version: int
+    owner: str
+    description: str
+    sql: str
+
+    @property
+    def statements(self) -> tuple[str, ...]:
+        """The step's statements, in order (as :meth:`Store.open` runs them)."""
+        return tuple(stmt for stmt in self.sql.split(";\n") if stmt.strip())
+
+    @property
+    def tables(self) -> tuple[str, ...]:
+        """The names of the tables the step creates."""
+        return tuple(
+            stmt.split()[2].split("(")[0]
+            for stmt in self.statements
+            if stmt.split()[:2] == ["CREATE", "TABLE"]
+        )
+
+
+SCHEMA: tuple[Migration, ...] = (
+    Migration(
+        1,
+        "robustctl.store",
         "machines, history, scheduler nodes, job hosts, audit log",
         """
         CREATE TABLE machines(
@@ -491,7 +545,9 @@ _MIGRATIONS: dict[int, tuple[str, str]] = {
             BEGIN SELECT RAISE(ABORT, 'the audit log is append-only'); END;
         """,
     ),
-    2: (
+    Migration(
+        2,
+        "robustctl.jobcode.records",
         "job code changes (hot update, rollback) and job versions",
         """
         CREATE TABLE code_changes(
@@ -516,7 +572,9 @@ _MIGRATIONS: dict[int, tuple[str, str]] = {
             BEGIN SELECT RAISE(ABORT, 'a recorded job version keeps its job, commit and start'); END;
         """,
     ),
-    3: (
+    Migration(
+        3,
+        "robustctl.playbooks.journal",
         "playbook runs and their steps (the journal resume reads)",
         """
         CREATE TABLE playbook_runs(
@@ -532,7 +590,9 @@ _MIGRATIONS: dict[int, tuple[str, str]] = {
             exit_code INTEGER, result TEXT, error TEXT NOT NULL DEFAULT '', PRIMARY KEY(run_id, seq))
         """,
     ),
-    4: (
+    Migration(
+        4,
+        "robustctl.sweep.history",
         "sweep history: check states, check changes, host counters, sweeps",
         # robustctl.sweep.history: one row per (host, check) now, one row per state change, one row per
         # host of counters, one row per sweep; a year of 5-minute sweeps stays small.
@@ -558,7 +618,9 @@ _MIGRATIONS: dict[int, tuple[str, str]] = {
         CREATE INDEX sweeps_started ON sweeps(started_at)
         """,
     ),
-    5: (
+    Migration(
+        5,
+        "robustctl.watchstore",
         "the watcher: decision events, per-job state, incidents and waiting spans (the ETTR ledger's input)",
         # robustctl.watchstore reads and writes them. Events, incidents and waiting spans are never
         # deleted; an event never changes but for its playbook run id, set once; an incident keeps its
@@ -632,7 +694,9 @@ _MIGRATIONS: dict[int, tuple[str, str]] = {
             BEGIN SELECT RAISE(ABORT, 'a waiting span keeps its start and reason; its end is set once'); END
         """,
     ),
-    6: (
+    Migration(
+        6,
+        "robustctl.watchstore",
         "the watcher's progress samples (when a job's step advanced: the ETTR ledger's productive time)",
         # robustctl.watchstore.record_progress writes them: a change of step, or a sparse keep-alive;
         # the oldest rows of a job beyond watchstore.MAX_PROGRESS_ROWS are dropped (retention), so no
@@ -645,7 +709,76 @@ _MIGRATIONS: dict[int, tuple[str, str]] = {
             BEGIN SELECT RAISE(ABORT, 'a progress sample never changes'); END
         """,
     ),
-}
+)
+
+"""The store's schema, in one place: each step (:class:`Migration`) the tables of one module, by
+version. :meth:`Store.open` applies the steps a file lacks, in order, each recorded in ``migrations``;
+a step, once released, is never edited (files hold its tables and its description): a change of a
+table is a new step."""
+
+
+def schema_tables(owner: str) -> frozenset[str]:
+    """The tables :data:`SCHEMA` creates for module ``owner`` (e.g. ``"robustctl.watchstore"``)."""
+    return frozenset(t for m in SCHEMA if m.owner == owner for t in m.tables)
+
+
+NOT_IN_A_TRANSACTION = frozenset(
+    {"ALTER", "ATTACH", "BEGIN", "COMMIT", "CREATE", "DETACH", "DROP", "END", "PRAGMA", "RELEASE",
+     "REINDEX", "ROLLBACK", "SAVEPOINT", "VACUUM"}
+)  # fmt: skip
+"""First words of the statements :meth:`Transaction.execute` refuses: the transaction's own control
+(begin, commit, roll back: :meth:`Store.transaction` does that), the connection's settings (pragmas:
+:meth:`Store.open` sets them once), other files, and the schema (:data:`SCHEMA` is the one place
+tables are made). What is left, ``SELECT``/``INSERT``/``UPDATE``/``DELETE`` (and ``WITH``, ``REPLACE``),
+is what a module runs on its own tables."""
+
+
+class Transaction:
+    """An open write transaction of the store, given by :meth:`Store.transaction` (never made directly).
+
+    A module runs its own statements on its own tables with :meth:`execute` and :meth:`executemany`;
+    the transaction commits (or rolls back) when the ``with`` block ends. Text arguments are bound as
+    :func:`clean_text` makes them (a lone surrogate as its escape: SQLite text is UTF-8), so no caller
+    has to, and none can fail on them; free text is still cut by its writer (:func:`store_text`).
+    """
+
+    __slots__ = ("_conn",)
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self._conn = conn
+
+    def execute(self, sql: str, args: Sequence[Any] = ()) -> sqlite3.Cursor:
+        """Run one statement (``?`` for ``args``) and return its cursor (``fetchone``, ``fetchall``,
+        ``lastrowid``, ``rowcount``).
+
+        Raises:
+            ValueError: the statement is one a module may not run (:data:`NOT_IN_A_TRANSACTION`): a
+                programming error, never input.
+            sqlite3.Error: SQLite refused it; :meth:`Store.transaction` makes it a StoreError.
+        """
+        return self._conn.execute(_allowed(sql), _bind(args))
+
+    def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> sqlite3.Cursor:
+        """Run one statement once per row of arguments (as :meth:`execute`).
+
+        Raises:
+            ValueError: the statement is one a module may not run (:data:`NOT_IN_A_TRANSACTION`).
+            sqlite3.Error: SQLite refused it; :meth:`Store.transaction` makes it a StoreError.
+        """
+        return self._conn.executemany(_allowed(sql), (_bind(r) for r in rows))
+
+
+def _allowed(sql: str) -> str:
+    """``sql`` when :class:`Transaction` may run it; else ValueError (see :data:`NOT_IN_A_TRANSACTION`)."""
+    words = sql.split(None, 1)
+    if not words or words[0].upper() in NOT_IN_A_TRANSACTION:
+        raise ValueError(f"not a statement for a store transaction: {sql[:40]!r}")
+    return sql
+
+
+def _bind(args: Sequence[Any]) -> tuple[Any, ...]:
+    """The arguments of a statement as SQLite gets them: text through :func:`clean_text`."""
+    return tuple(clean_text(a) if isinstance(a, str) else a for a in args)
 
 
 class Store:
@@ -739,19 +872,17 @@ class Store:
             return
         if read_only:
             raise sqlite3.OperationalError("attempt to write a readonly database")
-        with self._tx():
+        with self.transaction():  # the schema is the store's own: run on its connection
             c.execute(
                 "CREATE TABLE IF NOT EXISTS migrations("
                 "version INTEGER PRIMARY KEY, applied_at REAL NOT NULL, description TEXT NOT NULL)"
             )
-            for v in range(version + 1, SCHEMA_VERSION + 1):
-                desc, sql = _MIGRATIONS[v]
-                for stmt in sql.split(";\n"):
-                    if stmt.strip():
-                        c.execute(stmt)
+            for step in SCHEMA[version:]:
+                for stmt in step.statements:
+                    c.execute(stmt)
                 c.execute(
                     "INSERT INTO migrations(version, applied_at, description) VALUES (?, ?, ?)",
-                    (v, self.clock(), desc),
+                    (step.version, self.clock(), step.description),
                 )
 
     def close(self) -> None:
@@ -766,14 +897,26 @@ class Store:
         self.close()
 
     @contextlib.contextmanager
-    def _tx(self) -> Iterator[sqlite3.Connection]:
-        """One ``BEGIN IMMEDIATE`` transaction; SQLite errors become StoreError naming the file."""
+    def transaction(self) -> Iterator[Transaction]:
+        """One write transaction (``BEGIN IMMEDIATE``): the one way anything writes the store, the store's
+        own methods and the modules that keep their own tables in it (:data:`SCHEMA` names them)
+        alike. It commits when the block ends and rolls back when the block raises; the connection's
+        settings (WAL, ``synchronous=FULL``, foreign keys, the busy timeout) were set once by :meth:`open`.
+
+        Yields:
+            the :class:`Transaction`: run the block's statements with its ``execute``/``executemany``;
+            reads inside the block (:meth:`rows`, :meth:`query`) see its writes.
+
+        Raises:
+            StoreError: SQLite failed (a read-only or full file, a constraint or trigger refused a
+                write, a damaged page); the message names the file. Nothing of the block is kept.
+        """
         try:
             self._conn.execute("BEGIN IMMEDIATE")
         except (sqlite3.Error, UnicodeDecodeError) as exc:
             raise StoreError(_describe(self.path, exc)) from None
         try:
-            yield self._conn
+            yield Transaction(self._conn)
             self._conn.execute("COMMIT")
         except (sqlite3.Error, UnicodeDecodeError) as exc:
             with contextlib.suppress(sqlite3.Error):
@@ -784,13 +927,15 @@ class Store:
                 self._conn.execute("ROLLBACK")
             raise
 
-    def _query(self, sql: str, args: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+    def query(self, sql: str, args: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        """Every row of one read statement (``?`` for ``args``; text arguments as :func:`clean_text`
+        makes them, so a key with a lone surrogate finds the row written with it).
+
+        Raises:
+            StoreError: the store cannot be read (a damaged page: undecodable text included).
+        """
         try:
-            return list(
-                self._conn.execute(
-                    sql, tuple(clean_text(a) if isinstance(a, str) else a for a in args)
-                ).fetchall()
-            )
+            return list(self._conn.execute(sql, _bind(args)).fetchall())
         except (sqlite3.Error, UnicodeDecodeError) as exc:  # a damaged page: undecodable text
             raise StoreError(_describe(self.path, exc)) from None
 
@@ -811,22 +956,13 @@ class Store:
             sql += " " + tail
         return [
             StoreRow(self.path, table, r[0], dict(zip(columns, r[1:], strict=True)))
-            for r in self._query(sql, args)
+            for r in self.query(sql, args)
         ]
-
-    def transaction(self) -> contextlib.AbstractContextManager[sqlite3.Connection]:
-        """One write transaction (``BEGIN IMMEDIATE``) for modules that keep their own tables in the store
-        (:mod:`robustctl.sweep.history`, :mod:`robustctl.jobcode.records`). Raises StoreError."""
-        return self._tx()
-
-    def query(self, sql: str, args: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
-        """Rows of one read statement. Raises StoreError."""
-        return self._query(sql, args)
 
     @property
     def schema_version(self) -> int:
         """The file's schema version."""
-        return int(self._query("SELECT MAX(version) FROM migrations")[0][0] or 0)
+        return int(self.query("SELECT MAX(version) FROM migrations")[0][0] or 0)
 
     # --- the action lock -------------------------------------------------------------------------
 
@@ -917,8 +1053,7 @@ class Store:
         Raises:
             StoreError: the store cannot be written.
         """
-        host = clean_text(host)
-        with self._tx() as c:
+        with self.transaction() as c:
             row = c.execute("SELECT state, readiness FROM machines WHERE host=?", (host,)).fetchone()
             old_state, old_ready = (row[0], row[1]) if row else (None, Readiness.UNCHECKED.value)
             new_ready = readiness.value if readiness is not None else old_ready
@@ -951,8 +1086,7 @@ class Store:
             StoreError: the store cannot be written.
         """
         allowed = {s.value for s in allowed_from}
-        host = clean_text(host)
-        with self._tx() as c:
+        with self.transaction() as c:
             row = c.execute("SELECT state, readiness FROM machines WHERE host=?", (host,)).fetchone()
             old_state, old_ready = (row[0], row[1]) if row else (None, Readiness.UNCHECKED.value)
             before = MachineState(old_state) if old_state is not None else absent
@@ -963,7 +1097,7 @@ class Store:
 
     def _write_state(
         self,
-        c: sqlite3.Connection,
+        c: Transaction,
         host: str,
         old_state: str | None,
         state: MachineState,
@@ -976,13 +1110,13 @@ class Store:
             "INSERT INTO machines(host, state, readiness, reason, updated_at) VALUES (?, ?, ?, ?, ?) "
             "ON CONFLICT(host) DO UPDATE SET state=excluded.state, readiness=excluded.readiness, "
             "reason=excluded.reason, updated_at=excluded.updated_at",
-            (clean_text(host), state.value, readiness, store_text(reason), now),
+            (host, state.value, readiness, store_text(reason), now),
         )
         c.execute(
             "INSERT INTO machine_history(host, at, from_state, to_state, readiness, reason, who, audit_id) "
             "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
             (
-                clean_text(host),
+                host,
                 now,
                 old_state,
                 state.value,
@@ -1040,33 +1174,33 @@ class Store:
 
     def sched_state(self, host: str) -> str | None:
         """The ``inventory`` scheduler's state of ``host`` (None: never set)."""
-        rows = self._query("SELECT state FROM sched_nodes WHERE host=?", [host])
+        rows = self.query("SELECT state FROM sched_nodes WHERE host=?", [host])
         return str(rows[0][0]) if rows else None
 
     def set_sched_state(self, host: str, state: str, reason: str) -> None:
         """Set the ``inventory`` scheduler's state of ``host``. Raises StoreError."""
-        with self._tx() as c:
+        with self.transaction() as c:
             c.execute(
                 "INSERT INTO sched_nodes(host, state, reason, updated_at) VALUES (?, ?, ?, ?) "
                 "ON CONFLICT(host) DO UPDATE SET state=excluded.state, reason=excluded.reason, "
                 "updated_at=excluded.updated_at",
-                (clean_text(host), store_text(state), store_text(reason), self.clock()),
+                (host, store_text(state), store_text(reason), self.clock()),
             )
 
     # --- job host lists --------------------------------------------------------------------------
 
     def job_hosts(self, job: str) -> list[str] | None:
         """The job's machines in rank order as robustctl last set them (None: never set)."""
-        rows = self._query("SELECT host FROM job_hosts WHERE job=? ORDER BY idx", [job])
+        rows = self.query("SELECT host FROM job_hosts WHERE job=? ORDER BY idx", [job])
         return [str(r[0]) for r in rows] or None
 
     def set_job_hosts(self, job: str, hosts: Sequence[str]) -> None:
         """Replace the job's host list. Raises StoreError."""
-        with self._tx() as c:
-            c.execute("DELETE FROM job_hosts WHERE job=?", (clean_text(job),))
+        with self.transaction() as c:
+            c.execute("DELETE FROM job_hosts WHERE job=?", (job,))
             c.executemany(
                 "INSERT INTO job_hosts(job, idx, host) VALUES (?, ?, ?)",
-                [(clean_text(job), i, clean_text(h)) for i, h in enumerate(hosts)],
+                [(job, i, h) for i, h in enumerate(hosts)],
             )
 
     # --- audit -----------------------------------------------------------------------------------
@@ -1092,7 +1226,7 @@ class Store:
             StoreError: the store cannot be written, or fails the check (the record is then marked
                 ``failed``, "not applied", as far as the store allows).
         """
-        with self._tx() as c:
+        with self.transaction() as c:
             cur = c.execute(
                 "INSERT INTO audit(started_at, who, pid, action, targets, reason, evidence, plan, status, message, "
                 "forced) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
@@ -1120,7 +1254,7 @@ class Store:
 
     def audit_step_start(self, audit_id: int, index: int, description: str) -> None:
         """Record step ``index`` as ``running`` before it runs. Raises StoreError."""
-        with self._tx() as c:
+        with self.transaction() as c:
             c.execute(
                 "INSERT INTO audit_steps(audit_id, idx, description, status, started_at) VALUES (?, ?, ?, ?, ?)",
                 (audit_id, index, store_text(description), "running", self.clock()),
@@ -1128,7 +1262,7 @@ class Store:
 
     def audit_step_end(self, audit_id: int, index: int, status: str, detail: str) -> None:
         """Record step ``index``'s outcome (``done``, ``noop``, ``failed``). Raises StoreError."""
-        with self._tx() as c:
+        with self.transaction() as c:
             c.execute(
                 "UPDATE audit_steps SET status=?, detail=?, finished_at=? WHERE audit_id=? AND idx=?",
                 (store_text(status), store_text(detail), self.clock(), audit_id, index),
@@ -1136,7 +1270,7 @@ class Store:
 
     def audit_finish(self, audit_id: int, status: str, message: str) -> None:
         """Record the action's final status (an :class:`AuditStatus` value). Raises StoreError."""
-        with self._tx() as c:
+        with self.transaction() as c:
             c.execute(
                 "UPDATE audit SET status=?, message=?, finished_at=? WHERE id=?",
                 (store_text(status), store_text(message), self.clock(), audit_id),
@@ -1165,6 +1299,18 @@ class Store:
                 steps.setdefault(s.count("audit_id"), []).append(_audit_step(s))
         return [_audit_record(r, steps.get(r.count("id"), ())) for r in rows]
 
+    def last_audit_id(self) -> int:
+        """The id of the newest audit record (0: none yet). Raises StoreError."""
+        return int(self.query("SELECT MAX(id) FROM audit")[0][0] or 0)
+
+    def audit_ids(self, *, after: int, pid: int) -> list[int]:
+        """The ids of the audit records after id ``after`` written by process ``pid``, oldest first (what
+        one playbook step wrote: :func:`robustctl.playbooks.journal.step_audits`). Raises StoreError."""
+        return [
+            int(r[0])
+            for r in self.query("SELECT id FROM audit WHERE id>? AND pid=? ORDER BY id", [after, pid])
+        ]
+
     def check_audit(self, audit_id: int) -> None:
         """Check that the store can hold an action's audit record: SQLite finds no damage in the tables
         an action writes (``PRAGMA quick_check`` of each of :data:`ACTION_TABLES` and its indexes), and
@@ -1176,11 +1322,11 @@ class Store:
             StoreError: damage found, a record unreadable, or ``audit_id`` missing; the message names
                 the file and what failed.
         """
-        present = {str(r[0]) for r in self._query("SELECT name FROM sqlite_master WHERE type='table'")}
+        present = {str(r[0]) for r in self.query("SELECT name FROM sqlite_master WHERE type='table'")}
         for table in ACTION_TABLES:
             if table not in present:
                 continue
-            found = [str(r[0]) for r in self._query(f"PRAGMA quick_check({table})")]
+            found = [str(r[0]) for r in self.query(f"PRAGMA quick_check({table})")]
             if found != ["ok"]:
                 damage = _flat(" ".join(found))
                 raise StoreError(
@@ -1200,23 +1346,9 @@ class Store:
         return StoreError(f"{exc} (nothing was applied)")
 
 
-# --- the playbook journal (robustctl.playbooks.journal reads and writes it) ---------------------------------
-
-
-def journal_connection(store: Store) -> Callable[[], contextlib.AbstractContextManager[sqlite3.Connection]]:
-    """The store's one-transaction context (``BEGIN IMMEDIATE``; SQLite errors → StoreError naming the
-    file) for :mod:`robustctl.playbooks.journal`, which owns the ``playbook_*`` tables."""
-    return store._tx
-
-
-def journal_text(text: str) -> str:
-    """``text`` as the store keeps it: lone surrogates escaped, cut at :data:`MAX_TEXT` with a note."""
-    return store_text(text)
-
-
 def journal_query(store: Store, sql: str, args: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
-    """A read of the store (SQLite errors → StoreError) for :mod:`robustctl.playbooks.journal`."""
-    return store._query(sql, args)
+    """Old name of :meth:`Store.query` (kept for its callers): use ``store.query(sql, args)``."""
+    return store.query(sql, args)
 
 
 def _uri(path: Path) -> str:
@@ -1229,7 +1361,8 @@ def clean_text(text: str) -> str:
     """``text`` as the store keys rows by it (a host, a job name): each lone surrogate (undecodable
     bytes carried by ``surrogateescape``) as its ``\\uXXXX`` escape, since SQLite text
     is UTF-8; any other text unchanged, of any length (a key is never cut, or two keys could become one).
-    Writers of their own tables in the store use it for key columns, as :class:`Store` does."""
+    Every text argument of a statement goes through it (:class:`Transaction`, :meth:`Store.query`), so
+    no writer calls it for its key columns."""
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:

@@ -2,8 +2,11 @@
 spans, and the one-watcher-per-job lock (issue 22, items 1, 3 and 4).
 
 A foundation module: it imports :mod:`robustctl.store` only (the tables are created by the store's
-schema version 5). The controller's pure cores (:mod:`robustctl.watch`) never import it; the command
-that wires them up reads and writes through it.
+schema, :data:`robustctl.store.SCHEMA` versions 5 and 6). It keeps its own statements for its own
+tables and runs them through the store's API only (:meth:`~robustctl.store.Store.transaction` to write,
+:meth:`~robustctl.store.Store.rows` to read; text as :func:`~robustctl.store.store_text` keeps it). The
+controller's pure cores (:mod:`robustctl.watch`) never import it; the command that wires them up reads
+and writes through it.
 
 **Decision events** (table ``watch_events``): every decision the watcher makes, including "saw X, did
 nothing because Y": the job, when (UNIX s), the signal class (:data:`EVENT_CLASSES`), the rule that
@@ -74,7 +77,7 @@ from robustctl.store import (
     Store,
     StoreError,
     StoreRow,
-    journal_text,
+    store_text,
     time_problem,
 )
 
@@ -388,7 +391,7 @@ def _class(job: str, value: str, allowed: Sequence[str]) -> str:
 
 
 def _opt_text(value: str | None) -> str | None:
-    return None if value is None else journal_text(value)
+    return None if value is None else store_text(value)
 
 
 # --- checks of what is read ---------------------------------------------------------------------
@@ -534,14 +537,14 @@ def record_event(
             newest = c.execute(
                 "SELECT id, signal_class, rule, action, playbook, reason, incident_id FROM watch_events "
                 "WHERE job=? ORDER BY id DESC LIMIT 1",
-                (journal_text(job),),
+                (store_text(job),),
             ).fetchone()
             same = (
                 signal_class,
-                journal_text(rule),
+                store_text(rule),
                 action.value,
                 _opt_text(playbook),
-                journal_text(reason),
+                store_text(reason),
                 incident_id,
             )
             if newest is not None and tuple(newest[1:]) == same:
@@ -550,13 +553,13 @@ def record_event(
             "INSERT INTO watch_events(job, at, signal_class, rule, action, playbook, reason, evidence, "
             "incident_id, playbook_run_id, who) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
-                journal_text(job),
+                store_text(job),
                 at,
                 signal_class,
-                journal_text(rule),
+                store_text(rule),
                 action.value,
                 _opt_text(playbook),
-                journal_text(reason),
+                store_text(reason),
                 text,
                 incident_id,
                 playbook_run_id,
@@ -648,7 +651,7 @@ def put_state(store: Store, job: str, doc: Mapping[str, Any], *, at: float) -> N
         c.execute(
             "INSERT INTO watch_state(job, doc, updated_at) VALUES (?, ?, ?) ON CONFLICT(job) DO UPDATE "
             "SET doc=excluded.doc, updated_at=excluded.updated_at",
-            (journal_text(job), text, at),
+            (store_text(job), text, at),
         )
 
 
@@ -681,7 +684,7 @@ def open_incident(
     _class(job, incident_class, INCIDENT_CLASSES)
     if last_step is not None:
         _check_count(job, "last_step", last_step)
-    name = journal_text(job)
+    name = store_text(job)
     try:
         with store.transaction() as c:
             cur = c.execute(
@@ -757,10 +760,10 @@ def update_incident(
         elif field in ("checkpoint_step", "last_step", "playbook_run_id"):
             values[field] = _check_count(where, field, value)
         elif isinstance(value, str):
-            values[field] = journal_text(value)
+            values[field] = store_text(value)
         else:
             raise WatchStoreInputError(f"{where}: {field} is not text: {value!r:.40}")
-    added = [journal_text(m) for m in machines_evicted]
+    added = [store_text(m) for m in machines_evicted]
     with store.transaction() as c:
         rows = c.execute(
             f"SELECT {', '.join(_ONCE_FIELDS)}, machines_evicted FROM incidents WHERE id=?",  # noqa: S608 - own names
@@ -846,7 +849,7 @@ def open_waiting(
     with store.transaction() as c:
         cur = c.execute(
             "INSERT INTO watch_waiting(job, start_at, reason, incident_id) VALUES (?, ?, ?, ?)",
-            (journal_text(job), start_at, journal_text(reason), incident_id),
+            (store_text(job), start_at, store_text(reason), incident_id),
         )
         return int(cur.lastrowid or 0)
 
@@ -918,7 +921,7 @@ def record_progress(store: Store, job: str, *, at: float, step: int) -> bool:
     """
     at = _check_time(job, "at", at)
     step = _check_count(job, "step", step)
-    name = journal_text(job)
+    name = store_text(job)
     with store.transaction() as c:
         newest = c.execute(
             "SELECT at, step FROM watch_progress WHERE job=? ORDER BY at DESC, id DESC LIMIT 1", (name,)

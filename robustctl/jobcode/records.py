@@ -24,6 +24,13 @@ integers, the state a :class:`ChangeState`. A row changed outside robustctl so t
 :class:`~robustctl.store.StoreError` (exit 78) naming the file, table, row and column: ``update list``,
 ``update apply``, ``rollback`` and a restart's update and stability steps stop on it rather than
 decide from it.
+
+**Storage**: the two tables are created by the store's schema (:data:`robustctl.store.SCHEMA`, version
+2); this module keeps its own statements for them and runs them through the store's API only
+(:meth:`~robustctl.store.Store.transaction` to write, :meth:`~robustctl.store.Store.rows` to read).
+The store binds every text argument as :func:`~robustctl.store.clean_text` makes it (a job name or ref
+with bytes that are not UTF-8 is kept as its escape); free text (a reason, a note) is cut by
+:func:`~robustctl.store.store_text`.
 """
 
 from __future__ import annotations
@@ -34,7 +41,7 @@ from dataclasses import dataclass
 
 from robustctl.config import CodeSpec
 from robustctl.jobcode.progress import ProgressReading
-from robustctl.store import Store, StoreRow, clean_text, store_text
+from robustctl.store import Store, StoreRow, store_text
 
 __all__ = [
     "ChangeState",
@@ -189,7 +196,7 @@ def record_change(
             "INSERT INTO code_changes(job, kind, ref, commit_id, from_ref, reason, urgent, who, staged_at, "
             "due_at, state, applied_at, note) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
-                clean_text(job),
+                job,
                 kind,
                 ref,
                 commit,
@@ -223,10 +230,7 @@ def changes(
         StoreError: the store cannot be read, or a row of the job holds a bad field (a time out of
             range, text in a count, an unknown state: :class:`~robustctl.store.StoreRow`).
     """
-    rows = [
-        _change(r)
-        for r in store.rows("code_changes", _CHANGE_COLUMNS, "WHERE job=? ORDER BY id", [clean_text(job)])
-    ]
+    rows = [_change(r) for r in store.rows("code_changes", _CHANGE_COLUMNS, "WHERE job=? ORDER BY id", [job])]
     if states is not None:
         wanted = set(states)
         rows = [r for r in rows if r.state in wanted]
@@ -274,7 +278,7 @@ def mark_applied(store: Store, job: str, change_ids: Iterable[int], *, forced: b
             )
             c.execute(
                 "UPDATE code_changes SET state=?, applied_at=?, note=? WHERE id=? AND job=? AND state='pending'",
-                (state.value, now, store_text(note or f"{state.value} at a restart"), i, clean_text(job)),
+                (state.value, now, store_text(note or f"{state.value} at a restart"), i, job),
             )
 
 
@@ -288,7 +292,7 @@ def mark_rollback(store: Store, job: str, rolled_back: Iterable[int], note: str)
             c.execute(
                 "UPDATE code_changes SET state='rolled-back', note=? WHERE id=? AND job=? "
                 "AND state IN ('applied', 'forced')",
-                (store_text(note), i, clean_text(job)),
+                (store_text(note), i, job),
             )
         for i in pend:
             c.execute(
@@ -338,7 +342,7 @@ def record_version_start(
     with store.transaction() as c:
         cur = c.execute(
             "INSERT INTO job_versions(job, commit_id, ref, started_at, base_step, change_id) VALUES (?, ?, ?, ?, ?, ?)",
-            (clean_text(job), commit, ref, started_at, base_step, change_id),
+            (job, commit, ref, started_at, base_step, change_id),
         )
         vid = int(cur.lastrowid or 0)
     return next(v for v in versions(store, job) if v.id == vid)

@@ -19,6 +19,11 @@ parameters a JSON object of text values, a step's result a JSON object nesting a
 changed outside robustctl so that it fails is a :class:`~robustctl.store.StoreError` (exit 78) naming
 the file, table, row and column: ``playbook resume`` (and ``playbook run``'s check for an unfinished
 run of the job) stops on it rather than go on from it.
+
+Storage: the two tables are created by the store's schema (:data:`robustctl.store.SCHEMA`, version 3);
+this module keeps its own statements for them and runs them through the store's API only
+(:meth:`~robustctl.store.Store.transaction` to write, :meth:`~robustctl.store.Store.rows` to read);
+the audit log it points into is read through the store's methods (:meth:`~robustctl.store.Store.audit`).
 """
 
 from __future__ import annotations
@@ -47,9 +52,7 @@ from robustctl.store import (
     StoreLocked,
     StoreRow,
     deeper_than,
-    journal_connection,
-    journal_query,
-    journal_text,
+    store_text,
 )
 
 __all__ = [
@@ -171,11 +174,6 @@ def cap_result(doc: Mapping[str, Any]) -> dict[str, Any]:
     return small
 
 
-def _last_audit_id(store: Store) -> int:
-    rows = journal_query(store, "SELECT MAX(id) FROM audit")
-    return int(rows[0][0] or 0)
-
-
 def begin_run(
     store: Store, playbook: str, source: str, definition: str, job: str | None, params: Mapping[str, str]
 ) -> int:
@@ -185,13 +183,13 @@ def begin_run(
         ActionRefused: ``job`` has an unfinished run in the journal (the message names it and says to
             resume it). StoreError.
     """
-    with journal_connection(store)() as c:
+    with store.transaction() as c:
         if job is not None:
             found = store.rows(
                 "playbook_runs",
                 ("id", "playbook"),
                 "WHERE job=? AND status=? ORDER BY id LIMIT 1",
-                [journal_text(job), RunStatus.RUNNING],
+                [store_text(job), RunStatus.RUNNING],
             )
             if found:
                 rid, name = found[0].count("id"), found[0].text("playbook")
@@ -203,10 +201,10 @@ def begin_run(
             "INSERT INTO playbook_runs(playbook, source, definition, job, params, started_at, who, pid, status) "
             "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
-                journal_text(playbook),
-                journal_text(source),
+                store_text(playbook),
+                store_text(source),
                 definition,
-                journal_text(job) if job is not None else None,
+                store_text(job) if job is not None else None,
                 json.dumps(dict(params)),
                 store.clock(),
                 store.who,
@@ -219,16 +217,16 @@ def begin_run(
 
 def claim_run(store: Store, run_id: int) -> None:
     """Record that this process (pid) now carries run ``run_id`` on (``resume``). Raises StoreError."""
-    with journal_connection(store)() as c:
+    with store.transaction() as c:
         c.execute("UPDATE playbook_runs SET pid=? WHERE id=?", (os.getpid(), run_id))
 
 
 def finish_run(store: Store, run_id: int, status: str, message: str) -> None:
     """Record the run's final status (``done`` / ``failed``) and message. Raises StoreError."""
-    with journal_connection(store)() as c:
+    with store.transaction() as c:
         c.execute(
             "UPDATE playbook_runs SET status=?, message=?, finished_at=? WHERE id=?",
-            (status, journal_text(message), store.clock(), run_id),
+            (status, store_text(message), store.clock(), run_id),
         )
 
 
@@ -239,8 +237,8 @@ def step_start(store: Store, run_id: int, step: str, kind: str, attempt: int) ->
         StoreError: the store cannot be written, or the run's last ``seq`` is not an integer below
             :data:`~robustctl.store.COUNT_MAX` (the next one must fit).
     """
-    audit_after = _last_audit_id(store)
-    with journal_connection(store)() as c:
+    audit_after = store.last_audit_id()
+    with store.transaction() as c:
         # text and blobs sort after numbers: a hand-edited seq is the one read, and refused
         last = store.rows("playbook_steps", ("seq",), "WHERE run_id=? ORDER BY seq DESC LIMIT 1", [run_id])
         seq = last[0].count("seq", most=COUNT_MAX - 1) + 1 if last else 0
@@ -264,11 +262,11 @@ def step_end(
 ) -> None:
     """Record an attempt's outcome (``done``, ``failed``, ``skipped``). Raises StoreError."""
     body = json.dumps(cap_result(result), allow_nan=False) if result is not None else None
-    with journal_connection(store)() as c:
+    with store.transaction() as c:
         c.execute(
             "UPDATE playbook_steps SET status=?, exit_code=?, result=?, error=?, finished_at=? "
             "WHERE run_id=? AND seq=?",
-            (status, exit_code, body, journal_text(error), store.clock(), run_id, seq),
+            (status, exit_code, body, store_text(error), store.clock(), run_id, seq),
         )
 
 
@@ -309,14 +307,9 @@ def runs(store: Store, *, job: str | None = None, limit: int = 50) -> list[Journ
 
 def step_audits(store: Store, step: JournalStep, actions: tuple[str, ...]) -> list[AuditRecord]:
     """The audit records ``step`` wrote: after its ``audit_after``, from its pid, of one of ``actions``."""
-    ids = journal_query(
-        store,
-        "SELECT id FROM audit WHERE id>? AND pid=? ORDER BY id",
-        [step.audit_after, step.pid],
-    )
     out: list[AuditRecord] = []
-    for (aid,) in ids:
-        for rec in store.audit(audit_id=int(aid)):
+    for aid in store.audit_ids(after=step.audit_after, pid=step.pid):
+        for rec in store.audit(audit_id=aid):
             if rec.action in actions and rec.started_at >= step.started_at - 1:
                 out.append(rec)
     return out

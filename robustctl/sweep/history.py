@@ -27,6 +27,10 @@ Time: every row takes the store's clock. A clock that went backwards since the l
 recorded at the last recorded time instead, and :attr:`Recorded.clock_skew_s` says by how much the
 clock was behind (the caller prints one warning line).
 
+Storage: the four tables are created by the store's schema (:data:`robustctl.store.SCHEMA`, version 4);
+this module keeps its own statements for them and runs them through the store's API only
+(:meth:`~robustctl.store.Store.transaction` to write, :meth:`~robustctl.store.Store.rows` to read).
+
 Reading: every field is checked as it is read (:class:`robustctl.store.StoreRow`): a time must be a
 finite number in [:data:`robustctl.store.TIME_MIN`, :data:`robustctl.store.TIME_MAX`), a count an
 integer, ``recent_bad`` a JSON list of times. A row that fails (text in ``at``, ``1e300`` in
@@ -48,7 +52,7 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from robustctl.models import HostReport, RunReport
-    from robustctl.store import Store, StoreRow
+    from robustctl.store import Store, StoreRow, Transaction
 
 __all__ = [
     "HOST_CHECK",
@@ -249,80 +253,127 @@ def record(
         StoreError: the store cannot be written.
     """
     obs = list(observations)
+    at, start, skew = _record_times(store, started_at)
+    with store.transaction() as c:
+        writer = _Writer(store, c, at, source)
+        if host_verdict is None:
+            for o in obs:
+                writer.write(o)
+        else:
+            obs = _write_with_verdict(writer, obs, host_verdict)
+        sweep_id = _write_sweep(c, obs, start, at, source, hosts_swept, skew) if sweep else None
+    return Recorded(at, tuple(writer.changes), skew, sweep_id)
+
+
+def _record_times(store: Store, started_at: float | None) -> tuple[float, float, float]:
+    """``(at, start, skew)`` of a run recorded now: ``at`` the store's clock, or the last recorded time
+    when the clock is behind it (by ``skew`` s); ``start`` the run's start, at most ``at``."""
     now = store.clock()
     last = _last_time(store)
     skew = max(0.0, last - now)
     at = max(now, last)
     start = min(at, started_at if started_at is not None and started_at <= at else at)
-    changes: list[CheckChange] = []
-    with store.transaction() as c:
+    return at, start, skew
 
-        def write(o: Observation) -> None:
-            detail = _cut(o.detail)
-            found = store.rows(
-                "check_state", ["status", "recent_bad"], "WHERE host=? AND check_name=?", [o.host, o.check]
-            )
-            before = found[0].text("status") if found else None
-            bad = list(found[0].times("recent_bad")) if found else []
-            if o.status is Status.CRITICAL:
-                bad = [*bad, at][-RECENT_BAD:]
-            if before is None or before != o.status.value:
-                changes.append(CheckChange(o.host, o.check, at, before, o.status.value, detail, source))
-                c.execute(
-                    "INSERT INTO check_state(host, check_name, status, since, last_seen, streak, detail, recent_bad) "
-                    "VALUES (?, ?, ?, ?, ?, 1, ?, ?) ON CONFLICT(host, check_name) DO UPDATE SET "
-                    "status=excluded.status, since=excluded.since, last_seen=excluded.last_seen, streak=1, "
-                    "detail=excluded.detail, recent_bad=excluded.recent_bad",
-                    (o.host, o.check, o.status.value, at, at, detail, json.dumps(bad)),
-                )
-                c.execute(
-                    "INSERT INTO check_changes(host, check_name, at, from_status, to_status, detail, source) "
-                    "VALUES (?, ?, ?, ?, ?, ?, ?)",
-                    (o.host, o.check, at, before, o.status.value, detail, source),
-                )
-            else:
-                c.execute(
-                    "UPDATE check_state SET last_seen=?, streak=streak+1, detail=?, recent_bad=? "
-                    "WHERE host=? AND check_name=?",
-                    (at, detail, json.dumps(bad), o.host, o.check),
-                )
-            if o.check != HOST_CHECK:
-                return
-            failed = int(o.status is Status.CRITICAL and before != Status.CRITICAL.value)
+
+class _Writer:
+    """Writes observations at one time ``at`` in one open transaction; keeps the changes it wrote."""
+
+    def __init__(self, store: Store, tx: Transaction, at: float, source: str) -> None:
+        self.store, self.tx, self.at, self.source = store, tx, at, source
+        self.changes: list[CheckChange] = []
+
+    def write(self, o: Observation) -> None:
+        """Write ``o``'s ``check_state`` row (and a ``check_changes`` row when its status changed);
+        for :data:`HOST_CHECK`, the host's counters too."""
+        before = self._write_check(o)
+        if o.check == HOST_CHECK:
+            self._count_host(o, before)
+
+    def _write_check(self, o: Observation) -> str | None:
+        """Write the check's state (and change); return its status before (None: never seen)."""
+        at, c = self.at, self.tx
+        detail = _cut(o.detail)
+        found = self.store.rows(
+            "check_state", ["status", "recent_bad"], "WHERE host=? AND check_name=?", [o.host, o.check]
+        )
+        before = found[0].text("status") if found else None
+        bad = list(found[0].times("recent_bad")) if found else []
+        if o.status is Status.CRITICAL:
+            bad = [*bad, at][-RECENT_BAD:]
+        if before is not None and before == o.status.value:
             c.execute(
-                "INSERT INTO host_counters(host, seen, failures, unknowns, first_seen, last_seen, last_status) "
-                "VALUES (?, 1, ?, ?, ?, ?, ?) ON CONFLICT(host) DO UPDATE SET seen=seen+1, "
-                "failures=failures+excluded.failures, unknowns=unknowns+excluded.unknowns, "
-                "last_seen=excluded.last_seen, last_status=excluded.last_status",
-                (o.host, failed, int(o.status is Status.UNKNOWN), at, at, o.status.value),
+                "UPDATE check_state SET last_seen=?, streak=streak+1, detail=?, recent_bad=? "
+                "WHERE host=? AND check_name=?",
+                (at, detail, json.dumps(bad), o.host, o.check),
             )
+            return before
+        self.changes.append(CheckChange(o.host, o.check, at, before, o.status.value, detail, self.source))
+        c.execute(
+            "INSERT INTO check_state(host, check_name, status, since, last_seen, streak, detail, recent_bad) "
+            "VALUES (?, ?, ?, ?, ?, 1, ?, ?) ON CONFLICT(host, check_name) DO UPDATE SET "
+            "status=excluded.status, since=excluded.since, last_seen=excluded.last_seen, streak=1, "
+            "detail=excluded.detail, recent_bad=excluded.recent_bad",
+            (o.host, o.check, o.status.value, at, at, detail, json.dumps(bad)),
+        )
+        c.execute(
+            "INSERT INTO check_changes(host, check_name, at, from_status, to_status, detail, source) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (o.host, o.check, at, before, o.status.value, detail, self.source),
+        )
+        return before
 
-        if host_verdict is None:
-            for o in obs:
-                write(o)
-        else:
-            # the checks first: the verdict reads their states (this transaction's rows)
-            for o in obs:
-                if o.check != HOST_CHECK:
-                    write(o)
-            obs = [
-                *(o for o in obs if o.check != HOST_CHECK),
-                *host_verdict(at, [o for o in obs if o.check == HOST_CHECK]),
-            ]
-            for o in obs:
-                if o.check == HOST_CHECK:
-                    write(o)
-        sweep_id: int | None = None
-        if sweep:
-            hosts = [o for o in obs if o.check == HOST_CHECK]
-            worst = Status.worst(o.status for o in hosts).value
-            cur = c.execute(
-                "INSERT INTO sweeps(started_at, finished_at, source, hosts, status, clock_skew_s) "
-                "VALUES (?, ?, ?, ?, ?, ?)",
-                (start, at, source, len(hosts) if hosts_swept is None else hosts_swept, worst, skew),
-            )
-            sweep_id = int(cur.lastrowid or 0)
-    return Recorded(at, tuple(changes), skew, sweep_id)
+    def _count_host(self, o: Observation, before: str | None) -> None:
+        """Count a host observation in ``host_counters`` (a failure: a change into CRITICAL)."""
+        failed = int(o.status is Status.CRITICAL and before != Status.CRITICAL.value)
+        self.tx.execute(
+            "INSERT INTO host_counters(host, seen, failures, unknowns, first_seen, last_seen, last_status) "
+            "VALUES (?, 1, ?, ?, ?, ?, ?) ON CONFLICT(host) DO UPDATE SET seen=seen+1, "
+            "failures=failures+excluded.failures, unknowns=unknowns+excluded.unknowns, "
+            "last_seen=excluded.last_seen, last_status=excluded.last_status",
+            (o.host, failed, int(o.status is Status.UNKNOWN), self.at, self.at, o.status.value),
+        )
+
+
+def _write_with_verdict(
+    writer: _Writer,
+    obs: list[Observation],
+    host_verdict: Callable[[float, list[Observation]], list[Observation]],
+) -> list[Observation]:
+    """Write the checks first (the verdict reads their states: this transaction's rows), then the host
+    observations ``host_verdict`` returns; the observations as recorded."""
+    for o in obs:
+        if o.check != HOST_CHECK:
+            writer.write(o)
+    recorded = [
+        *(o for o in obs if o.check != HOST_CHECK),
+        *host_verdict(writer.at, [o for o in obs if o.check == HOST_CHECK]),
+    ]
+    for o in recorded:
+        if o.check == HOST_CHECK:
+            writer.write(o)
+    return recorded
+
+
+def _write_sweep(
+    c: Transaction,
+    obs: list[Observation],
+    start: float,
+    at: float,
+    source: str,
+    hosts_swept: int | None,
+    skew: float,
+) -> int:
+    """Write the run's ``sweeps`` row (its hosts: the :data:`HOST_CHECK` observations, or ``hosts_swept``;
+    its status the worst of theirs) and return its id."""
+    hosts = [o for o in obs if o.check == HOST_CHECK]
+    worst = Status.worst(o.status for o in hosts).value
+    cur = c.execute(
+        "INSERT INTO sweeps(started_at, finished_at, source, hosts, status, clock_skew_s) "
+        "VALUES (?, ?, ?, ?, ?, ?)",
+        (start, at, source, len(hosts) if hosts_swept is None else hosts_swept, worst, skew),
+    )
+    return int(cur.lastrowid or 0)
 
 
 def record_report(path: Path | None, report: RunReport, *, source: str) -> str | None:

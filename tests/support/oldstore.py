@@ -13,23 +13,22 @@ from pathlib import Path
 
 def migration_version(description_start: str) -> int:
     """The schema version whose migration's description starts with ``description_start``."""
-    from robustctl.store import _MIGRATIONS
+    from robustctl.store import SCHEMA
 
-    return next(v for v, (desc, _) in _MIGRATIONS.items() if desc.startswith(description_start))
+    return next(m.version for m in SCHEMA if m.description.startswith(description_start))
 
 
 def store_before(path: Path, version: int) -> sqlite3.Connection:
     """Create ``path`` with every migration below ``version`` applied and recorded, as a store of that
     older schema; the open connection (the caller adds rows, commits and closes)."""
-    from robustctl.store import _MIGRATIONS
+    from robustctl.store import SCHEMA
 
     conn = sqlite3.connect(path)
     conn.execute(
         "CREATE TABLE migrations(version INTEGER PRIMARY KEY, applied_at REAL NOT NULL, description TEXT NOT NULL)"
     )
-    for v in range(1, version):
-        for stmt in _MIGRATIONS[v][1].split(";\n"):
-            if stmt.strip():
-                conn.execute(stmt)
-        conn.execute("INSERT INTO migrations VALUES (?, 0, ?)", (v, _MIGRATIONS[v][0]))
+    for step in SCHEMA[: version - 1]:
+        for stmt in step.statements:
+            conn.execute(stmt)
+        conn.execute("INSERT INTO migrations VALUES (?, 0, ?)", (step.version, step.description))
     return conn
