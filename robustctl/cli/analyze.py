@@ -6,8 +6,9 @@ from typing import Annotated
 
 import typer
 
-from robustctl.cli.common import JsonOpt, OutputOpt, State
+from robustctl.cli.common import State
 from robustctl.cli.help import examples
+from robustctl.cli.options import JsonOpt, OutputOpt, QuietOpt
 from robustctl.commands.base import exit_code_of, result_json
 
 EXAMPLES = examples(
@@ -51,7 +52,7 @@ def analyze(
     ] = None,
     json_out: JsonOpt = False,
     output: OutputOpt = None,
-    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No table on stderr.")] = False,
+    quiet: QuietOpt = False,
 ) -> int:
     """Detect each file's kind from its content and explain it: verdict, findings, evidence.
 

@@ -9,8 +9,8 @@ from typing import Annotated
 
 import typer
 
-from robustctl.cli.common import InventoryOpt, JsonOpt, OutputOpt, StateOpt
 from robustctl.cli.help import examples
+from robustctl.cli.options import InventoryJobOpt, InventoryOpt, JsonOpt, OutputOpt, QuietOpt, StateOpt
 
 app = typer.Typer(
     help="Checkpoints: which iterations are complete on the job's hosts, and which one a restart uses.",
@@ -33,10 +33,7 @@ app = typer.Typer(
     ),
 )
 def status(
-    job: Annotated[
-        str,
-        typer.Option("--job", "-j", help="Job name from the inventory's jobs: section.", show_default=False),
-    ],
+    job: InventoryJobOpt,
     inventory: InventoryOpt = None,
     layout: Annotated[
         bool,
@@ -47,7 +44,7 @@ def status(
     ] = False,
     json_out: JsonOpt = False,
     output: OutputOpt = None,
-    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No table on stderr.")] = False,
+    quiet: QuietOpt = False,
     state: StateOpt = None,
 ) -> int:
     """Read the job's checkpoint directory on its current hosts and judge every iteration.

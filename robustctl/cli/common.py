@@ -1,38 +1,11 @@
-"""Options shared by the commands, and the global ``-v`` state."""
+"""The global ``-v`` state, and the shared options under their former home.
+
+The options are declared in :mod:`robustctl.cli.options`; the names stay importable from here.
+"""
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Annotated
-
-import typer
-
-InventoryOpt = Annotated[
-    Path | None,
-    typer.Option(
-        "--inventory",
-        "-i",
-        help="Inventory YAML (default: $ROBUSTCTL_INVENTORY, else this machine through the local transport).",
-        show_default=False,
-    ),
-]
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print the result as one JSON document on stdout.")]
-OutputOpt = Annotated[
-    Path | None, typer.Option("--output", "-o", help="Also write the JSON document to this file.")
-]
-
-StateOpt = Annotated[
-    Path | None,
-    typer.Option(
-        "--state",
-        help="State store (SQLite) \\[default: $ROBUSTCTL_STATE, else $XDG_STATE_HOME/robustctl/state.db].",
-        show_default=False,
-    ),
-]
-NoRecordOpt = Annotated[
-    bool,
-    typer.Option("--no-record", help="Do not record the suspects in the state store (write nothing)."),
-]
+from robustctl.cli.options import InventoryOpt, JsonOpt, NoRecordOpt, OutputOpt, StateOpt
 
 
 class State:

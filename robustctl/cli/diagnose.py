@@ -2,13 +2,27 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from robustctl.cli.common import InventoryOpt, JsonOpt, NoRecordOpt, OutputOpt, State, StateOpt
+from robustctl.cli.common import State
 from robustctl.cli.help import examples
+from robustctl.cli.options import (
+    ConcurrencyOpt,
+    InventoryOpt,
+    JsonOpt,
+    NoRecordOpt,
+    OutputOpt,
+    QuietProgressOpt,
+    StateOpt,
+)
 from robustctl.commands.base import exit_code_of, result_json
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from robustctl.commands.diagnose import DiagnoseRequest
 
 EXAMPLES = examples(
     ("robustctl diagnose --dry-run", "hosts, levels and each host's command; connects to nothing"),
@@ -16,78 +30,92 @@ EXAMPLES = examples(
     ("robustctl diagnose -i cluster.yaml --hosts 'node[001-064]' -l 2", "L0-L2 on 64 hosts over SSH"),
 )
 
+HostsOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--hosts", "-H", help="Host range to check, e.g. 'node[001-064]' (default: every active host)."
+    ),
+]
+"""``-H/--hosts``: the hosts to check (None: every active host)."""
+LevelOpt = Annotated[
+    int,
+    typer.Option(
+        "--level",
+        "-l",
+        min=0,
+        max=4,
+        help=(
+            "Highest level to run: 0 quick, 1 burn, 2 intra-host all-reduce, 3 inter-host all-reduce, "
+            "4 bitwise alignment (one reference training step per host, asked for explicitly)."
+        ),
+    ),
+]
+"""``-l/--level``: the highest level of the ladder (L0-L4; L4 only when asked for)."""
+AllLevelsOpt = Annotated[
+    bool, typer.Option("--all-levels", help="Do not stop at the first level that names suspects.")
+]
+"""``--all-levels``: run every level up to ``--level``."""
+HostTimeoutOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--host-timeout",
+        min=0.1,
+        max=86400,
+        help="Per-host, per-level deadline in seconds, at most a day \\[default: 120].",
+    ),
+]
+"""``--host-timeout``: the per-host, per-level deadline, seconds (None: the ``diagnose:`` settings)."""
+DeadlineOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--deadline",
+        min=0.1,
+        max=86400,
+        help="Deadline of the whole run in seconds, at most a day \\[default: 900].",
+    ),
+]
+"""``--deadline``: the deadline of the whole run, seconds (None: the ``diagnose:`` settings)."""
+BurnSecondsOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--burn-seconds",
+        min=0.1,
+        max=86400,
+        help="L1 load per device, seconds, at most a day \\[default: 10].",
+    ),
+]
+"""``--burn-seconds``: the L1 load per device, seconds (None: the ``diagnose:`` settings)."""
+AcceptNewHostKeysOpt = Annotated[
+    bool,
+    typer.Option(
+        "--accept-new-host-keys",
+        help="Record unknown host keys in known_hosts (like OpenSSH accept-new); changed keys are still refused.",
+    ),
+]
+"""``--accept-new-host-keys``: trust on first use, as OpenSSH's ``accept-new``."""
+DryRunOpt = Annotated[
+    bool,
+    typer.Option(
+        "--dry-run", help="Print the hosts, levels and commands that would run; connect to nothing."
+    ),
+]
+"""``--dry-run`` of diagnose: the plan, no host contacted."""
+
 
 def diagnose(
     inventory: InventoryOpt = None,
-    hosts: Annotated[
-        str | None,
-        typer.Option(
-            "--hosts", "-H", help="Host range to check, e.g. 'node[001-064]' (default: every active host)."
-        ),
-    ] = None,
-    level: Annotated[
-        int,
-        typer.Option(
-            "--level",
-            "-l",
-            min=0,
-            max=4,
-            help=(
-                "Highest level to run: 0 quick, 1 burn, 2 intra-host all-reduce, 3 inter-host all-reduce, "
-                "4 bitwise alignment (one reference training step per host, asked for explicitly)."
-            ),
-        ),
-    ] = 3,
-    all_levels: Annotated[
-        bool, typer.Option("--all-levels", help="Do not stop at the first level that names suspects.")
-    ] = False,
+    hosts: HostsOpt = None,
+    level: LevelOpt = 3,
+    all_levels: AllLevelsOpt = False,
     json_out: JsonOpt = False,
     output: OutputOpt = None,
-    concurrency: Annotated[
-        int | None,
-        typer.Option("--concurrency", "-c", min=1, help="Hosts contacted at once \\[default: 64]."),
-    ] = None,
-    host_timeout: Annotated[
-        float | None,
-        typer.Option(
-            "--host-timeout",
-            min=0.1,
-            max=86400,
-            help="Per-host, per-level deadline in seconds, at most a day \\[default: 120].",
-        ),
-    ] = None,
-    deadline: Annotated[
-        float | None,
-        typer.Option(
-            "--deadline",
-            min=0.1,
-            max=86400,
-            help="Deadline of the whole run in seconds, at most a day \\[default: 900].",
-        ),
-    ] = None,
-    burn_seconds: Annotated[
-        float | None,
-        typer.Option(
-            "--burn-seconds",
-            min=0.1,
-            max=86400,
-            help="L1 load per device, seconds, at most a day \\[default: 10].",
-        ),
-    ] = None,
-    accept_new_host_keys: Annotated[
-        bool,
-        typer.Option(
-            "--accept-new-host-keys",
-            help="Record unknown host keys in known_hosts (like OpenSSH accept-new); changed keys are still refused.",
-        ),
-    ] = False,
-    dry_run: Annotated[
-        bool,
-        typer.Option(
-            "--dry-run", help="Print the hosts, levels and commands that would run; connect to nothing."
-        ),
-    ] = False,
-    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No table or progress on stderr.")] = False,
+    concurrency: ConcurrencyOpt = None,
+    host_timeout: HostTimeoutOpt = None,
+    deadline: DeadlineOpt = None,
+    burn_seconds: BurnSecondsOpt = None,
+    accept_new_host_keys: AcceptNewHostKeysOpt = False,
+    dry_run: DryRunOpt = False,
+    quiet: QuietProgressOpt = False,
     state: StateOpt = None,
     no_record: NoRecordOpt = False,
 ) -> int:
@@ -103,11 +131,7 @@ def diagnose(
     best effort: if it cannot be written, one warning line, and the same report and exit code.
     Exit: 0 healthy, 1 warning, 2 suspects found, 3 some hosts could not be checked, 64 usage, 78 config.
     """
-    from robustctl.commands.diagnose import diagnose_request, plan_diagnose, run_diagnose
-    from robustctl.report.console import emit_json, stderr_console
-    from robustctl.report.diagnose import print_plan, render_run
-    from robustctl.report.progress import RichProgress
-    from robustctl.report.record import render_recorded
+    from robustctl.commands.diagnose import diagnose_request
 
     request = diagnose_request(
         inventory=inventory,
@@ -122,13 +146,33 @@ def diagnose(
         state=state,
         record=not no_record,
     )
-    console = stderr_console()
     if dry_run:
-        plan = plan_diagnose(request)
-        if not quiet:
-            print_plan(dict(plan.plan), console)
-        emit_json(result_json(plan), to_stdout=json_out, output=output)
-        return exit_code_of(plan)
+        return _plan(request, quiet=quiet, json_out=json_out, output=output)
+    return _run(request, quiet=quiet, json_out=json_out, output=output)
+
+
+def _plan(request: DiagnoseRequest, *, quiet: bool, json_out: bool, output: Path | None) -> int:
+    """``--dry-run``: print the hosts, levels and commands (unless quiet), emit the plan document."""
+    from robustctl.commands.diagnose import plan_diagnose
+    from robustctl.report.console import emit_json, stderr_console
+    from robustctl.report.diagnose import print_plan
+
+    plan = plan_diagnose(request)
+    if not quiet:
+        print_plan(dict(plan.plan), stderr_console())
+    emit_json(result_json(plan), to_stdout=json_out, output=output)
+    return exit_code_of(plan)
+
+
+def _run(request: DiagnoseRequest, *, quiet: bool, json_out: bool, output: Path | None) -> int:
+    """Run the ladder with progress on stderr, render the report and what was recorded, emit the document."""
+    from robustctl.commands.diagnose import run_diagnose
+    from robustctl.report.console import emit_json, stderr_console
+    from robustctl.report.diagnose import render_run
+    from robustctl.report.progress import RichProgress
+    from robustctl.report.record import render_recorded
+
+    console = stderr_console()
     result = run_diagnose(request, progress=RichProgress(console, enabled=not quiet))
     if not quiet:
         render_run(result.report, console, verbose=State.verbose > 0)

@@ -6,8 +6,8 @@ from typing import Annotated
 
 import typer
 
-from robustctl.cli.common import InventoryOpt, JsonOpt, StateOpt
 from robustctl.cli.help import examples
+from robustctl.cli.options import InventoryOpt, JsonOpt, StateOpt
 from robustctl.commands.base import exit_code_of, result_json
 
 EXAMPLES = examples(

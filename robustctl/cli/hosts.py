@@ -6,8 +6,8 @@ from typing import Annotated
 
 import typer
 
-from robustctl.cli.common import InventoryOpt, JsonOpt, StateOpt
 from robustctl.cli.help import examples
+from robustctl.cli.options import InventoryOpt, JsonOpt, StateOpt, build_request
 from robustctl.commands.base import exit_code_of, result_json
 
 EXAMPLES = examples(
@@ -20,7 +20,7 @@ EXAMPLES = examples(
 def hosts(
     inventory: InventoryOpt = None,
     state: StateOpt = None,
-    all_hosts: Annotated[
+    include_active: Annotated[
         bool, typer.Option("--all", "-a", help="Also list active (and returned) hosts.")
     ] = False,
     json_out: JsonOpt = False,
@@ -33,12 +33,13 @@ def hosts(
     last reason the host was named suspect. Nothing is written; a missing store is empty. Exit: 0,
     78 unreadable store or invalid inventory.
     """
+    cli = dict(locals())
     from robustctl.commands import options
     from robustctl.commands.hosts import HostsRequest, run_hosts
     from robustctl.report.console import emit_json, stderr_console
     from robustctl.report.hosts import render_hosts
 
-    result = run_hosts(HostsRequest(options.inventory_if_given(inventory), state, include_active=all_hosts))
+    result = run_hosts(build_request(HostsRequest, cli, inventory=options.inventory_if_given(inventory)))
     if json_out:
         emit_json(result_json(result), to_stdout=True, output=None)
     else:

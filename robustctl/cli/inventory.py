@@ -7,8 +7,8 @@ from typing import Annotated
 
 import typer
 
-from robustctl.cli.common import JsonOpt
 from robustctl.cli.help import examples
+from robustctl.cli.options import JsonOpt, build_request
 from robustctl.commands.base import exit_code_of, result_json
 
 app = typer.Typer(
@@ -34,11 +34,12 @@ def validate(path: PathArg, json_out: JsonOpt = False) -> int:
 
     Exit: 0 valid, 78 invalid.
     """
+    cli = dict(locals())
     from robustctl.commands.inventory import InventoryValidateRequest, run_inventory_validate
     from robustctl.report.console import emit_json, stderr_console
     from robustctl.report.inventory import render_validation
 
-    result = run_inventory_validate(InventoryValidateRequest(path))
+    result = run_inventory_validate(build_request(InventoryValidateRequest, cli))
     if json_out:
         emit_json(result_json(result), to_stdout=True, output=None)
     else:
@@ -59,11 +60,12 @@ def show(
     json_out: JsonOpt = False,
 ) -> int:
     """List the hosts of an inventory with their effective address, transport, user, port and state."""
+    cli = dict(locals())
     from robustctl.commands.inventory import InventoryShowRequest, run_inventory_show
     from robustctl.report.console import emit_json, stderr_console
     from robustctl.report.inventory import render_inventory
 
-    result = run_inventory_show(InventoryShowRequest(path, hosts))
+    result = run_inventory_show(build_request(InventoryShowRequest, cli))
     if json_out:
         emit_json(result_json(result), to_stdout=True, output=None)
     else:

@@ -10,9 +10,17 @@ from typing import Annotated
 
 import typer
 
-from robustctl.cli.common import InventoryOpt, JsonOpt, StateOpt
-from robustctl.cli.evict import LockTimeoutOpt, QuietOpt, YesOpt, confirmer, plan_shower
 from robustctl.cli.help import examples
+from robustctl.cli.options import (
+    InventoryOpt,
+    JsonOpt,
+    LockTimeoutOpt,
+    QuietOpt,
+    StateOpt,
+    YesOpt,
+    build_request,
+)
+from robustctl.cli.session import confirmer, plan_shower
 from robustctl.playbooks import MAX_RUN_ID
 
 app = typer.Typer(
@@ -26,6 +34,12 @@ app = typer.Typer(
 )
 
 JobOpt = Annotated[str | None, typer.Option("--job", "-j", help="The job (the playbook's 'job' parameter).")]
+"""``-j/--job`` of playbook run: the playbook's ``job`` parameter."""
+PlaybookDryRunOpt = Annotated[
+    bool,
+    typer.Option("--dry-run", help="Render the decision tree and plan the first steps; apply nothing."),
+]
+"""``--dry-run`` of playbook run (the tree and the first steps' plans, where an action's shows its plan)."""
 
 
 @app.command("list", epilog=examples(("robustctl playbook list --json", "as one JSON document")))
@@ -94,14 +108,11 @@ def run(
     param: Annotated[
         list[str] | None, typer.Option("--param", "-p", help="A parameter, KEY=VALUE (repeatable).")
     ] = None,
-    dry_run: Annotated[
-        bool,
-        typer.Option("--dry-run", help="Render the decision tree and plan the first steps; apply nothing."),
-    ] = False,
+    dry_run: PlaybookDryRunOpt = False,
     yes: YesOpt = False,
     inventory: InventoryOpt = None,
     state: StateOpt = None,
-    lock_timeout: LockTimeoutOpt = None,
+    lock_timeout_s: LockTimeoutOpt = None,
     quiet: QuietOpt = False,
     json_out: JsonOpt = False,
 ) -> int:
@@ -123,7 +134,7 @@ def run(
         inventory=inventory,
         state=state,
         dry_run=dry_run,
-        lock_timeout_s=lock_timeout,
+        lock_timeout_s=lock_timeout_s,
     )
     result = run_playbook_run(
         req,
@@ -150,12 +161,13 @@ def resume(
     yes: YesOpt = False,
     inventory: InventoryOpt = None,
     state: StateOpt = None,
-    lock_timeout: LockTimeoutOpt = None,
+    lock_timeout_s: LockTimeoutOpt = None,
     quiet: QuietOpt = False,
     json_out: JsonOpt = False,
 ) -> int:
     """Go on with a run that was killed: finished steps are never repeated; an unfinished destructive
     step whose action the audit log shows finished counts as done. Exit: as 'playbook run'."""
+    cli = dict(locals())
     from robustctl.commands.base import exit_code_of, result_json
     from robustctl.commands.playbook import PlaybookResumeRequest, run_playbook_resume
     from robustctl.report.console import emit_json, stderr_console
@@ -163,7 +175,7 @@ def resume(
 
     console = stderr_console(wide=True)
     result = run_playbook_resume(
-        PlaybookResumeRequest(run_id=run_id, inventory=inventory, state=state, lock_timeout_s=lock_timeout),
+        build_request(PlaybookResumeRequest, cli),
         confirm=confirmer(yes),
         show=plan_shower(quiet),
         progress=None if quiet else (lambda ev: render_event(ev, console)),

@@ -14,9 +14,19 @@ from typing import Annotated
 
 import typer
 
-from robustctl.cli.common import InventoryOpt, JsonOpt, StateOpt
-from robustctl.cli.evict import DryRunOpt, LockTimeoutOpt, QuietOpt, YesOpt, confirmer, finish, plan_shower
 from robustctl.cli.help import examples
+from robustctl.cli.options import (
+    AuditReasonOpt,
+    DryRunOpt,
+    InventoryOpt,
+    JsonOpt,
+    LockTimeoutOpt,
+    QuietOpt,
+    StateOpt,
+    YesOpt,
+    build_request,
+)
+from robustctl.cli.session import confirmer, finish, plan_shower
 
 RESTART_EXAMPLES = examples(
     ("robustctl restart --job llama70b --dry-run", "show the plan: stop, checkpoint, launch, wait"),
@@ -31,7 +41,7 @@ STOP_EXAMPLES = examples(
 )
 
 JobOpt = Annotated[str, typer.Option("--job", help="The job (a jobs: entry of the inventory).")]
-ReasonOpt = Annotated[str, typer.Option("--reason", help="Why (recorded in the audit log).")]
+"""``--job`` of restart and stop."""
 
 
 def restart(
@@ -43,13 +53,13 @@ def restart(
             help="latest-complete (the newest iteration with every shard present), none, or an iteration.",
         ),
     ] = "latest-complete",
-    reason: ReasonOpt = "",
+    reason: AuditReasonOpt = "",
     inventory: InventoryOpt = None,
     state: StateOpt = None,
     yes: YesOpt = False,
     dry_run: DryRunOpt = False,
     json_out: JsonOpt = False,
-    lock_timeout: LockTimeoutOpt = None,
+    lock_timeout_s: LockTimeoutOpt = None,
     quiet: QuietOpt = False,
 ) -> int:
     """Restart a job on its current machines.
@@ -61,42 +71,30 @@ def restart(
     then wait until it runs. Kubernetes: delete its pods for its controller to recreate.
     Exit: 0 applied, 2 lock held, 3 a step failed, 64 usage, 78 config (no launch: section).
     """
+    cli = dict(locals())
     from robustctl.commands.restart import RestartRequest, run_restart
 
-    request = RestartRequest(
-        job=job,
-        from_checkpoint=from_checkpoint,
-        reason=reason,
-        inventory=inventory,
-        state=state,
-        dry_run=dry_run,
-        lock_timeout_s=lock_timeout,
-    )
-    return finish(
-        run_restart(request, confirm=confirmer(yes), show=plan_shower(quiet)), json_out=json_out, quiet=quiet
-    )
+    result = run_restart(build_request(RestartRequest, cli), confirm=confirmer(yes), show=plan_shower(quiet))
+    return finish(result, json_out=json_out, quiet=quiet)
 
 
 def stop(
     job: JobOpt,
-    reason: ReasonOpt = "",
+    reason: AuditReasonOpt = "",
     inventory: InventoryOpt = None,
     state: StateOpt = None,
     yes: YesOpt = False,
     dry_run: DryRunOpt = False,
     json_out: JsonOpt = False,
-    lock_timeout: LockTimeoutOpt = None,
+    lock_timeout_s: LockTimeoutOpt = None,
     quiet: QuietOpt = False,
 ) -> int:
     """Stop a job the inventory back end runs: its process trees get SIGTERM, the grace, SIGKILL.
 
     Exit: 0 applied, 2 lock held, 3 a host unreachable or processes left, 64 usage, 78 config.
     """
+    cli = dict(locals())
     from robustctl.commands.restart import StopRequest, run_stop
 
-    request = StopRequest(
-        job=job, reason=reason, inventory=inventory, state=state, dry_run=dry_run, lock_timeout_s=lock_timeout
-    )
-    return finish(
-        run_stop(request, confirm=confirmer(yes), show=plan_shower(quiet)), json_out=json_out, quiet=quiet
-    )
+    result = run_stop(build_request(StopRequest, cli), confirm=confirmer(yes), show=plan_shower(quiet))
+    return finish(result, json_out=json_out, quiet=quiet)

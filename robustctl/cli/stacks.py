@@ -7,8 +7,9 @@ from typing import Annotated
 
 import typer
 
-from robustctl.cli.common import InventoryOpt, JsonOpt, NoRecordOpt, OutputOpt, State, StateOpt
+from robustctl.cli.common import State
 from robustctl.cli.help import examples
+from robustctl.cli.options import InventoryJobOpt, InventoryOpt, JsonOpt, NoRecordOpt, OutputOpt, StateOpt
 from robustctl.commands.base import exit_code_of, result_json
 
 EXAMPLES = examples(
@@ -19,10 +20,7 @@ EXAMPLES = examples(
 
 
 def stacks(
-    job: Annotated[
-        str,
-        typer.Option("--job", "-j", help="Job name from the inventory's jobs: section.", show_default=False),
-    ],
+    job: InventoryJobOpt,
     inventory: InventoryOpt = None,
     hosts: Annotated[
         str | None, typer.Option("--hosts", "-H", help="Only these hosts of the job (host range).")

@@ -9,19 +9,21 @@ from typing import Annotated
 
 import typer
 
-from robustctl.cli.common import InventoryOpt, JsonOpt, StateOpt
-from robustctl.cli.evict import (
+from robustctl.cli.help import examples
+from robustctl.cli.options import (
+    AuditReasonOpt,
     DryRunOpt,
     ForceOpt,
     ForceReasonOpt,
+    InventoryOpt,
+    JsonOpt,
     LockTimeoutOpt,
     QuietOpt,
+    StateOpt,
     YesOpt,
-    confirmer,
-    finish,
-    plan_shower,
+    build_request,
 )
-from robustctl.cli.help import examples
+from robustctl.cli.session import confirmer, finish, plan_shower
 
 app = typer.Typer(
     help="Warm standbys: self-checked machines that replace evicted ones, and the pool's size.",
@@ -43,12 +45,13 @@ app = typer.Typer(
 )
 def list_(inventory: InventoryOpt = None, state: StateOpt = None, json_out: JsonOpt = False) -> int:
     """List the standby pool with each host's readiness (ready, bad, unchecked). Exit: 0, 78 config."""
+    cli = dict(locals())
     from robustctl.commands.base import exit_code_of, result_json
     from robustctl.commands.standby import StandbyListRequest, run_standby_list
     from robustctl.report.actions import render_standby_list
     from robustctl.report.console import emit_json, stderr_console
 
-    result = run_standby_list(StandbyListRequest(inventory=inventory, state=state))
+    result = run_standby_list(build_request(StandbyListRequest, cli))
     render_standby_list(result.standbys, stderr_console())
     emit_json(result_json(result), to_stdout=json_out, output=None)
     return exit_code_of(result)
@@ -66,15 +69,13 @@ def list_(inventory: InventoryOpt = None, state: StateOpt = None, json_out: Json
 )
 def add(
     hosts: Annotated[str, typer.Argument(help="Hosts to add to the pool, e.g. 'spare[01-04]'.")],
-    reason: Annotated[
-        str, typer.Option("--reason", help="Why (recorded in the audit log).")
-    ] = "warm standby",
+    reason: AuditReasonOpt = "warm standby",
     inventory: InventoryOpt = None,
     state: StateOpt = None,
     yes: YesOpt = False,
     dry_run: DryRunOpt = False,
     json_out: JsonOpt = False,
-    lock_timeout: LockTimeoutOpt = None,
+    lock_timeout_s: LockTimeoutOpt = None,
     force: ForceOpt = False,
     force_reason: ForceReasonOpt = None,
     quiet: QuietOpt = False,
@@ -84,18 +85,10 @@ def add(
     Refuses a host that runs a job (rail not-in-a-job; --force to override). Exit: 0, 2 refused,
     3 scheduler step failed, 64 usage, 78 config/state store.
     """
+    cli = dict(locals())
     from robustctl.commands.standby import StandbyAddRequest, run_standby_add
 
-    request = StandbyAddRequest(
-        hosts=hosts,
-        reason=reason,
-        force=force,
-        force_reason=force_reason,
-        inventory=inventory,
-        state=state,
-        dry_run=dry_run,
-        lock_timeout_s=lock_timeout,
-    )
+    request = build_request(StandbyAddRequest, cli)
     result = run_standby_add(request, confirm=confirmer(yes), show=plan_shower(quiet))
     return finish(result, json_out=json_out, quiet=quiet)
 
@@ -114,19 +107,19 @@ def check(
     inventory: InventoryOpt = None,
     state: StateOpt = None,
     json_out: JsonOpt = False,
-    lock_timeout: LockTimeoutOpt = None,
+    lock_timeout_s: LockTimeoutOpt = None,
 ) -> int:
     """Self-check standbys with diagnose L0-L1 and mark each ready (healthy) or bad (anything else).
 
     Exit: 0 every standby ready, 2 some bad, 64 usage (no standby), 78 config/state store.
     """
+    cli = dict(locals())
     from robustctl.commands.base import exit_code_of, result_json
     from robustctl.commands.standby import StandbyCheckRequest, run_standby_check
     from robustctl.report.actions import render_standby_check
     from robustctl.report.console import emit_json, stderr_console
 
-    request = StandbyCheckRequest(hosts=hosts, inventory=inventory, state=state, lock_timeout_s=lock_timeout)
-    result = run_standby_check(request)
+    result = run_standby_check(build_request(StandbyCheckRequest, cli))
     render_standby_check(result.results, stderr_console(), not_in_inventory=result.not_in_inventory)
     emit_json(result_json(result), to_stdout=json_out, output=None)
     return exit_code_of(result)
@@ -149,13 +142,13 @@ def activate(
         str | None, typer.Option("--standby", help="The standby to use \\[default: the first ready one].")
     ] = None,
     requeue: Annotated[bool, typer.Option("--requeue", help="Requeue the job afterwards.")] = False,
-    reason: Annotated[str, typer.Option("--reason", help="Why (recorded in the audit log).")] = "",
+    reason: AuditReasonOpt = "",
     inventory: InventoryOpt = None,
     state: StateOpt = None,
     yes: YesOpt = False,
     dry_run: DryRunOpt = False,
     json_out: JsonOpt = False,
-    lock_timeout: LockTimeoutOpt = None,
+    lock_timeout_s: LockTimeoutOpt = None,
     force: ForceOpt = False,
     force_reason: ForceReasonOpt = None,
     quiet: QuietOpt = False,
@@ -165,21 +158,10 @@ def activate(
     Exit: 0 applied, 2 refused (host not evicted, no ready standby), 3 scheduler step failed,
     64 usage, 78 config/state store.
     """
+    cli = dict(locals())
     from robustctl.commands.standby import StandbyActivateRequest, run_standby_activate
 
-    request = StandbyActivateRequest(
-        for_host=for_host,
-        job=job,
-        standby=standby,
-        requeue=requeue,
-        reason=reason,
-        force=force,
-        force_reason=force_reason,
-        inventory=inventory,
-        state=state,
-        dry_run=dry_run,
-        lock_timeout_s=lock_timeout,
-    )
+    request = build_request(StandbyActivateRequest, cli)
     result = run_standby_activate(request, confirm=confirmer(yes), show=plan_shower(quiet))
     return finish(result, json_out=json_out, quiet=quiet)
 
@@ -235,22 +217,12 @@ def size(
     The smallest k with P\\[failures <= k] >= 0.99 (ByteRobust's Table 5: 2, 2, 3, 4 spares for 128,
     256, 512, 1024 machines at 0.12% a day). Exit: 0, 64 usage, 78 config/state store.
     """
-
+    cli = dict(locals())
     from robustctl.commands.base import exit_code_of, result_json
     from robustctl.commands.standby import StandbySizeRequest, run_standby_size
     from robustctl.report.console import emit_json, write_stdout
 
-    request = StandbySizeRequest(
-        machines=machines,
-        daily_failure_rate=daily_failure_rate,
-        from_history=from_history,
-        history_days=history_days,
-        repair_window_days=repair_window_days,
-        quantile=quantile,
-        inventory=inventory,
-        state=state,
-    )
-    result = run_standby_size(request)
+    result = run_standby_size(build_request(StandbySizeRequest, cli))
     if json_out:
         emit_json(result_json(result), to_stdout=True, output=None)
     else:

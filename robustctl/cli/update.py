@@ -10,9 +10,19 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from robustctl.cli.common import InventoryOpt, JsonOpt, StateOpt
-from robustctl.cli.evict import DryRunOpt, LockTimeoutOpt, QuietOpt, YesOpt, confirmer, plan_shower
 from robustctl.cli.help import examples
+from robustctl.cli.options import (
+    AuditReasonOpt,
+    DryRunOpt,
+    InventoryOpt,
+    JsonOpt,
+    LockTimeoutOpt,
+    QuietOpt,
+    StateOpt,
+    YesOpt,
+    build_request,
+)
+from robustctl.cli.session import confirmer, plan_shower
 
 if TYPE_CHECKING:
     from robustctl.commands.update import RollbackPlan
@@ -85,7 +95,7 @@ def stage(
     yes: YesOpt = False,
     dry_run: DryRunOpt = False,
     json_out: JsonOpt = False,
-    lock_timeout: LockTimeoutOpt = None,
+    lock_timeout_s: LockTimeoutOpt = None,
     quiet: QuietOpt = False,
 ) -> int:
     """Record a code change of a job: the ref is resolved on every host first (one commit everywhere).
@@ -94,21 +104,14 @@ def stage(
     --urgent restarts the job now. Exit: 0 staged, 2 refused, 3 a host could not be read, 64 bad ref or
     ref missing on a host, 78 no code: section, path not a git work tree, or a bad state store.
     """
+    cli = dict(locals())
     from robustctl.commands.base import exit_code_of, result_json
     from robustctl.commands.update import UpdateStageRequest, run_update_stage
     from robustctl.report.console import escape, stderr_console
 
-    req = UpdateStageRequest(
-        job=job,
-        ref=ref,
-        reason=reason,
-        urgent=urgent,
-        inventory=inventory,
-        state=state,
-        dry_run=dry_run,
-        lock_timeout_s=lock_timeout,
+    res = run_update_stage(
+        build_request(UpdateStageRequest, cli), confirm=confirmer(yes), show=plan_shower(quiet)
     )
-    res = run_update_stage(req, confirm=confirmer(yes), show=plan_shower(quiet))
     if not quiet:
         what = "would stage" if res.dry_run else f"staged change {res.change.id if res.change else '?'}:"
         when = "restart now" if res.urgent else "at the next restart"
@@ -131,7 +134,7 @@ def apply(
     yes: YesOpt = False,
     dry_run: DryRunOpt = False,
     json_out: JsonOpt = False,
-    lock_timeout: LockTimeoutOpt = None,
+    lock_timeout_s: LockTimeoutOpt = None,
     quiet: QuietOpt = False,
 ) -> int:
     """Restart the job to apply its pending code change once it is due (its code.update_window_s passed).
@@ -139,20 +142,14 @@ def apply(
     Run it from cron: a lazy change waits for the next restart and is forced by the first run after its
     window. Exit: 0 nothing pending, not due yet, or applied; else the restart's exit code.
     """
+    cli = dict(locals())
     from robustctl.commands.base import exit_code_of, result_json
     from robustctl.commands.update import UpdateApplyRequest, run_update_apply
     from robustctl.report.console import escape, stderr_console
 
-    req = UpdateApplyRequest(
-        job=job,
-        now=now,
-        reason=reason,
-        inventory=inventory,
-        state=state,
-        dry_run=dry_run,
-        lock_timeout_s=lock_timeout,
+    res = run_update_apply(
+        build_request(UpdateApplyRequest, cli), confirm=confirmer(yes), show=plan_shower(quiet)
     )
-    res = run_update_apply(req, confirm=confirmer(yes), show=plan_shower(quiet))
     if not quiet:
         if res.commit is None:
             line = f"job {escape(res.job)}: no pending code change"
@@ -254,13 +251,13 @@ def rollback(
     to: Annotated[
         str | None, typer.Option("--to", help="Go back to this ref [default: the last stable version].")
     ] = None,
-    reason: Annotated[str, typer.Option("--reason", help="Why (recorded in the audit log).")] = "",
+    reason: AuditReasonOpt = "",
     inventory: InventoryOpt = None,
     state: StateOpt = None,
     yes: YesOpt = False,
     dry_run: DryRunOpt = False,
     json_out: JsonOpt = False,
-    lock_timeout: LockTimeoutOpt = None,
+    lock_timeout_s: LockTimeoutOpt = None,
     quiet: QuietOpt = False,
 ) -> int:
     """Check out the job's last stable version (or --to) on every host, all or none, and restart it.
@@ -269,21 +266,16 @@ def rollback(
     (or dry run), 2 refused (no stable version and no --to, local changes on a host, the lock),
     3 a host could not be read or the checkout failed, 64 bad ref or ref missing on a host, 78 config.
     """
+    cli = dict(locals())
     from robustctl.commands.base import exit_code_of, result_json
     from robustctl.commands.update import RollbackRequest, run_rollback
     from robustctl.report.console import escape, stderr_console
 
-    req = RollbackRequest(
-        job=job,
-        to=to,
-        reason=reason,
-        inventory=inventory,
-        state=state,
-        dry_run=dry_run,
-        lock_timeout_s=lock_timeout,
-    )
     res = run_rollback(
-        req, confirm=_rollback_confirmer(yes), show=_plan_printer(quiet), restart_show=plan_shower(quiet)
+        build_request(RollbackRequest, cli),
+        confirm=_rollback_confirmer(yes),
+        show=_plan_printer(quiet),
+        restart_show=plan_shower(quiet),
     )
     if not quiet or res.exit_code != 0:
         console = stderr_console()
