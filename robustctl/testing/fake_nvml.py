@@ -311,11 +311,16 @@ def write_injection(
     Args:
         path: file to create or replace (parent directories are created).
         gpus: the simulated GPUs; ``()`` simulates a driver with no GPU.
-        driver_version, nvml_version, cuda_driver_version: what the nvmlSystemGet* calls return.
+        driver_version: what ``nvmlSystemGetDriverVersion`` returns.
+        nvml_version: what ``nvmlSystemGetNVMLVersion`` returns.
+        cuda_driver_version: what ``nvmlSystemGetCudaDriverVersion`` returns (e.g. 12040 for CUDA 12.4).
         init_error: NVML error code that ``nvmlInit`` raises (e.g. ``NVML_ERROR_DRIVER_NOT_LOADED``)
             to simulate a broken driver; ``None`` for a working one.
         init_stall_s: seconds ``nvmlInit`` blocks before it returns or raises (a wedged driver,
             where ``nvmlInit`` and ``nvidia-smi`` hang); at most the probe's ``MAX_INIT_STALL_S``.
+
+    Returns:
+        ``path`` as a :class:`~pathlib.Path`.
     """
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
@@ -336,8 +341,15 @@ def write_injection(
 def load_injection(path: str | os.PathLike[str]) -> dict[str, Any]:
     """Read and validate an injection file with the probe's reader (``diagnostics/nvml.py``).
 
+    Args:
+        path: the injection file.
+
+    Returns:
+        The injection document.
+
     Raises:
-        ValueError: not JSON, another format or version, ``gpus`` not a list. OSError: unreadable.
+        ValueError: not JSON, another format or version, ``gpus`` not a list.
+        OSError: unreadable.
     """
     doc: dict[str, Any] = _probe().load_injection(os.fspath(path))
     return doc
@@ -384,7 +396,9 @@ class FakeNvml:
 
     Args:
         gpus: the simulated GPUs, in index order.
-        driver_version, nvml_version, cuda_driver_version: returned by the nvmlSystemGet* calls.
+        driver_version: returned by ``nvmlSystemGetDriverVersion``.
+        nvml_version: returned by ``nvmlSystemGetNVMLVersion``.
+        cuda_driver_version: returned by ``nvmlSystemGetCudaDriverVersion``.
         init_error: NVML error code ``nvmlInit`` raises, or None.
 
     Attributes:
