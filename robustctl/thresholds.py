@@ -29,6 +29,7 @@ when a sub-collection is missing.
 
 from __future__ import annotations
 
+import math
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -42,6 +43,82 @@ Severity = Literal["ignore", "warning", "critical"]
 def severity_status(severity: Severity) -> Status | None:
     """The :class:`Status` a :data:`Severity` setting gives, or None for ``"ignore"``."""
     return {"warning": Status.WARNING, "critical": Status.CRITICAL}.get(severity)
+
+
+def ladder(
+    value: float | None,
+    *,
+    warn: float | None = None,
+    crit: float | None = None,
+    higher_is_worse: bool = True,
+) -> Status:
+    """Where ``value`` stands on a warning/critical ladder: the one comparison rule of every check.
+
+    The rule: a value **reaching** a threshold is at that level: ``value >= threshold`` when higher
+    is worse (a temperature, an error count), ``value <= threshold`` when lower is worse (free
+    space, bandwidth). ``crit`` is looked at before ``warn``. A None threshold is never reached (its
+    rule is switched off). A None or NaN value is *unknown*, never healthy: the answer is UNKNOWN
+    whatever the thresholds (a NaN compares false with everything and would otherwise pass).
+
+    A threshold that names the most (``*_max``) or the least (``*_min_*``, a floor) a healthy value
+    may be is not reached at that value: pass it through :func:`beyond_max` / :func:`beyond_min`,
+    which give the first value past it, so that the same rule applies.
+
+    Args:
+        value: the measurement (any unit; the thresholds' unit).
+        warn: the WARNING level, or None (no WARNING level).
+        crit: the CRITICAL level, or None (no CRITICAL level).
+        higher_is_worse: True when a larger value is worse (``>=``), False when a smaller one is
+            (``<=``).
+
+    Returns:
+        ``Status.CRITICAL``, ``Status.WARNING``, ``Status.OK`` (no level reached) or
+        ``Status.UNKNOWN`` (``value`` is None or NaN).
+    """
+    if value is None or math.isnan(value):
+        return Status.UNKNOWN
+    for level, status in ((crit, Status.CRITICAL), (warn, Status.WARNING)):
+        if level is not None and (value >= level if higher_is_worse else value <= level):
+            return status
+    return Status.OK
+
+
+def beyond_max(limit: float | None) -> float | None:
+    """The first value past ``limit``, the most a healthy value may be (a ``*_max`` threshold).
+
+    ``ladder(v, crit=beyond_max(m))`` is CRITICAL exactly when ``v > m``.
+
+    Args:
+        limit: the largest healthy value, or None (the rule is off). An ``int`` limit is a count,
+            compared with counts: the answer is ``limit + 1``; a float limit gives the next float up.
+
+    Returns:
+        The smallest value that exceeds ``limit``, or None.
+    """
+    if limit is None:
+        return None
+    if isinstance(limit, int):
+        return limit + 1
+    return math.nextafter(limit, math.inf)
+
+
+def beyond_min(limit: float | None) -> float | None:
+    """The first value below ``limit``, the least a healthy value may be (a ``*_min_*`` floor).
+
+    ``ladder(v, crit=beyond_min(m), higher_is_worse=False)`` is CRITICAL exactly when ``v < m``.
+
+    Args:
+        limit: the smallest healthy value, or None (the rule is off). An ``int`` limit is compared
+            with integers: the answer is ``limit - 1``; a float limit gives the next float down.
+
+    Returns:
+        The largest value below ``limit``, or None.
+    """
+    if limit is None:
+        return None
+    if isinstance(limit, int):
+        return limit - 1
+    return math.nextafter(limit, -math.inf)
 
 
 MAX_COUNT = 1 << 53
@@ -71,7 +148,10 @@ class Thresholds(BaseModel):
     """Every threshold of the built-in checks. Frozen; unknown keys are errors.
 
     Units are in the field names (``_pct``, ``_gib``, ``_s``, ``_c``, ``_gbps``, ``_tflops``).
-    ``None`` switches a rule off. Fields are grouped by check: ``disk_*``/``readonly_*``
+    ``None`` switches a rule off. One comparison rule (:func:`ladder`): a measurement that reaches a
+    ``*_warn*``/``*_crit*`` level (or a "warning/critical at or above" field) is at that level; a
+    ``*_max`` field is the most and a ``*_min*`` field (a floor) the least a healthy value may be,
+    so only a value past it is judged. Fields are grouped by check: ``disk_*``/``readonly_*``
     (``host.disk``), ``memory_*`` (``host.memory``), ``load_*`` (``host.load``), ``clock_*``
     (``host.clock``), ``xid_*`` (``host.xid``), ``nic_*``/``ib_*`` (``host.nic``, ``host.ib``),
     ``gpu_temp_*`` … ``nvlink_*`` (``nvml.*``), ``burn_*`` (``burn.*``), ``allreduce_*``
@@ -90,21 +170,21 @@ class Thresholds(BaseModel):
         10.0,
         ge=0,
         le=100,
-        description="WARNING when a filesystem has less than this percent free (space available to "
+        description="WARNING when a filesystem has this percent free or less (space available to "
         "non-root users, statvfs f_bavail). Source: LBNL NHC check_fs_used examples (90% used).",
     )
     disk_crit_free_pct: float = Field(
         5.0,
         ge=0,
         le=100,
-        description="CRITICAL below this percent free: checkpoints and NCCL shared memory fail to "
+        description="CRITICAL at or below this percent free: checkpoints and NCCL shared memory fail to "
         "write. Source: AzNHC/NHC check_fs_used practice (95% used).",
     )
     disk_crit_free_gib: float | None = Field(
         None,
         le=1_048_576,
         ge=0,
-        description="CRITICAL below this many GiB free whatever the percentage (e.g. 1 for small "
+        description="CRITICAL at or below this many GiB free whatever the percentage (e.g. 1 for small "
         "/dev/shm or /tmp filesystems). None (default): off, so a container's small but empty "
         "/dev/shm is not a fault by itself.",
     )
@@ -127,14 +207,14 @@ class Thresholds(BaseModel):
         10.0,
         ge=0,
         le=100,
-        description="WARNING below this percent of MemAvailable/MemTotal (/proc/meminfo). At stop time "
+        description="WARNING at or below this percent of MemAvailable/MemTotal (/proc/meminfo). At stop time "
         "low memory usually means leftover processes of the failed job. Source: robustctl default.",
     )
     memory_crit_available_pct: float = Field(
         5.0,
         ge=0,
         le=100,
-        description="CRITICAL below this percent available. Source: AzNHC check_hw_physmem uses a 5% "
+        description="CRITICAL at or below this percent available. Source: AzNHC check_hw_physmem uses a 5% "
         "tolerance.",
     )
     memory_min_total_gib: float | None = Field(
@@ -150,12 +230,12 @@ class Thresholds(BaseModel):
         8.0,
         le=10_000,
         gt=0,
-        description="WARNING when the 5-minute load average per CPU exceeds this. High on purpose: "
+        description="WARNING when the 5-minute load average per CPU reaches this. High on purpose: "
         "CPU-bound work (a test suite, the previous burn) raises load without any fault, while a "
         "pile-up of hung tasks drives it far higher. None: off. Source: robustctl default.",
     )
     load_crit_per_cpu: float | None = Field(
-        None, le=10_000, gt=0, description="CRITICAL above this 5-minute load per CPU. None: off."
+        None, le=10_000, gt=0, description="CRITICAL at or above this 5-minute load per CPU. None: off."
     )
     procs_blocked_warn: int | None = Field(
         32,
@@ -171,14 +251,14 @@ class Thresholds(BaseModel):
         2.0,
         le=31_536_000,
         gt=0,
-        description="WARNING when the host clock lies more than this many seconds outside the "
+        description="WARNING when the host clock lies this many seconds or more outside the "
         "control side's [sent, received] window. None: off. Source: chrony makestep 1 s, plus margin.",
     )
     clock_crit_skew_s: float | None = Field(
         None,
         le=31_536_000,
         gt=0,
-        description="CRITICAL beyond this skew (e.g. 300: Kerberos' default tolerance). None: off.",
+        description="CRITICAL at or beyond this skew (e.g. 300: Kerberos' default tolerance). None: off.",
     )
 
     # --- host.xid --------------------------------------------------------------------------------

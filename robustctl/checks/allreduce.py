@@ -22,7 +22,7 @@ from robustctl.analysis.nccl_tests import parse_nccl_tests
 from robustctl.checks.host import never_told
 from robustctl.checks.registry import NO_CONTEXT, CheckContext, ResultMaker, check
 from robustctl.models import CheckResult, Status
-from robustctl.thresholds import Thresholds
+from robustctl.thresholds import Thresholds, beyond_min, ladder
 
 __all__ = ["peak_busbw"]
 
@@ -119,6 +119,6 @@ def evaluate_busbw(
     ev["peak_busbw_gbps"] = peak
     summary = f"peak busbw {peak:.3g} GB/s, {backend} over {world} ranks"
     floor = th.allreduce_min_busbw_gbps
-    if floor is not None and peak < floor:
+    if floor is not None and ladder(peak, crit=beyond_min(floor), higher_is_worse=False) is Status.CRITICAL:
         return [_r(NAME, Status.CRITICAL, f"{summary}, below the floor {floor:g} GB/s", ev)]
     return [_r(NAME, Status.OK, summary, ev)]

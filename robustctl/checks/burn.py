@@ -21,7 +21,7 @@ from robustctl.checks.host import never_told
 from robustctl.checks.peer import peer_outliers
 from robustctl.checks.registry import NO_CONTEXT, CheckContext, ResultMaker, check
 from robustctl.models import CheckResult, Status
-from robustctl.thresholds import Thresholds
+from robustctl.thresholds import Thresholds, beyond_max, beyond_min, ladder
 
 LEVEL = 1
 
@@ -123,7 +123,7 @@ def evaluate_verify(
             continue
         checked += n_checked
         bad = int(dev.get("mismatches") or 0)
-        if bad > th.burn_max_mismatches:
+        if ladder(bad, crit=beyond_max(th.burn_max_mismatches)) is Status.CRITICAL:
             err = dev.get("max_rel_error")
             how = (
                 f"max relative error {err:.3g}" if isinstance(err, (int, float)) else "NaN/inf in the output"
@@ -193,8 +193,9 @@ def evaluate_tflops(
     out: list[CheckResult] = []
     flagged: set[str] = set()
     if th.burn_min_tflops is not None:
+        floor = beyond_min(th.burn_min_tflops)
         for label, (dev, tf) in measured.items():
-            if tf < th.burn_min_tflops:
+            if ladder(tf, crit=floor, higher_is_worse=False) is Status.CRITICAL:
                 flagged.add(label)
                 out.append(
                     _r(

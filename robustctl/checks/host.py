@@ -19,7 +19,7 @@ from typing import Any
 from robustctl.analysis.xid import parse_kernel_log
 from robustctl.checks.registry import NO_CONTEXT, CheckContext, ResultMaker, check
 from robustctl.models import CheckResult, Status
-from robustctl.thresholds import Thresholds
+from robustctl.thresholds import Thresholds, beyond_min, ladder
 
 __all__ = ["never_told", "objects", "probe_error"]
 
@@ -83,9 +83,10 @@ def evaluate_disk(
     """Free space, free inodes and read-only state of local filesystems.
 
     Per mount (``Thresholds.disk_ignore_mounts`` skipped): read-only and not matching
-    ``readonly_allowed_mounts`` → CRITICAL; free percent below ``disk_crit_free_pct`` (or free
-    GiB below ``disk_crit_free_gib``) → CRITICAL; below ``disk_warn_free_pct`` → WARNING; the same
-    percentages for free inodes; ``statvfs`` failed → UNKNOWN.
+    ``readonly_allowed_mounts`` → CRITICAL; free percent at or below ``disk_crit_free_pct`` (or
+    free GiB at or below ``disk_crit_free_gib``) → CRITICAL; at or below ``disk_warn_free_pct`` →
+    WARNING (:func:`robustctl.thresholds.ladder`); the same percentages for free inodes;
+    ``statvfs`` failed → UNKNOWN.
     """
     name = "host.disk"
     disks = data.get("disks")
@@ -109,19 +110,15 @@ def evaluate_disk(
             continue
         free_pct, free_b = d.get("free_pct"), d.get("free_bytes")
         if isinstance(free_pct, (int, float)) and isinstance(free_b, int):
-            low_abs = th.disk_crit_free_gib is not None and free_b < th.disk_crit_free_gib * GIB
-            what = f"{mount} has {free_pct:.1f}% free ({_gib(free_b)})"
-            if free_pct < th.disk_crit_free_pct or low_abs:
-                out.append(_r(name, Status.CRITICAL, what, ev, mount))
-            elif free_pct < th.disk_warn_free_pct:
-                out.append(_r(name, Status.WARNING, what, ev, mount))
+            floor = None if th.disk_crit_free_gib is None else th.disk_crit_free_gib * GIB
+            status = Status.worst(
+                (_free_pct_status(free_pct, th), ladder(free_b, crit=floor, higher_is_worse=False))
+            )
+            if status is not Status.OK:
+                out.append(_r(name, status, f"{mount} has {free_pct:.1f}% free ({_gib(free_b)})", ev, mount))
         ino = d.get("inodes_free_pct")
-        if isinstance(ino, (int, float)):
-            what = f"{mount} has {ino:.1f}% of its inodes free"
-            if ino < th.disk_crit_free_pct:
-                out.append(_r(name, Status.CRITICAL, what, ev, mount))
-            elif ino < th.disk_warn_free_pct:
-                out.append(_r(name, Status.WARNING, what, ev, mount))
+        if isinstance(ino, (int, float)) and (status := _free_pct_status(ino, th)) is not Status.OK:
+            out.append(_r(name, status, f"{mount} has {ino:.1f}% of its inodes free", ev, mount))
     if out:
         return out
     if judged == 0:
@@ -136,6 +133,11 @@ def evaluate_disk(
     ]
 
 
+def _free_pct_status(pct: float, th: Thresholds) -> Status:
+    """The disk ladder of a free percentage (space or inodes)."""
+    return ladder(pct, warn=th.disk_warn_free_pct, crit=th.disk_crit_free_pct, higher_is_worse=False)
+
+
 # -------------------------------------------------------------------------------------- memory
 @check("host.memory", description="Available and total memory", level=LEVEL, probe="host", timeout_s=30.0)
 def evaluate_memory(
@@ -143,8 +145,9 @@ def evaluate_memory(
 ) -> list[CheckResult]:
     """Available memory (``MemAvailable``) and total memory.
 
-    ``available_pct`` below ``memory_crit_available_pct`` → CRITICAL, below
-    ``memory_warn_available_pct`` → WARNING; ``MemTotal`` below ``memory_min_total_gib`` → CRITICAL.
+    ``available_pct`` at or below ``memory_crit_available_pct`` → CRITICAL, at or below
+    ``memory_warn_available_pct`` → WARNING; ``MemTotal`` below ``memory_min_total_gib`` (the least
+    a healthy host has) → CRITICAL.
     """
     name = "host.memory"
     mem = data.get("memory")
@@ -155,7 +158,8 @@ def evaluate_memory(
         return [_r(name, Status.UNKNOWN, "memory figures missing from the probe", dict(mem))]
     ev = {"total_bytes": total, "available_bytes": avail, "available_pct": pct}
     out: list[CheckResult] = []
-    if th.memory_min_total_gib is not None and total < th.memory_min_total_gib * GIB:
+    min_total = None if th.memory_min_total_gib is None else th.memory_min_total_gib * GIB
+    if ladder(total, crit=beyond_min(min_total), higher_is_worse=False) is Status.CRITICAL:
         out.append(
             _r(
                 name,
@@ -165,10 +169,11 @@ def evaluate_memory(
             )
         )
     what = f"{_gib(avail)} of {_gib(total)} available ({pct:.1f}%)"
-    if pct < th.memory_crit_available_pct:
-        out.append(_r(name, Status.CRITICAL, what, ev))
-    elif pct < th.memory_warn_available_pct:
-        out.append(_r(name, Status.WARNING, what, ev))
+    status = ladder(
+        pct, warn=th.memory_warn_available_pct, crit=th.memory_crit_available_pct, higher_is_worse=False
+    )
+    if status is not Status.OK:
+        out.append(_r(name, status, what, ev))
     return out or [_r(name, Status.OK, what, ev)]
 
 
@@ -183,8 +188,9 @@ def evaluate_memory(
 def evaluate_load(
     data: Mapping[str, Any], th: Thresholds, ctx: CheckContext = NO_CONTEXT
 ) -> list[CheckResult]:
-    """5-minute load average per CPU against ``load_crit_per_cpu`` / ``load_warn_per_cpu``, and tasks
-    in uninterruptible sleep (``procs_blocked``) against ``procs_blocked_warn``."""
+    """5-minute load average per CPU reaching ``load_crit_per_cpu`` / ``load_warn_per_cpu``, and tasks
+    in uninterruptible sleep (``procs_blocked``) reaching ``procs_blocked_warn``
+    (:func:`robustctl.thresholds.ladder`)."""
     name = "host.load"
     load = data.get("load")
     per = load.get("load5_per_cpu") if isinstance(load, Mapping) else None
@@ -195,11 +201,10 @@ def evaluate_load(
     ev = dict(load)
     what = f"load {load.get('load5')} over 5 min on {load.get('cpu_count')} CPUs ({per_cpu:.2f} per CPU)"
     out: list[CheckResult] = []
-    if th.load_crit_per_cpu is not None and per_cpu > th.load_crit_per_cpu:
-        out.append(_r(name, Status.CRITICAL, what, ev))
-    elif th.load_warn_per_cpu is not None and per_cpu > th.load_warn_per_cpu:
-        out.append(_r(name, Status.WARNING, what, ev))
-    if th.procs_blocked_warn is not None and isinstance(blocked, int) and blocked >= th.procs_blocked_warn:
+    status = ladder(per_cpu, warn=th.load_warn_per_cpu, crit=th.load_crit_per_cpu)
+    if status is not Status.OK:
+        out.append(_r(name, status, what, ev))
+    if isinstance(blocked, int) and ladder(blocked, warn=th.procs_blocked_warn) is Status.WARNING:
         out.append(_r(name, Status.WARNING, f"{blocked} tasks in uninterruptible sleep (D state)", ev))
     return out or [_r(name, Status.OK, what, ev)]
 
@@ -218,9 +223,9 @@ def evaluate_clock(
     """Host clock against the control side's clock.
 
     skew = max(0, |host time - control midpoint| - round trip / 2): zero whenever the host's time
-    falls inside the control side's [sent, received] window. Above ``clock_crit_skew_s`` →
-    CRITICAL, above ``clock_warn_skew_s`` → WARNING. Without a control time (offline evaluation)
-    the check is NOT_APPLICABLE.
+    falls inside the control side's [sent, received] window. At or above ``clock_crit_skew_s`` →
+    CRITICAL, at or above ``clock_warn_skew_s`` → WARNING. Without a control time (offline
+    evaluation) the check is NOT_APPLICABLE.
     """
     name = "host.clock"
     clock = data.get("clock")
@@ -236,11 +241,7 @@ def evaluate_clock(
     skew = max(0.0, abs(offset) - half)
     ev = {"host_time": host_time, "control_time": control, "offset_s": offset, "skew_s": skew}
     what = f"host clock {'ahead' if offset > 0 else 'behind'} by {abs(offset):.3f} s (±{half:.3f} s)"
-    if th.clock_crit_skew_s is not None and skew > th.clock_crit_skew_s:
-        return [_r(name, Status.CRITICAL, what, ev)]
-    if th.clock_warn_skew_s is not None and skew > th.clock_warn_skew_s:
-        return [_r(name, Status.WARNING, what, ev)]
-    return [_r(name, Status.OK, what, ev)]
+    return [_r(name, ladder(skew, warn=th.clock_warn_skew_s, crit=th.clock_crit_skew_s), what, ev)]
 
 
 # ----------------------------------------------------------------------------------------- XID
@@ -352,7 +353,11 @@ def evaluate_nic(
             )
         elif state in ("dormant", "testing"):
             out.append(_r(name, Status.WARNING, f"{ifname} is {state}", ev, ifname))
-        elif th.nic_min_speed_mbps is not None and isinstance(speed, int) and speed < th.nic_min_speed_mbps:
+        elif (
+            isinstance(speed, int)
+            and ladder(speed, crit=beyond_min(th.nic_min_speed_mbps), higher_is_worse=False)
+            is Status.CRITICAL
+        ):
             out.append(
                 _r(
                     name,
@@ -405,7 +410,8 @@ def evaluate_ib(data: Mapping[str, Any], th: Thresholds, ctx: CheckContext = NO_
         if state != "ACTIVE" or phys != "LinkUp":
             out.append(_r(name, Status.CRITICAL, f"{label} is {state} / {phys}", ev, label))
         elif (
-            th.ib_min_rate_gbps is not None and isinstance(rate, (int, float)) and rate < th.ib_min_rate_gbps
+            isinstance(rate, (int, float))
+            and ladder(rate, crit=beyond_min(th.ib_min_rate_gbps), higher_is_worse=False) is Status.CRITICAL
         ):
             out.append(
                 _r(

@@ -24,7 +24,7 @@ from robustctl.checks.host import never_told, objects
 from robustctl.checks.registry import NO_CONTEXT, CheckContext, ResultMaker, check
 from robustctl.inventory.hostrange import compact_ranges
 from robustctl.models import CheckResult, Status
-from robustctl.thresholds import Thresholds, severity_status
+from robustctl.thresholds import Thresholds, beyond_max, ladder, severity_status
 
 __all__ = ["gpu_label"]
 
@@ -194,17 +194,20 @@ def _judge_ecc(g: Mapping[str, Any], th: Thresholds) -> list[tuple[Status, str]]
         _num(g, "ecc_aggregate_uncorrected"),
         _num(g, "ecc_volatile_corrected"),
     )
-    if vu is not None and vu > th.ecc_uncorrected_volatile_max:
-        out.append((Status.CRITICAL, f"{vu} uncorrectable ECC errors since driver load"))
-    if (
-        au is not None
-        and th.ecc_uncorrected_aggregate_max is not None
-        and au > th.ecc_uncorrected_aggregate_max
+    # A counter the GPU does not report (None) is left out: the other counters still judge it.
+    for count, status, summary in (
+        (vu, _past(vu, crit=th.ecc_uncorrected_volatile_max), "uncorrectable ECC errors since driver load"),
+        (au, _past(au, warn=th.ecc_uncorrected_aggregate_max), "uncorrectable ECC errors over its lifetime"),
+        (vc, _past(vc, warn=th.ecc_corrected_volatile_max), "correctable ECC errors since driver load"),
     ):
-        out.append((Status.WARNING, f"{au} uncorrectable ECC errors over its lifetime"))
-    if vc is not None and th.ecc_corrected_volatile_max is not None and vc > th.ecc_corrected_volatile_max:
-        out.append((Status.WARNING, f"{vc} correctable ECC errors since driver load"))
+        if count is not None and status in (Status.WARNING, Status.CRITICAL):
+            out.append((status, f"{count} {summary}"))
     return out
+
+
+def _past(count: int | None, *, warn: int | None = None, crit: int | None = None) -> Status:
+    """The ladder of a counter against ``*_max`` thresholds (the most a healthy GPU may count)."""
+    return ladder(count, warn=beyond_max(warn), crit=beyond_max(crit))
 
 
 @check(
@@ -249,7 +252,7 @@ def _judge_row_remap(g: Mapping[str, Any], th: Thresholds) -> list[tuple[Status,
     if g.get("remapped_rows_failure") and failure is not None:
         out.append((failure, "row remapping failed: no spare rows left (replace the GPU)"))
     unc = _num(g, "remapped_rows_uncorrectable")
-    if unc is not None and unc > th.row_remap_uncorrectable_max:
+    if unc is not None and _past(unc, crit=th.row_remap_uncorrectable_max) is Status.CRITICAL:
         out.append(
             (
                 Status.CRITICAL,
@@ -298,9 +301,9 @@ def _judge_retired(g: Mapping[str, Any], th: Thresholds) -> list[tuple[Status, s
     sbe, dbe = _num(g, "retired_pages_sbe") or 0, _num(g, "retired_pages_dbe") or 0
     if g.get("retired_pages_pending") and pending is not None:
         out.append((pending, "page retirement pending: reset the GPU to apply it"))
-    if sbe + dbe >= th.retired_pages_total_crit:
+    if ladder(sbe + dbe, crit=th.retired_pages_total_crit) is Status.CRITICAL:
         out.append((Status.CRITICAL, f"{sbe + dbe} retired pages (>= {th.retired_pages_total_crit})"))
-    elif dbe >= th.retired_pages_dbe_warn:
+    elif ladder(dbe, warn=th.retired_pages_dbe_warn) is Status.WARNING:
         out.append(
             (Status.WARNING, f"{dbe} pages retired for double-bit errors (>= {th.retired_pages_dbe_warn})")
         )
@@ -340,10 +343,13 @@ def _judge_temp(g: Mapping[str, Any], th: Thresholds) -> list[tuple[Status, str]
     if t is None:
         return []
     slowdown = _num(g, "temperature_slowdown_c")
-    if t >= th.gpu_temp_crit_c or (slowdown is not None and t >= slowdown):
+    status = Status.worst(
+        (ladder(t, warn=th.gpu_temp_warn_c, crit=th.gpu_temp_crit_c), ladder(t, crit=slowdown))
+    )
+    if status is Status.CRITICAL:
         limit = f"slowdown at {slowdown} °C" if slowdown is not None else f"limit {th.gpu_temp_crit_c:g} °C"
         return [(Status.CRITICAL, f"{t} °C ({limit})")]
-    if t >= th.gpu_temp_warn_c:
+    if status is Status.WARNING:
         return [(Status.WARNING, f"{t} °C (warning at {th.gpu_temp_warn_c:g} °C)")]
     return []
 
@@ -481,7 +487,7 @@ def _judge_nvlink(g: Mapping[str, Any], th: Thresholds) -> list[tuple[Status, st
             f"link {lk.get('link')} {k.removesuffix('_errors')}={lk.get(k)}"
             for lk in links
             for k in ("replay_errors", "recovery_errors")
-            if isinstance(lk.get(k), int) and lk[k] > th.nvlink_error_max
+            if isinstance(lk.get(k), int) and _past(lk[k], warn=th.nvlink_error_max) is Status.WARNING
         ]
         if bad:
             out.append((Status.WARNING, f"NVLink errors above {th.nvlink_error_max}: {', '.join(bad[:6])}"))
@@ -490,7 +496,7 @@ def _judge_nvlink(g: Mapping[str, Any], th: Thresholds) -> list[tuple[Status, st
             f"link {lk.get('link')} {k.removesuffix('_errors')}={lk.get(k)}"
             for lk in links
             for k in ("crc_flit_errors", "crc_data_errors")
-            if isinstance(lk.get(k), int) and lk[k] > th.nvlink_crc_error_max
+            if isinstance(lk.get(k), int) and _past(lk[k], warn=th.nvlink_crc_error_max) is Status.WARNING
         ]
         if bad:
             out.append(

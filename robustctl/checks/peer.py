@@ -12,6 +12,9 @@ import math
 import statistics
 from collections.abc import Mapping
 
+from robustctl.models import Status
+from robustctl.thresholds import beyond_min, ladder
+
 __all__ = ["peer_outliers"]
 
 
@@ -48,6 +51,8 @@ def peer_outliers(
     median = statistics.median(finite.values())
     if median <= 0:
         return {}
-    limit = ratio * median
-    slow = sorted((v, k) for k, v in finite.items() if v < limit)
+    limit = beyond_min(ratio * median)  # strictly below: the ladder's rule past a healthy floor
+    slow = sorted(
+        (v, k) for k, v in finite.items() if ladder(v, crit=limit, higher_is_worse=False) is Status.CRITICAL
+    )
     return {k: (v, median) for v, k in slow}
