@@ -593,6 +593,10 @@ def check_template(text: str, *, per: str) -> None:
     together are longer than :data:`MAX_LAUNCH_TEXT` characters. Nothing larger than that is ever
     allocated: the numbers of a spec are read from its text before a sample value is formatted.
 
+    Args:
+        text: the template.
+        per: the launch's ``per:``, ``rank`` or ``host``.
+
     Raises:
         ValueError: one line naming the placeholder and why.
     """
@@ -1126,6 +1130,12 @@ class WatchSettings(StrictModel):
 
     def playbook_for(self, signal_class: str) -> str:
         """The playbook of ``signal_class``: the inventory's, else the shipped default.
+
+        Args:
+            signal_class: one of :data:`WATCH_CLASSES`.
+
+        Returns:
+            The playbook's name.
 
         Raises:
             KeyError: not one of :data:`WATCH_CLASSES`.

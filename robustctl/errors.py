@@ -41,8 +41,9 @@ class InventoryError(ConfigError):
 class HostError(RobustctlError):
     """An error about one host: ``str()`` is ``"HOST: reason"``; ``reason`` is the part after it.
 
-    Attributes:
-        host: inventory name. reason: one line, without the host.
+    Args:
+        host: inventory name.
+        message: one line, without the host (kept as ``reason``).
     """
 
     exit_code = ExitCode.UNKNOWN

@@ -22,7 +22,7 @@ _CHUNK = 1 << 20
 class NotReadable(Exception):
     """``path`` cannot be read as a regular file.
 
-    Attributes:
+    Args:
         reason: one line without the path, e.g. ``"no such file"``, ``"is a directory"``,
             ``"is a FIFO, not a regular file"``, ``"permission denied"``, ``"cannot read: Input/output error"``.
         special: True when the path exists but is not a regular file (a directory, FIFO, device, socket).
@@ -60,6 +60,12 @@ def open_regular(path: str | Path) -> int:
     and the open. Reading a regular file is unaffected by ``O_NONBLOCK``. The caller closes the
     descriptor.
 
+    Args:
+        path: the file.
+
+    Returns:
+        The open descriptor (read-only, non-blocking, close-on-exec).
+
     Raises:
         NotReadable: missing, a directory, a FIFO, a device or socket, no permission, or any other
             ``OSError``.
@@ -95,6 +101,13 @@ def read_bounded(fd: int, max_bytes: int) -> bytes:
     (or a ``/proc``-style file that says 0 bytes) is refused too, and memory stays bounded. The
     caller keeps and closes ``fd``.
 
+    Args:
+        fd: an open regular file, read from its current offset.
+        max_bytes: the bound, bytes.
+
+    Returns:
+        The bytes read.
+
     Raises:
         NotReadable: ``"is larger than N bytes"`` past the bound, ``"cannot read: ..."`` when a read
             fails.
@@ -129,7 +142,11 @@ def read_regular(path: str | Path, max_bytes: int) -> bytes:
     after at most ``max_bytes + 1`` bytes.
 
     Args:
-        path: the file. max_bytes: the bound, bytes (the caller's named constant for its kind of file).
+        path: the file.
+        max_bytes: the bound, bytes (the caller's named constant for its kind of file).
+
+    Returns:
+        The file's bytes.
 
     Raises:
         NotReadable: as :func:`open_regular` and :func:`read_bounded`.

@@ -41,7 +41,7 @@ __all__ = [
 class Interrupted(KeyboardInterrupt):
     """The run was interrupted by a signal (a ``KeyboardInterrupt``, so clean-up code treats both alike).
 
-    Attributes:
+    Args:
         signame: ``"SIGINT"`` or ``"SIGTERM"``.
     """
 

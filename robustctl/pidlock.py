@@ -35,11 +35,17 @@ def held_lock(
     The holder writes ``{"pid", "since", **facts}`` into the file for the next one's message.
 
     Args:
-        what: the lock in messages ("sweep lock"). busy: builds the error raised when another process
-            holds the lock, from ``"pid N, started S s ago"``. facts: more JSON fields to record.
+        path: the lock file (created when missing; emptied when the lock is released).
+        what: the lock in messages ("sweep lock").
+        busy: builds the error raised when another process holds the lock, from
+            ``"pid N, started S s ago"``.
+        facts: more JSON fields to record.
+
+    Yields:
+        ``path``, while the lock is held.
 
     Raises:
-        the error ``busy`` builds: another process holds the lock.
+        Exception: the error ``busy`` builds: another process holds the lock.
         StoreError: the lock file cannot be created or locked (the directory is missing or read-only).
     """
     try:

@@ -215,11 +215,21 @@ def run_probe(
     """Run probe ``name`` on ``host`` and parse its document.
 
     Args:
+        transport: runs the command on ``host``.
+        host: the inventory host (its Python, wrapper and probe root).
+        name: the probe (``diagnostics/NAME.py``).
+        args: the probe's own arguments, after the host's common ones (``--root``).
         deadline: ``time.monotonic()`` instant by which the probe must have answered.
         extra: what the probe's ``main`` takes besides its arguments (:func:`streamed_script`).
 
+    Returns:
+        The probe's document: its data, its errors, the host's clock and the control side's times
+        around the command.
+
     Raises:
-        HostUnreachable, HostKeyError, CommandTimeout: from the transport.
+        HostUnreachable: from the transport.
+        HostKeyError: from the transport.
+        CommandTimeout: from the transport.
         ProbeError: the probe exited non-zero without a document, or printed something else
             (message: one line, e.g. the exception line of its traceback).
     """
@@ -246,11 +256,21 @@ def run_probes(
 
     Halves the remote interpreter starts of a level that needs several probes per host (L0: host
     and nvml). Every probe gets the host's common arguments (``--root``) as when run alone.
-    Returns one entry per probe: its document, or the :class:`ProbeError` that says why it has
-    none; the other probes' documents are kept.
+
+    Args:
+        transport: runs the command on ``host``.
+        host: the inventory host (its Python, wrapper and probe root).
+        probes: ``(probe name, its arguments)`` of each probe, in the order they run.
+        deadline: ``time.monotonic()`` instant by which the bundle must have answered.
+
+    Returns:
+        One entry per probe, in order: its document, or the :class:`ProbeError` that says why it has
+        none; the other probes' documents are kept.
 
     Raises:
-        HostUnreachable, HostKeyError, CommandTimeout: from the transport.
+        HostUnreachable: from the transport.
+        HostKeyError: from the transport.
+        CommandTimeout: from the transport.
         ProbeError: the bundle itself crashed or printed no bundle document.
     """
     script = bundle_script(probes)
@@ -402,6 +422,12 @@ def host_json(text: str) -> Any:
     every comparison with NaN is false, so a NaN temperature or clock would otherwise pass every
     check as healthy. Checks treat null as not reported (UNKNOWN or NOT_APPLICABLE, never OK), and
     every document robustctl writes stays strict JSON.
+
+    Args:
+        text: the JSON text.
+
+    Returns:
+        The parsed value, non-finite numbers as None.
 
     Raises:
         ValueError: not JSON, or nested deeper than the parser's recursion limit.

@@ -46,7 +46,7 @@ _CHUNK = 1 << 16
 class OutputLimitExceeded(Exception):
     """The command printed more than its stdout bound; its process group was killed.
 
-    Attributes:
+    Args:
         limit: the bound, bytes.
     """
 
@@ -102,12 +102,14 @@ def run_argv(
     """Run ``argv`` (no shell) in a new session and process group and wait for it.
 
     Args:
-        argv: the program and its arguments. timeout_s: seconds before the group is killed.
+        argv: the program and its arguments.
+        timeout_s: seconds before the group is killed.
         stdin: bytes written to its standard input; ``None``: ``/dev/null``.
         env: its whole environment (``None``: this process's).
         keep_stdin_open: after ``stdin`` is written, keep the pipe open until the command ends (a
             streamed probe's lifeline: it stops itself when the pipe closes); else close it.
-        max_stdout: bound on its stdout, bytes. label: what :mod:`robustctl.interrupts` calls it.
+        max_stdout: bound on its stdout, bytes.
+        label: what :mod:`robustctl.interrupts` calls it.
 
     Returns:
         Its exit status and output.

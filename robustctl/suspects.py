@@ -193,6 +193,19 @@ def record_in_store(
     With nothing named, and nothing cleared or no store file yet (so no host can be suspect), the
     store is not opened (nor created) and the result is empty.
 
+    Args:
+        path: the store file; None: :func:`robustctl.store.default_path`.
+        named: host → reason to record suspect (as :func:`record_suspects`).
+        cleared: hosts verified healthy; only those recorded suspect change (to active).
+        source: the naming command, e.g. ``"diagnose"``, ``"stacks"``.
+        clear_reason: the reason recorded for cleared hosts (None: ``"<source>: verified healthy"``).
+        inventory_states: the inventory state of hosts the store has no row for (as
+            :func:`record_suspects`).
+        clock: the store's clock, UNIX seconds (a fake in tests).
+
+    Returns:
+        A :class:`RecordResult` (marked, unchanged, cleared, skipped), with ``state`` the store file.
+
     Raises:
         StoreError: the store cannot be opened, read or written (the message names the file).
     """

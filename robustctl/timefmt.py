@@ -27,6 +27,10 @@ _FORMAT = "%Y-%m-%d %H:%M:%S"
 def format_utc(t: object, *, zone: bool = False) -> str:
     """``t`` (UNIX seconds) as ``YYYY-MM-DD HH:MM:SS`` in UTC (`` UTC`` appended when ``zone``).
 
+    Args:
+        t: the time, UNIX seconds; any other value is shown as invalid.
+        zone: append `` UTC``.
+
     Returns:
         The date, or ``invalid time (VALUE)`` when ``t`` is not a finite number in
         [:data:`~robustctl.store.TIME_MIN`, :data:`~robustctl.store.TIME_MAX`) (1970 to the year

@@ -235,7 +235,9 @@ def read_regular_file(path: Path, *, max_bytes: int, what: str = "file") -> byte
     read, so a file that grows after the check is refused as well.
 
     Args:
-        path: the file. max_bytes: size cap in bytes. what: what the file is, for messages ("YAML file").
+        path: the file.
+        max_bytes: size cap in bytes.
+        what: what the file is, for messages ("YAML file").
 
     Returns:
         The file's bytes.
@@ -260,6 +262,10 @@ def read_regular_file(path: Path, *, max_bytes: int, what: str = "file") -> byte
 
 def load_yaml(path: Path, *, max_bytes: int = MAX_YAML_BYTES) -> tuple[Any, SourceMap]:
     """Read and parse a YAML file, within the bounds of this module.
+
+    Args:
+        path: the YAML file.
+        max_bytes: size cap in bytes (default :data:`MAX_YAML_BYTES`).
 
     Returns:
         ``(data, source_map)``; ``data`` is None for an empty file.
