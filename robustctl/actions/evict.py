@@ -210,18 +210,8 @@ def _ordered(ctx: ActionContext, hosts: Iterable[str]) -> tuple[str, ...]:
     return tuple(order + sorted(wanted - set(order)))
 
 
-def plan_evict(req: EvictSpec, ctx: ActionContext) -> Plan:
-    """Resolve targets, expand over-eviction, evaluate the rails and build the eviction plan.
-
-    A plan that breaks a rail is still returned (``plan.refused``); :func:`~robustctl.actions.plan.apply_plan`
-    refuses it, and the CLI prints it with the rule that fired.
-
-    Raises:
-        UsageError: no targets given, both or neither of hosts/report, a bad host range or unknown host,
-            an unknown job, a suspect not in the job, ``--over-evict`` (other than ``auto`` with a stacks
-            report) without ``--job``, ``--force`` without ``--force-reason``.
-        ConfigError: the report file is unreadable or invalid (:func:`load_report`).
-    """
+def _check_spec(req: EvictSpec) -> None:
+    """Refuse a spec that names both, or neither, of hosts and report, or forces without a reason."""
     if req.hosts is not None and req.report is not None:
         raise UsageError("give hosts or --from-report, not both")
     if req.force and not (req.force_reason or "").strip():
@@ -230,43 +220,55 @@ def plan_evict(req: EvictSpec, ctx: ActionContext) -> Plan:
         raise UsageError(
             "name the hosts to evict (e.g. node017 or 'node[001-004]') or pass --from-report FILE"
         )
-    notes: list[str] = []
+
+
+def _suspects(req: EvictSpec, ctx: ActionContext) -> tuple[list[str], ReportTargets | None]:
+    """The hosts named bad (the named hosts, then the report's suspects) and the report read, if any.
+
+    Raises: UsageError (a bad range, a host the inventory lacks), ConfigError (the report).
+    """
     suspects: list[str] = []
     report: ReportTargets | None = None
     if req.hosts is not None:
         suspects.extend(ctx.resolve_hosts(req.hosts))
     if req.report is not None:
         report = load_report(req.report)
-        unknown = [
-            h
-            for h in report.suspects + report.over_eviction
-            if h not in {x.name for x in ctx.inventory.hosts}
-        ]
+        known = {x.name for x in ctx.inventory.hosts}
+        unknown = [h for h in report.suspects + report.over_eviction if h not in known]
         if unknown:
             raise UsageError(
                 f"{req.report}: names host {unknown[0]!r} that is not in {ctx.inventory.source} (unresolved target)"
             )
         suspects.extend(h for h in report.suspects if h not in suspects)
-    group: str | None = None
-    targets: tuple[str, ...]
+    return suspects, report
+
+
+def _targets(
+    req: EvictSpec, ctx: ActionContext, suspects: list[str], report: ReportTargets | None, notes: list[str]
+) -> tuple[tuple[str, ...], str | None]:
+    """The hosts to evict (the suspects, over-evicted as asked) and the group chosen (one line or None).
+
+    Raises: UsageError (``--over-evict`` without ``--job`` outside a stacks report's ``auto``; see
+    :func:`expand_over_eviction`).
+    """
     if req.over_evict is None:
-        targets = _ordered(ctx, suspects)
-    elif req.job is None:
+        return _ordered(ctx, suspects), None
+    if req.job is None:
         if req.over_evict == "auto" and report is not None and report.kind == "stacks" and not req.hosts:
-            targets = _ordered(ctx, report.over_eviction or report.suspects)
-            group = report.group
-        else:
-            raise UsageError(
-                f"--over-evict {req.over_evict} needs --job NAME (whose layout defines the groups)"
-            )
-    else:
-        current = ctx.job_hosts(req.job)
-        if current.note():
-            notes.append(str(current.note()))
-        machines, group = expand_over_eviction(ctx, req.job, suspects, req.over_evict, hosts=current.hosts)
-        targets = tuple(dict.fromkeys([*machines, *suspects]))
-    what = "the named hosts" if req.hosts is not None else f"report {req.report}"
-    rails: list[RailCheck] = [non_empty(targets, what)]
+            return _ordered(ctx, report.over_eviction or report.suspects), report.group
+        raise UsageError(f"--over-evict {req.over_evict} needs --job NAME (whose layout defines the groups)")
+    current = ctx.job_hosts(req.job)
+    if current.note():
+        notes.append(str(current.note()))
+    machines, group = expand_over_eviction(ctx, req.job, suspects, req.over_evict, hosts=current.hosts)
+    return tuple(dict.fromkeys([*machines, *suspects])), group
+
+
+def _evict_steps(
+    ctx: ActionContext, targets: tuple[str, ...], notes: list[str]
+) -> tuple[list[Step], list[str]]:
+    """Per target, ``drain`` then ``mark evicted`` (each a no-op when already so); and the targets not
+    evicted yet (what the rails count)."""
     node_states = ctx.scheduler.state(list(targets)) if targets else {}
     steps: list[Step] = []
     new: list[str] = []
@@ -281,6 +283,28 @@ def plan_evict(req: EvictSpec, ctx: ActionContext) -> Plan:
             Step(StepKind.DRAIN, host, ctx.scheduler.name, noop=drained, note="stop scheduling work on it")
         )
         steps.append(Step(StepKind.MARK, host, "store", to_state=MachineState.EVICTED, noop=evicted))
+    return steps, new
+
+
+def plan_evict(req: EvictSpec, ctx: ActionContext) -> Plan:
+    """Resolve targets, expand over-eviction, evaluate the rails and build the eviction plan.
+
+    A plan that breaks a rail is still returned (``plan.refused``); :func:`~robustctl.actions.plan.apply_plan`
+    refuses it, and the CLI prints it with the rule that fired.
+
+    Raises:
+        UsageError: no targets given, both or neither of hosts/report, a bad host range or unknown host,
+            an unknown job, a suspect not in the job, ``--over-evict`` (other than ``auto`` with a stacks
+            report) without ``--job``, ``--force`` without ``--force-reason``.
+        ConfigError: the report file is unreadable or invalid (:func:`load_report`).
+    """
+    _check_spec(req)
+    notes: list[str] = []
+    suspects, report = _suspects(req, ctx)
+    targets, group = _targets(req, ctx, suspects, report, notes)
+    what = "the named hosts" if req.hosts is not None else f"report {req.report}"
+    rails: list[RailCheck] = [non_empty(targets, what)]
+    steps, new = _evict_steps(ctx, targets, notes)
     if targets:
         rails.extend(
             evaluate_rails(

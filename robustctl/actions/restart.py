@@ -490,7 +490,7 @@ def plan_stop(spec: RestartSpec, ctx: ActionContext) -> Plan:
             f"{ctx.inventory.source}: jobs.{job.name}: no process: section; stop finds the job's processes by "
             "process.match (add process: {match: REGEX})"
         )
-    grace = job.launch.stop_grace_s if job.launch is not None else DEFAULT_STOP_GRACE_S
+    grace = _grace(job)
     return Plan(
         action="stop",
         targets=tuple(h.name for h in hosts),
@@ -503,6 +503,119 @@ def plan_stop(spec: RestartSpec, ctx: ActionContext) -> Plan:
 
 
 # ------------------------------------------------------------------------------------------- apply
+class _Runners:
+    """The restart/stop step runners of one apply, and what they share: the checkpoint ``pick``
+    chose (the ``{ckpt_iter}`` of ``launch``) and when ``launch`` began (the version's start)."""
+
+    def __init__(
+        self, ctx: ActionContext, spec: RestartSpec, pool: TransportPool, sleep: Callable[[float], None]
+    ) -> None:
+        self.ctx, self.spec, self.pool, self.sleep = ctx, spec, pool, sleep
+        self.chosen: _Pick | None = None
+        self.launched_at: float | None = None
+
+    def iteration(self) -> int | None:
+        """The iteration ``pick`` chose (None: not picked, or none)."""
+        return self.chosen.iteration if self.chosen is not None else None
+
+    def current(self) -> tuple[Job, list[Host]]:
+        """The job and its machines now (re-read at each step: an earlier step may have changed them)."""
+        job, hosts, _ = _job_hosts(self.ctx, self.spec.job)
+        return job, hosts
+
+    def stop(self, step: Step, plan: Plan) -> tuple[bool, str]:
+        """``stop_job``: the job's machines must stop; the machines a standby replaced, best effort."""
+        job, hosts = self.current()
+        former = _former_hosts(job, hosts)
+        results = stop_job(
+            job, [*hosts, *former], self.pool, grace_s=_grace(job), diagnose=self.ctx.inventory.diagnose
+        )
+        mine, old = results[: len(hosts)], results[len(hosts) :]
+        detail = "; ".join(r.line() for r in mine)
+        if old:  # best effort: an evicted machine may be down, which must not block the restart
+            detail += "; former host(s): " + "; ".join(r.line() for r in old)
+        if not all(r.ok for r in mine):
+            bad = [r.host for r in mine if not r.ok]
+            raise RestartFailed(f"could not verify job {job.name} stopped on {', '.join(bad)}: {detail}")
+        return any(r.found or r.killed for r in results), detail
+
+    def pick(self, step: Step, plan: Plan) -> tuple[bool, str]:
+        """``pick_checkpoint``: choose the iteration now (the directories read again)."""
+        job, hosts = self.current()
+        picked = self.chosen = _pick_checkpoint(self.ctx, job, hosts, self.spec.want)
+        if picked.iteration is None:
+            return False, f"no checkpoint: {picked.why}"
+        return False, f"{PICKED_PREFIX}{picked.iteration}: {picked.why}"
+
+    def stage(self, step: Step, plan: Plan) -> tuple[bool, str]:
+        """``stage_checkpoint``: copy the picked iteration's shards onto the hosts that lack them."""
+        job, _ = self.current()
+        from robustctl.ckpt.stage import StagingError, stage_shards
+
+        moves = self.chosen.moves if self.chosen is not None else ()
+        if job.ckpt is None or not moves:
+            return False, NOTHING_TO_STAGE
+        try:
+            report = stage_shards(moves, job.ckpt, self.ctx.inventory.by_name, self.pool)
+        except (StagingError, HostError) as exc:
+            raise RestartFailed(f"checkpoint iteration {self.iteration()} not staged: {exc}") from exc
+        return True, report.line()
+
+    def update(self, step: Step, plan: Plan) -> tuple[bool, str]:
+        """``apply_update``: the pending change checked out on every host, all or none, marked applied."""
+        job, hosts = self.current()
+        from robustctl.jobcode.git import switch_code
+        from robustctl.jobcode.records import mark_applied, pending_update
+
+        commit, ids, forced = pending_update(self.ctx.store, job.name, self.ctx.clock())
+        if commit is None:
+            return False, "no pending code change (applied or cleared since the plan)"
+        result = switch_code(self.ctx, job.name, [h.name for h in hosts], commit, pool=self.pool)
+        if not result.ok:
+            raise RestartFailed(f"code update {commit[:12]} not applied: {result.message}")
+        mark_applied(self.ctx.store, job.name, ids, forced=forced, note="applied by restart")
+        return True, result.message
+
+    def launch(self, step: Step, plan: Plan) -> tuple[bool, str]:
+        """``launch``: start every process; a launch that fails somewhere stops what it started."""
+        job, hosts = self.current()
+        diagnose = self.ctx.inventory.diagnose
+        self.launched_at = self.ctx.clock()
+        results = launch_job(job, hosts, self.pool, ckpt_iter=self.iteration(), diagnose=diagnose)
+        detail = "; ".join(r.line() for r in results)
+        if not all(r.ok for r in results):
+            undo = stop_job(job, hosts, self.pool, grace_s=_grace(job), diagnose=diagnose)
+            undone = "; ".join(r.line() for r in undo)
+            raise RestartFailed(f"launch failed: {detail}; what started was stopped again: {undone}")
+        return True, detail
+
+    def wait(self, step: Step, plan: Plan) -> tuple[bool, str]:
+        """``wait_running``: every rank runs (or Slurm says RUNNING); then the version is recorded."""
+        job, hosts = self.current()
+        if plan.scheduler == "slurm":
+            return _wait_slurm(self.ctx, job, self.sleep)
+        assert job.launch is not None
+        report = wait_running(
+            job,
+            hosts,
+            self.pool,
+            timeout_s=job.launch.start_timeout_s,
+            diagnose=self.ctx.inventory.diagnose,
+            sleep=self.sleep,
+        )
+        if not report.ok:
+            raise RestartFailed(report.line())
+        started = self.launched_at if self.launched_at is not None else self.ctx.clock()
+        return False, report.line() + _record_version(
+            self.ctx, job, hosts, self.iteration(), self.pool, started
+        )
+
+
+def _grace(job: Job) -> float:
+    """SIGTERM → SIGKILL grace of ``job``'s processes (``launch.stop_grace_s``, else the default)."""
+    return job.launch.stop_grace_s if job.launch is not None else DEFAULT_STOP_GRACE_S
+
+
 def restart_runners(
     ctx: ActionContext,
     spec: RestartSpec,
@@ -515,102 +628,14 @@ def restart_runners(
     They share one state: the iteration ``pick_checkpoint`` chose is the ``{ckpt_iter}`` of ``launch``.
     Each raises :class:`RestartFailed` (one line per machine that failed) when its step failed.
     """
-    chosen: dict[str, _Pick] = {}
-
-    def iteration() -> int | None:
-        return chosen["pick"].iteration if "pick" in chosen else None
-
-    launched: dict[str, float] = {}
-
-    def current() -> tuple[Job, list[Host]]:
-        job, hosts, _ = _job_hosts(ctx, spec.job)
-        return job, hosts
-
-    def stop(step: Step, plan: Plan) -> tuple[bool, str]:
-        job, hosts = current()
-        former = _former_hosts(job, hosts)
-        grace = job.launch.stop_grace_s if job.launch is not None else DEFAULT_STOP_GRACE_S
-        results = stop_job(job, [*hosts, *former], pool, grace_s=grace, diagnose=ctx.inventory.diagnose)
-        mine, old = results[: len(hosts)], results[len(hosts) :]
-        detail = "; ".join(r.line() for r in mine)
-        if old:  # best effort: an evicted machine may be down, which must not block the restart
-            detail += "; former host(s): " + "; ".join(r.line() for r in old)
-        if not all(r.ok for r in mine):
-            bad = [r.host for r in mine if not r.ok]
-            raise RestartFailed(f"could not verify job {job.name} stopped on {', '.join(bad)}: {detail}")
-        return any(r.found or r.killed for r in results), detail
-
-    def pick(step: Step, plan: Plan) -> tuple[bool, str]:
-        job, hosts = current()
-        picked = chosen["pick"] = _pick_checkpoint(ctx, job, hosts, spec.want)
-        if picked.iteration is None:
-            return False, f"no checkpoint: {picked.why}"
-        return False, f"{PICKED_PREFIX}{picked.iteration}: {picked.why}"
-
-    def stage(step: Step, plan: Plan) -> tuple[bool, str]:
-        job, _ = current()
-        from robustctl.ckpt.stage import StagingError, stage_shards
-
-        moves = chosen["pick"].moves if "pick" in chosen else ()
-        if job.ckpt is None or not moves:
-            return False, NOTHING_TO_STAGE
-        try:
-            report = stage_shards(moves, job.ckpt, ctx.inventory.by_name, pool)
-        except (StagingError, HostError) as exc:
-            raise RestartFailed(f"checkpoint iteration {iteration()} not staged: {exc}") from exc
-        return True, report.line()
-
-    def update(step: Step, plan: Plan) -> tuple[bool, str]:
-        job, hosts = current()
-        from robustctl.jobcode.git import switch_code
-        from robustctl.jobcode.records import mark_applied, pending_update
-
-        commit, ids, forced = pending_update(ctx.store, job.name, ctx.clock())
-        if commit is None:
-            return False, "no pending code change (applied or cleared since the plan)"
-        result = switch_code(ctx, job.name, [h.name for h in hosts], commit, pool=pool)
-        if not result.ok:
-            raise RestartFailed(f"code update {commit[:12]} not applied: {result.message}")
-        mark_applied(ctx.store, job.name, ids, forced=forced, note="applied by restart")
-        return True, result.message
-
-    def launch(step: Step, plan: Plan) -> tuple[bool, str]:
-        job, hosts = current()
-        launched["at"] = ctx.clock()
-        results = launch_job(job, hosts, pool, ckpt_iter=iteration(), diagnose=ctx.inventory.diagnose)
-        detail = "; ".join(r.line() for r in results)
-        if not all(r.ok for r in results):
-            grace = job.launch.stop_grace_s if job.launch is not None else DEFAULT_STOP_GRACE_S
-            undo = stop_job(job, hosts, pool, grace_s=grace, diagnose=ctx.inventory.diagnose)
-            undone = "; ".join(r.line() for r in undo)
-            raise RestartFailed(f"launch failed: {detail}; what started was stopped again: {undone}")
-        return True, detail
-
-    def wait(step: Step, plan: Plan) -> tuple[bool, str]:
-        job, hosts = current()
-        if plan.scheduler == "slurm":
-            return _wait_slurm(ctx, job, sleep)
-        assert job.launch is not None
-        report = wait_running(
-            job,
-            hosts,
-            pool,
-            timeout_s=job.launch.start_timeout_s,
-            diagnose=ctx.inventory.diagnose,
-            sleep=sleep,
-        )
-        if not report.ok:
-            raise RestartFailed(report.line())
-        started = launched.get("at", ctx.clock())
-        return False, report.line() + _record_version(ctx, job, hosts, iteration(), pool, started)
-
+    run = _Runners(ctx, spec, pool, sleep)
     return {
-        StepKind.STOP_JOB: stop,
-        StepKind.APPLY_UPDATE: update,
-        StepKind.PICK_CHECKPOINT: pick,
-        StepKind.STAGE_CHECKPOINT: stage,
-        StepKind.LAUNCH: launch,
-        StepKind.WAIT_RUNNING: wait,
+        StepKind.STOP_JOB: run.stop,
+        StepKind.APPLY_UPDATE: run.update,
+        StepKind.PICK_CHECKPOINT: run.pick,
+        StepKind.STAGE_CHECKPOINT: run.stage,
+        StepKind.LAUNCH: run.launch,
+        StepKind.WAIT_RUNNING: run.wait,
     }
 
 

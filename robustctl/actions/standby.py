@@ -313,6 +313,72 @@ def check_standbys(ctx: ActionContext, pool: TransportPool, *, hosts: str | None
     return StandbyCheck(tuple(results), report, audit_id, gone if hosts is None else ())
 
 
+def _replaced_rail(ctx: ActionContext, for_host: str) -> RailCheck:
+    """``replaced-host-out``: the host a standby replaces must be evicted or suspect (not overridable)."""
+    state = current_state(ctx, for_host)
+    return RailCheck(
+        "replaced-host-out",
+        state in (MachineState.EVICTED, MachineState.SUSPECT),
+        f"{for_host} is {state.value}",
+        f"cannot be overridden: evict it first (robustctl evict {for_host} --reason ...)",
+        overridable=False,
+    )
+
+
+def _choose_standby(
+    ctx: ActionContext, pool: list[StandbyInfo], standby: str | None, notes: list[str]
+) -> tuple[StandbyInfo | None, RailCheck]:
+    """The standby to swap in (``standby``, else the first ready one that is no lemon when
+    ``sweep.lemon_no_standby`` is set) and its ``ready-standby`` rail.
+
+    Raises: UsageError (``standby`` is not in the pool).
+    """
+    ready = [s for s in pool if s.readiness is Readiness.READY]
+    if standby is None and ctx.inventory.sweep.lemon_no_standby:
+        lemons = _lemons(ctx)
+        if lemons & {s.host for s in ready}:
+            notes.append("lemons not picked (sweep.lemon_no_standby): " + ", ".join(sorted(lemons)))
+        ready = [s for s in ready if s.host not in lemons]
+    if standby is not None:
+        chosen = next((s for s in pool if s.host == standby), None)
+        if chosen is None:
+            raise UsageError(f"{standby} is not a standby (robustctl standby list)")
+        return chosen, RailCheck(
+            "ready-standby",
+            chosen.readiness is Readiness.READY,
+            f"{standby} is {chosen.readiness.value}",
+            f"run robustctl standby check {standby}, or {FORCE_HINT}",
+        )
+    first = ready[0] if ready else None
+    return first, RailCheck(
+        "ready-standby",
+        first is not None,
+        f"{len(ready)} ready of {len(pool)} standby(s)",
+        "cannot be overridden: add standbys (robustctl standby add) and check them (robustctl standby check)",
+        overridable=False,
+    )
+
+
+def _activate_steps(
+    ctx: ActionContext, job: str, for_host: str, chosen: StandbyInfo | None, requeue: bool, notes: list[str]
+) -> tuple[tuple[str, ...], list[Step]]:
+    """The targets and steps of swapping ``chosen`` in for ``for_host`` (none without a standby)."""
+    if chosen is None:
+        return (for_host,), []
+    new = chosen.host
+    steps = [
+        Step(StepKind.REPLACE, for_host, ctx.scheduler.name, job=job, new_host=new),
+        Step(StepKind.JOB_HOSTS, for_host, "store", job=job, new_host=new),
+        Step(StepKind.RESUME, new, ctx.scheduler.name),
+        Step(StepKind.MARK, new, "store", to_state=MachineState.ACTIVE),
+    ]
+    if requeue:
+        steps.append(Step(StepKind.REQUEUE, job, ctx.scheduler.name, job=job))
+    else:
+        notes.append(f"job {job} is not requeued (pass --requeue, or restart it yourself)")
+    return (for_host, new), steps
+
+
 def plan_activate(
     ctx: ActionContext,
     *,
@@ -346,72 +412,19 @@ def plan_activate(
         raise UsageError(str(exc)) from None
     hosts = ctx.job_hosts(job).require_scheduler()  # it changes the scheduler's job: its view only
     pool = list_standbys(ctx)
-    rails: list[RailCheck] = []
     notes: list[str] = []
     if for_host not in hosts:
         raise UsageError(f"{for_host} is not in job {job} (its hosts: {', '.join(hosts)})")
-    state = current_state(ctx, for_host)
-    rails.append(
-        RailCheck(
-            "replaced-host-out",
-            state in (MachineState.EVICTED, MachineState.SUSPECT),
-            f"{for_host} is {state.value}",
-            f"cannot be overridden: evict it first (robustctl evict {for_host} --reason ...)",
-            overridable=False,
-        )
-    )
-    ready = [s for s in pool if s.readiness is Readiness.READY]
-    if standby is None and ctx.inventory.sweep.lemon_no_standby:
-        lemons = _lemons(ctx)
-        if lemons & {s.host for s in ready}:
-            notes.append("lemons not picked (sweep.lemon_no_standby): " + ", ".join(sorted(lemons)))
-        ready = [s for s in ready if s.host not in lemons]
-    chosen: StandbyInfo | None
-    if standby is not None:
-        chosen = next((s for s in pool if s.host == standby), None)
-        if chosen is None:
-            raise UsageError(f"{standby} is not a standby (robustctl standby list)")
-        rails.append(
-            RailCheck(
-                "ready-standby",
-                chosen.readiness is Readiness.READY,
-                f"{standby} is {chosen.readiness.value}",
-                f"run robustctl standby check {standby}, or {FORCE_HINT}",
-            )
-        )
-    else:
-        chosen = ready[0] if ready else None
-        rails.append(
-            RailCheck(
-                "ready-standby",
-                chosen is not None,
-                f"{len(ready)} ready of {len(pool)} standby(s)",
-                "cannot be overridden: add standbys (robustctl standby add) and check them (robustctl standby check)",
-                overridable=False,
-            )
-        )
-    steps: list[Step] = []
-    targets: tuple[str, ...] = (for_host,)
-    if chosen is not None:
-        new = chosen.host
-        targets = (for_host, new)
-        steps = [
-            Step(StepKind.REPLACE, for_host, ctx.scheduler.name, job=job, new_host=new),
-            Step(StepKind.JOB_HOSTS, for_host, "store", job=job, new_host=new),
-            Step(StepKind.RESUME, new, ctx.scheduler.name),
-            Step(StepKind.MARK, new, "store", to_state=MachineState.ACTIVE),
-        ]
-        if requeue:
-            steps.append(Step(StepKind.REQUEUE, job, ctx.scheduler.name, job=job))
-        else:
-            notes.append(f"job {job} is not requeued (pass --requeue, or restart it yourself)")
+    replaced = _replaced_rail(ctx, for_host)
+    chosen, ready = _choose_standby(ctx, pool, standby, notes)
+    targets, steps = _activate_steps(ctx, job, for_host, chosen, requeue, notes)
     return Plan(
         action="standby-activate",
         targets=targets,
         steps=tuple(steps),
         reason=reason or f"replace {for_host} in job {job}",
         scheduler=ctx.scheduler.name,
-        rails=tuple(rails),
+        rails=(replaced, ready),
         job=job,
         forced=force,
         force_reason=force_reason if force else None,
