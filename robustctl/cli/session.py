@@ -7,32 +7,51 @@ confirm=confirmer(yes), show=plan_shower(quiet))`` and returns :func:`finish` of
 from __future__ import annotations
 
 import sys
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, TypeVar
 
 import typer
 
 if TYPE_CHECKING:
     from robustctl.actions.session import ActionResult, Confirm, ShowPlan
 
-__all__ = ["confirmer", "finish", "plan_shower"]
+__all__ = ["asker", "confirmer", "finish", "plan_shower"]
+
+_P = TypeVar("_P")
+
+
+def asker(yes: bool, question: Callable[[_P], str]) -> Callable[[_P], bool] | None:
+    """The confirmation hook of a plan of any kind: ``--yes``: yes; a terminal on stdin: ask there.
+
+    Args:
+        yes: ``--yes`` was given.
+        question: the question asked about a plan (answered no unless the operator says yes).
+
+    Returns:
+        The hook, or None when nobody can be asked (no ``--yes``, no terminal: the command's
+        usage error, 64).
+    """
+    if yes:
+        return lambda plan: True
+    if not sys.stdin.isatty():
+        return None
+    return lambda plan: typer.confirm(question(plan), default=False, err=True)
 
 
 def confirmer(yes: bool) -> Confirm | None:
-    """``--yes``: always; a terminal on stdin: ask there; else None (the library's usage error, 64).
+    """The confirmation hook of an action session (:func:`asker` with "Apply this ACTION plan?").
 
     Args:
         yes: ``--yes`` was given.
 
     Returns:
-        The confirmation hook of the session, or None when nobody can be asked.
+        The session's confirmation hook, or None when nobody can be asked.
     """
     from robustctl.actions.session import always
 
     if yes:
         return always
-    if not sys.stdin.isatty():
-        return None
-    return lambda plan: typer.confirm(f"Apply this {plan.action} plan?", default=False, err=True)
+    return asker(yes, lambda plan: f"Apply this {plan.action} plan?")
 
 
 def plan_shower(quiet: bool) -> ShowPlan | None:

@@ -22,7 +22,7 @@ from robustctl.cli.options import (
     YesOpt,
     build_request,
 )
-from robustctl.cli.session import confirmer, plan_shower
+from robustctl.cli.session import asker, confirmer, plan_shower
 
 if TYPE_CHECKING:
     from robustctl.commands.update import RollbackPlan
@@ -234,16 +234,8 @@ def _plan_printer(quiet: bool) -> Any:
     return show
 
 
-def _rollback_confirmer(yes: bool) -> Any:
-    import sys
-
-    if yes:
-        return lambda plan: True
-    if not sys.stdin.isatty():
-        return None
-    return lambda plan: typer.confirm(
-        f"Roll job {plan.job} back to {plan.commit[:12]} and restart it?", err=True
-    )
+def _rollback_question(plan: RollbackPlan) -> str:
+    return f"Roll job {plan.job} back to {plan.commit[:12]} and restart it?"
 
 
 def rollback(
@@ -273,7 +265,7 @@ def rollback(
 
     res = run_rollback(
         build_request(RollbackRequest, cli),
-        confirm=_rollback_confirmer(yes),
+        confirm=asker(yes, _rollback_question),
         show=_plan_printer(quiet),
         restart_show=plan_shower(quiet),
     )

@@ -211,3 +211,25 @@ def test_an_action_command_still_builds_its_request_through_the_cli(
         "GPU replaced",
         ["node01"],
     )
+
+
+def test_asker_says_yes_with_yes_and_refuses_without_a_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
+    from robustctl.cli.session import asker
+
+    hook = asker(True, lambda plan: f"apply {plan}?")
+    assert hook is not None and hook("p") is True
+    monkeypatch.setattr("sys.stdin.isatty", lambda: False)
+    assert asker(False, lambda plan: f"apply {plan}?") is None
+
+
+def test_asker_asks_the_question_on_a_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
+    from robustctl.cli import session
+
+    asked: list[tuple[str, bool, bool]] = []
+    monkeypatch.setattr("sys.stdin.isatty", lambda: True)
+    monkeypatch.setattr(
+        session.typer, "confirm", lambda text, default, err: asked.append((text, default, err)) or False
+    )
+    hook = session.asker(False, lambda plan: f"apply {plan}?")
+    assert hook is not None and hook("p") is False
+    assert asked == [("apply p?", False, True)]
