@@ -52,21 +52,8 @@ def render_sweep(result: SweepResult, console: Console, *, quiet: bool = False) 
         console.print(as_text(f"robustctl: warning: {result.acted['error']}"))
     if quiet:
         return
-    by = {d.host: d for d in result.decisions}
-    bad = [h for h in result.hosts if h.status.value not in ("ok", "not_applicable", "skipped")]
-    if bad:
-        table = Table(title=f"sweep: {len(bad)} of {len(result.hosts)} host(s) not OK", title_justify="left")
-        for col in ("host", "verdict", "policy", "finding"):
-            table.add_column(col, overflow="fold")
-        for h in bad:
-            d = by.get(h.host)
-            if d is None:
-                policy, finding = "-", h.error or ""
-            else:
-                f = d.findings[0]
-                policy = "named" if d.named else "pending"
-                finding = f"{f.check}: {f.detail} [{f.check_class.value}: {f.why}]"
-            table.add_row(escape(h.host), styled(h.status), policy, escape(finding))
+    table = _not_ok_table(result)
+    if table is not None:
         console.print(table)
     if result.acted is not None:
         a = result.acted
@@ -83,6 +70,28 @@ def render_sweep(result: SweepResult, console: Console, *, quiet: bool = False) 
         f"{sum(bool(h.pending) for h in result.hosts)} pending, "
         f"{sum(h.status.value == 'unknown' for h in result.hosts)} not checked; history in {result.state}"
     ))  # fmt: skip
+
+
+def _not_ok_table(result: SweepResult) -> Table | None:
+    """The hosts whose verdict is not OK, each with the policy's reading of its first finding (or the
+    reason it could not be checked); None when every host is OK."""
+    by = {d.host: d for d in result.decisions}
+    bad = [h for h in result.hosts if h.status.value not in ("ok", "not_applicable", "skipped")]
+    if not bad:
+        return None
+    table = Table(title=f"sweep: {len(bad)} of {len(result.hosts)} host(s) not OK", title_justify="left")
+    for col in ("host", "verdict", "policy", "finding"):
+        table.add_column(col, overflow="fold")
+    for h in bad:
+        d = by.get(h.host)
+        if d is None:
+            policy, finding = "-", h.error or ""
+        else:
+            f = d.findings[0]
+            policy = "named" if d.named else "pending"
+            finding = f"{f.check}: {f.detail} [{f.check_class.value}: {f.why}]"
+        table.add_row(escape(h.host), styled(h.status), policy, escape(finding))
+    return table
 
 
 def render_history(result: HistoryResult, console: Console) -> None:
