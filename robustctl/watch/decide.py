@@ -81,7 +81,7 @@ and any sequence of valid times give a decision; nothing else raises.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from enum import Enum
 from typing import TYPE_CHECKING, Any
@@ -100,16 +100,32 @@ __all__ = [
     "MAX_MEMORY_RECOVERIES",
     "MAX_REASON_CHARS",
     "PRIORITY",
+    "RAILS",
     "RECOVERY_WINDOW_S",
     "Action",
     "Decision",
     "OpenIncident",
+    "Outcome",
     "Pause",
     "Rail",
     "RunInProgress",
+    "Situation",
     "WatchMemory",
+    "act",
+    "advance_clock",
+    "apply_resume",
+    "close_recovered",
     "decide",
+    "end_run",
+    "judge",
+    "open_or_reclassify",
     "priority_of",
+    "rail_cooldown",
+    "rail_hourly_limit",
+    "rail_no_hosts",
+    "rail_paused",
+    "rail_running",
+    "rail_same_incident",
 ]
 
 PRIORITY: tuple[SignalClass, ...] = (
@@ -531,6 +547,437 @@ def _hosts_of(verdicts: Sequence[Verdict]) -> list[str]:
     return out
 
 
+@dataclass(frozen=True)
+class Situation:
+    """What the rails and the act rule judge: an actionable signal seen, after rules 1 to 5.
+
+    Attributes:
+        job: the job. now: UNIX s of the evaluation (after rule 1). settings: the ``watch:`` section.
+        memory: the memory so far (the incident opened or reclassified in it). incident: the open
+            incident (``memory.incident``). seen: the highest-priority class seen. signal: the class
+            decided on (the open incident's when ``seen`` ranks lower). lower: ``seen`` ranks below the
+            open incident's class. playbook: the class's playbook. evidence: the verdicts of
+            ``signal``. hosts: the hosts the evidence names (host-critical only; else empty).
+        advise: ``--advise``.
+    """
+
+    job: str
+    now: float
+    settings: WatchSettings
+    memory: WatchMemory
+    incident: OpenIncident
+    seen: SignalClass
+    signal: SignalClass
+    lower: bool
+    playbook: str
+    evidence: tuple[Verdict, ...]
+    hosts: tuple[str, ...] = ()
+    advise: bool = False
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """One rule's verdict on a :class:`Situation`: the action, its reason and what the decision carries
+    besides (the memory after it, the rail, the playbook's parameters, the notifier)."""
+
+    action: Action
+    reason: str
+    memory: WatchMemory
+    rail: Rail | None = None
+    params: tuple[tuple[str, str], ...] = ()
+    notify: tuple[str, ...] = ()
+
+
+def _skip(s: Situation, rail: Rail, reason: str) -> Outcome:
+    return Outcome(Action.SKIP, reason, s.memory, rail)
+
+
+def _what(s: Situation) -> str:
+    """How a rail's reason names the signal: a lower-priority one is said against the open incident's."""
+    if s.lower:
+        return f"lower-priority {s.seen.value} while {s.incident.signal.value} is open"
+    return f"saw {s.seen.value}"
+
+
+def rail_paused(s: Situation) -> Outcome | None:
+    """Rule 6, ``paused``: after the hourly limit stopped the watcher, nothing runs until a person resumes.
+
+    Args:
+        s: the situation.
+
+    Returns:
+        A ``skip`` while paused, else None.
+    """
+    p = s.memory.paused
+    if p is None:
+        return None
+    return _skip(
+        s,
+        Rail.PAUSED,
+        f"saw {s.seen.value}, did nothing: paused since {_at(p.since_s)} ({p.reason}); "
+        "a person clears it with resume",
+    )
+
+
+def rail_running(s: Situation) -> Outcome | None:
+    """Rule 6, ``running`` (``lower-priority`` for a lower signal): never two playbooks at once for a job.
+
+    Args:
+        s: the situation.
+
+    Returns:
+        A ``skip`` while a run is in progress, else None.
+    """
+    run = s.memory.running
+    if run is None:
+        return None
+    ident = "" if run.run_id is None else f" (run {run.run_id})"
+    return _skip(
+        s,
+        Rail.LOWER_PRIORITY if s.lower else Rail.RUNNING,
+        f"{_what(s)}, did nothing: playbook {run.playbook}{ident} is already running for this job "
+        f"(incident {run.incident}, since {_at(run.started_s)}); never two at once",
+    )
+
+
+def rail_same_incident(s: Situation) -> Outcome | None:
+    """Rule 6, ``same-incident`` (``lower-priority`` for a lower signal): never a second recovery for
+    one incident, until the job makes a new step after the first.
+
+    Args:
+        s: the situation.
+
+    Returns:
+        A ``skip`` when the open incident was handled, else None.
+    """
+    inc = s.incident
+    if not inc.handled:
+        return None
+    ended_s = inc.recovery_ended_s
+    when = "" if ended_s is None else f" ended at {_at(ended_s)}"
+    return _skip(
+        s,
+        Rail.LOWER_PRIORITY if s.lower else Rail.SAME_INCIDENT,
+        f"{_what(s)}, did nothing: incident {inc.incident_id} was already handled by {inc.playbook}"
+        f"{when} and the job has made no step since; never a second recovery for one incident",
+    )
+
+
+def rail_cooldown(s: Situation) -> Outcome | None:
+    """Rule 6, ``cooldown``: no recovery starts before the cool-down's end (the end itself is outside it).
+
+    Args:
+        s: the situation.
+
+    Returns:
+        A ``skip`` within the cool-down, else None.
+    """
+    until = s.memory.cooldown_until_s
+    if until is None or s.now >= until:
+        return None
+    return _skip(
+        s,
+        Rail.COOLDOWN,
+        f"saw {s.seen.value}, did nothing: cool-down until {_at(until)} "
+        f"({_fmt_t(s.settings.cooldown_s)} after the last recovery ended)",
+    )
+
+
+def rail_no_hosts(s: Situation) -> Outcome | None:
+    """Rule 6, ``no-hosts``: a host-critical signal must name hosts that fit one playbook parameter
+    (:data:`MAX_HOSTS_PARAM_CHARS`).
+
+    Args:
+        s: the situation.
+
+    Returns:
+        A ``skip`` for a host-critical signal without hosts or with too many, else None.
+    """
+    if s.signal is not SignalClass.HOST_CRITICAL:
+        return None
+    if s.hosts and len(",".join(s.hosts)) <= MAX_HOSTS_PARAM_CHARS:
+        return None
+    why = (
+        "the verdicts name no host"
+        if not s.hosts
+        else f"{len(s.hosts)} hosts do not fit one parameter ({MAX_HOSTS_PARAM_CHARS} characters)"
+    )
+    return _skip(
+        s, Rail.NO_HOSTS, f"saw {s.seen.value}, did nothing: {why}, and {s.playbook} evicts named hosts"
+    )
+
+
+def rail_hourly_limit(s: Situation) -> Outcome | None:
+    """Rule 6, ``hourly-limit``: with ``max_recoveries_per_hour`` recoveries in the last
+    :data:`RECOVERY_WINDOW_S`, ``stop`` once and pause (``advise``: say it would).
+
+    Args:
+        s: the situation.
+
+    Returns:
+        A ``stop`` (or ``advise``) at the limit, else None.
+    """
+    limit = s.settings.max_recoveries_per_hour
+    done = len(s.memory.recoveries_s)
+    if done < limit:
+        return None
+    reason = (
+        f"saw {s.seen.value} ({s.incident.incident_id}), stopped acting: {done} recoveries "
+        f"in the last {_fmt_t(RECOVERY_WINDOW_S)} reach max_recoveries_per_hour {limit}; "
+        f"{s.playbook} not run; paused until a person resumes"
+    )
+    if s.advise:
+        return Outcome(Action.ADVISE, "would stop: " + reason, s.memory, Rail.HOURLY_LIMIT)
+    mem = replace(s.memory, paused=Pause(_cut(reason, MAX_REASON_CHARS // 2), s.now))
+    return Outcome(Action.STOP, reason, mem, Rail.HOURLY_LIMIT, notify=tuple(s.settings.notify or ()))
+
+
+def act(s: Situation) -> Outcome:
+    """Rule 7: run the class's playbook with ``job`` (and ``hosts`` for host-critical); with ``advise``,
+    say what would run and start nothing.
+
+    Args:
+        s: the situation (every rail let it through).
+
+    Returns:
+        A ``run`` (the memory records the run in progress, the recovery and the incident as handled)
+        or an ``advise``.
+    """
+    params: list[tuple[str, str]] = [("job", s.job)]
+    if s.signal is SignalClass.HOST_CRITICAL:
+        params.append(("hosts", ",".join(s.hosts)))
+    args = " ".join(f"{k}={v}" for k, v in params)
+    inc = s.incident
+    if s.advise:
+        return Outcome(
+            Action.ADVISE,
+            f"would run {s.playbook} ({args}) for {s.seen.value} ({inc.incident_id}); --advise acts on nothing",
+            s.memory,
+            params=tuple(params),
+        )
+    inc = replace(inc, playbook=s.playbook, recovery_started_s=s.now, recovery_ended_s=None)
+    mem = replace(
+        s.memory,
+        incident=inc,
+        running=RunInProgress(s.playbook, inc.incident_id, s.now),
+        recoveries_s=(*s.memory.recoveries_s, s.now),
+    )
+    return Outcome(
+        Action.RUN,
+        f"run {s.playbook} ({args}) for {s.signal.value} ({inc.incident_id})",
+        mem,
+        params=tuple(params),
+    )
+
+
+RAILS: tuple[Callable[[Situation], Outcome | None], ...] = (
+    rail_paused,
+    rail_running,
+    rail_same_incident,
+    rail_cooldown,
+    rail_no_hosts,
+    rail_hourly_limit,
+)
+"""The rails of rule 6, in the order they are applied: the first that returns an outcome decides;
+when none does, :func:`act` does (module docstring, rules 6 and 7)."""
+
+
+def judge(s: Situation) -> Outcome:
+    """Rules 6 and 7: the first of :data:`RAILS` that holds decides, else :func:`act`.
+
+    Args:
+        s: the situation.
+
+    Returns:
+        The outcome.
+    """
+    for rail in RAILS:
+        out = rail(s)
+        if out is not None:
+            return out
+    return act(s)
+
+
+def _check_inputs(
+    job: str, now: float, run_ended_s: float | None, newest_step_s: float | None, verdicts: Sequence[Verdict]
+) -> None:
+    """Raise ValueError on an empty job, a non-finite time or something other than a verdict."""
+    if not isinstance(job, str) or not job:
+        raise ValueError(f"job must be a non-empty name, not {job!r}")
+    _check_time("now", now, optional=False)
+    _check_time("run_ended_s", run_ended_s, optional=True)
+    _check_time("newest_step_s", newest_step_s, optional=True)
+    for v in verdicts:
+        if not isinstance(v, Verdict):
+            raise ValueError(f"a verdict must be a Verdict, not {type(v).__name__}")
+
+
+def advance_clock(memory: WatchMemory, now: float) -> tuple[WatchMemory, float]:
+    """Rule 1: a clock stepped back is taken as the last evaluation's time; recoveries older than
+    :data:`RECOVERY_WINDOW_S` are forgotten.
+
+    Args:
+        memory: the memory before the evaluation.
+        now: UNIX s of the evaluation.
+
+    Returns:
+        ``(memory, now)`` after the rule.
+    """
+    if memory.last_evaluated_s is not None:
+        now = max(float(now), memory.last_evaluated_s)
+    now = float(now)
+    mem = replace(
+        memory,
+        last_evaluated_s=now,
+        recoveries_s=tuple(t for t in memory.recoveries_s if now - t < RECOVERY_WINDOW_S),
+    )
+    return mem, now
+
+
+def apply_resume(mem: WatchMemory) -> tuple[WatchMemory, str]:
+    """Rule 2: a person's resume clears a pause and the recoveries counted in the hour.
+
+    Args:
+        mem: the memory.
+
+    Returns:
+        ``(memory, note)`` after the rule.
+    """
+    if mem.paused is None:
+        return mem, "resume asked while not paused: nothing to clear"
+    return replace(
+        mem, paused=None, recoveries_s=()
+    ), f"resumed by a person (paused since {_at(mem.paused.since_s)})"
+
+
+def end_run(mem: WatchMemory, run_ended_s: float, now: float, cooldown_s: float) -> tuple[WatchMemory, str]:
+    """Rule 3: the run in progress ended: nothing runs, the cool-down runs until its end + ``cooldown_s``
+    and its incident records the end (and waits for a new step).
+
+    Args:
+        mem: the memory (a run in progress).
+        run_ended_s: the journal's finish time.
+        now: UNIX s of the evaluation.
+        cooldown_s: the inventory's ``watch.cooldown_s``.
+
+    Returns:
+        ``(memory, note)`` after the rule.
+    """
+    run = mem.running
+    assert run is not None
+    ended = min(max(float(run_ended_s), run.started_s), now)
+    until = ended + cooldown_s
+    if mem.cooldown_until_s is not None:
+        until = max(until, mem.cooldown_until_s)
+    incident = mem.incident
+    if incident is not None and incident.incident_id == run.incident:
+        incident = replace(incident, recovery_ended_s=ended)
+    mem = replace(mem, running=None, cooldown_until_s=until, incident=incident)
+    return mem, f"playbook {run.playbook} for {run.incident} ended at {_at(ended)}"
+
+
+def close_recovered(mem: WatchMemory, newest_step_s: float | None) -> tuple[WatchMemory, str | None]:
+    """Rule 4a: a handled incident closes once the job made a step after its recovery ended.
+
+    Args:
+        mem: the memory.
+        newest_step_s: UNIX s of the job's newest step (None: unknown).
+
+    Returns:
+        ``(memory, note or None when nothing closed)``.
+    """
+    inc = mem.incident
+    if (
+        inc is None
+        or mem.running is not None
+        or inc.recovery_ended_s is None
+        or newest_step_s is None
+        or newest_step_s <= inc.recovery_ended_s
+    ):
+        return mem, None
+    return replace(mem, incident=None), f"incident {inc.incident_id} closed: a new step after its recovery"
+
+
+def open_or_reclassify(
+    mem: WatchMemory, job: str, seen: SignalClass, signal: SignalClass, now: float
+) -> tuple[WatchMemory, OpenIncident, str | None]:
+    """Rules 4 and 5: open an incident of ``signal`` when none is open; raise an unhandled one's class to
+    ``seen`` when ``seen`` outranks it.
+
+    Args:
+        mem: the memory.
+        job: the job.
+        seen: the highest-priority class seen.
+        signal: the class decided on.
+        now: UNIX s of the evaluation.
+
+    Returns:
+        ``(memory, the open incident, note or None when nothing changed)``.
+    """
+    inc = mem.incident
+    if inc is None:
+        n = mem.incidents_opened + 1
+        inc = OpenIncident(f"{job}-{n}", signal, now)
+        return (
+            replace(mem, incident=inc, incidents_opened=n),
+            inc,
+            f"incident {inc.incident_id} opened ({signal.value})",
+        )
+    if not inc.handled and priority_of(seen) < priority_of(inc.signal):
+        note = f"incident {inc.incident_id} reclassified {inc.signal.value} -> {seen.value}"
+        inc = replace(inc, signal=seen)
+        return replace(mem, incident=inc), inc, note
+    return mem, inc, None
+
+
+def _quiet(mem: WatchMemory, ordered: Sequence[Verdict]) -> tuple[WatchMemory, str | None, Outcome]:
+    """No actionable verdict: an unhandled incident closes when nothing at all was seen; ``skip``
+    (unknown only) or ``none``. The memory, a note, and the outcome (its memory the same)."""
+    note = None
+    inc = mem.incident
+    if inc is not None and not inc.handled and not ordered:
+        note = f"incident {inc.incident_id} ({inc.signal.value}) closed: its signal is gone"
+        mem = replace(mem, incident=None)
+    if ordered:
+        reason = (
+            f"{len(ordered)} source(s) could not tell (unknown): an unknown verdict never "
+            "triggers an action, and not checked is not healthy"
+        )
+        return mem, note, Outcome(Action.SKIP, reason, mem, Rail.UNKNOWN_ONLY)
+    return mem, note, Outcome(Action.NONE, "healthy: no rule fired", mem)
+
+
+def _decision(
+    job: str,
+    now: float,
+    ordered: Sequence[Verdict],
+    notes: Sequence[str],
+    out: Outcome,
+    evidence: tuple[Verdict, ...],
+    **kw: Any,
+) -> Decision:
+    """The decision of ``out``: the evidence and the other verdicts bounded by
+    :data:`MAX_EVIDENCE_VERDICTS`, the notes after the reason, the reason bounded."""
+    ev = evidence[:MAX_EVIDENCE_VERDICTS]
+    ids = {id(v) for v in evidence}
+    rest = [v for v in ordered if id(v) not in ids]
+    also = tuple(rest[:MAX_EVIDENCE_VERDICTS])
+    left = len(evidence) - len(ev) + len(rest) - len(also)
+    text = "; ".join([out.reason, *notes]) if notes else out.reason
+    return Decision(
+        job=job,
+        at_s=now,
+        action=out.action,
+        reason=_cut(text, MAX_REASON_CHARS),
+        memory=out.memory,
+        rail=out.rail,
+        evidence=ev,
+        also_seen=also,
+        left_out=left,
+        **kw,
+    )
+
+
 def decide(
     job: str,
     now: float,
@@ -544,6 +991,11 @@ def decide(
     resume: bool = False,
 ) -> Decision:
     """Decide one evaluation for ``job`` (module docstring: the rules, rails and their sources).
+
+    Rules 1 to 4 update the memory (:func:`advance_clock`, :func:`apply_resume`, :func:`end_run`,
+    :func:`close_recovered`); without an actionable verdict the decision is ``none`` or an
+    unknown-only ``skip``; else the incident is opened or reclassified (:func:`open_or_reclassify`) and
+    the first of :data:`RAILS` that holds decides, else :func:`act`.
 
     Args:
         job: the job's name (the playbooks' ``job`` parameter).
@@ -564,248 +1016,39 @@ def decide(
     Raises:
         ValueError: a non-finite time, an empty job name, or a verdict that is not a :class:`Verdict`.
     """
-    if not isinstance(job, str) or not job:
-        raise ValueError(f"job must be a non-empty name, not {job!r}")
-    _check_time("now", now, optional=False)
-    _check_time("run_ended_s", run_ended_s, optional=True)
-    _check_time("newest_step_s", newest_step_s, optional=True)
-    for v in verdicts:
-        if not isinstance(v, Verdict):
-            raise ValueError(f"a verdict must be a Verdict, not {type(v).__name__}")
-
-    # 1. clock and window
-    if memory.last_evaluated_s is not None:
-        now = max(float(now), memory.last_evaluated_s)
-    now = float(now)
-    mem = replace(
-        memory,
-        last_evaluated_s=now,
-        recoveries_s=tuple(t for t in memory.recoveries_s if now - t < RECOVERY_WINDOW_S),
-    )
+    _check_inputs(job, now, run_ended_s, newest_step_s, verdicts)
+    mem, now = advance_clock(memory, now)
     notes: list[str] = []
-
-    # 2. resume
     if resume:
-        if mem.paused is not None:
-            notes.append(f"resumed by a person (paused since {_at(mem.paused.since_s)})")
-            mem = replace(mem, paused=None, recoveries_s=())
-        else:
-            notes.append("resume asked while not paused: nothing to clear")
-
-    # 3. the run in progress
+        mem, note = apply_resume(mem)
+        notes.append(note)
     if mem.running is not None and run_ended_s is not None:
-        run = mem.running
-        ended = min(max(float(run_ended_s), run.started_s), now)
-        until = ended + settings.cooldown_s
-        if mem.cooldown_until_s is not None:
-            until = max(until, mem.cooldown_until_s)
-        incident = mem.incident
-        if incident is not None and incident.incident_id == run.incident:
-            incident = replace(incident, recovery_ended_s=ended)
-        mem = replace(mem, running=None, cooldown_until_s=until, incident=incident)
-        notes.append(f"playbook {run.playbook} for {run.incident} ended at {_at(ended)}")
-
-    # 4a. a handled incident closes on a new step after its recovery ended
-    inc = mem.incident
-    if (
-        inc is not None
-        and mem.running is None
-        and inc.recovery_ended_s is not None
-        and newest_step_s is not None
-        and newest_step_s > inc.recovery_ended_s
-    ):
-        notes.append(f"incident {inc.incident_id} closed: a new step after its recovery")
-        mem = replace(mem, incident=None)
-
-    # 5. priority
+        mem, note = end_run(mem, run_ended_s, now, settings.cooldown_s)
+        notes.append(note)
+    mem, closed = close_recovered(mem, newest_step_s)
+    notes.extend([closed] if closed is not None else [])
     ordered = sorted(verdicts, key=lambda v: priority_of(v.signal))
     actionable = [v for v in ordered if v.signal in PRIORITY]
-
-    def finish(action: Action, reason: str, **kw: Any) -> Decision:
-        evidence: tuple[Verdict, ...] = kw.pop("evidence", ())
-        ev = evidence[:MAX_EVIDENCE_VERDICTS]
-        ids = {id(v) for v in evidence}
-        rest = [v for v in ordered if id(v) not in ids]
-        also = tuple(rest[:MAX_EVIDENCE_VERDICTS])
-        left = len(evidence) - len(ev) + len(rest) - len(also)
-        text = "; ".join([reason, *notes]) if notes else reason
-        return Decision(
-            job=job,
-            at_s=now,
-            action=action,
-            reason=_cut(text, MAX_REASON_CHARS),
-            evidence=ev,
-            also_seen=also,
-            left_out=left,
-            **kw,
-        )
-
     if not actionable:
-        inc = mem.incident
-        if inc is not None and not inc.handled and not ordered:
-            notes.append(f"incident {inc.incident_id} ({inc.signal.value}) closed: its signal is gone")
-            mem = replace(mem, incident=None)
-        unknown = tuple(ordered)
-        if unknown:
-            return finish(
-                Action.SKIP,
-                f"{len(unknown)} source(s) could not tell (unknown): an unknown verdict never "
-                "triggers an action, and not checked is not healthy",
-                memory=mem,
-                rail=Rail.UNKNOWN_ONLY,
-                evidence=unknown,
-                incident=None if mem.incident is None else mem.incident.incident_id,
-            )
-        return finish(
-            Action.NONE,
-            "healthy: no rule fired",
-            memory=mem,
-            incident=None if mem.incident is None else mem.incident.incident_id,
-        )
-
+        mem, gone, out = _quiet(mem, ordered)
+        notes.extend([gone] if gone is not None else [])
+        evidence = tuple(ordered) if out.action is Action.SKIP else ()
+        incident = None if mem.incident is None else mem.incident.incident_id
+        return _decision(job, now, ordered, notes, out, evidence, incident=incident)
     seen = actionable[0].signal
-    inc = mem.incident
-    lower = inc is not None and priority_of(seen) > priority_of(inc.signal)
+    lower = mem.incident is not None and priority_of(seen) > priority_of(mem.incident.signal)
     # the class decided on: the open incident's unless the new signal outranks it
-    signal = inc.signal if inc is not None and lower else seen
+    signal = mem.incident.signal if mem.incident is not None and lower else seen
     evidence = tuple(v for v in actionable if v.signal is signal) or tuple(
         v for v in actionable if v.signal is seen
     )
+    mem, inc, changed = open_or_reclassify(mem, job, seen, signal, now)
+    notes[:0] = [changed] if changed is not None else []
+    hosts = tuple(_hosts_of(evidence)) if signal is SignalClass.HOST_CRITICAL else ()
     playbook = settings.playbook_for(signal.value)
-
-    if inc is None:
-        n = mem.incidents_opened + 1
-        inc = OpenIncident(f"{job}-{n}", signal, now)
-        mem = replace(mem, incident=inc, incidents_opened=n)
-        notes.insert(0, f"incident {inc.incident_id} opened ({signal.value})")
-    elif not inc.handled and priority_of(seen) < priority_of(inc.signal):
-        notes.insert(0, f"incident {inc.incident_id} reclassified {inc.signal.value} -> {seen.value}")
-        inc = replace(inc, signal=seen)
-        mem = replace(mem, incident=inc)
-    common: dict[str, Any] = {"signal": signal, "incident": inc.incident_id, "evidence": evidence}
-
-    # 6. rails
-    if mem.paused is not None:
-        return finish(
-            Action.SKIP,
-            f"saw {seen.value}, did nothing: paused since {_at(mem.paused.since_s)} "
-            f"({mem.paused.reason}); a person clears it with resume",
-            memory=mem,
-            rail=Rail.PAUSED,
-            playbook=playbook,
-            **common,
-        )
-    if mem.running is not None:
-        run = mem.running
-        rail = Rail.LOWER_PRIORITY if lower else Rail.RUNNING
-        ident = "" if run.run_id is None else f" (run {run.run_id})"
-        what = (
-            f"lower-priority {seen.value} while {inc.signal.value} is open" if lower else f"saw {seen.value}"
-        )
-        return finish(
-            Action.SKIP,
-            f"{what}, did nothing: playbook {run.playbook}{ident} is already running for this job "
-            f"(incident {run.incident}, since {_at(run.started_s)}); never two at once",
-            memory=mem,
-            rail=rail,
-            playbook=playbook,
-            **common,
-        )
-    if inc.handled:
-        rail = Rail.LOWER_PRIORITY if lower else Rail.SAME_INCIDENT
-        ended_s = inc.recovery_ended_s
-        when = "" if ended_s is None else f" ended at {_at(ended_s)}"
-        what = (
-            f"lower-priority {seen.value} while {inc.signal.value} is open" if lower else f"saw {seen.value}"
-        )
-        return finish(
-            Action.SKIP,
-            f"{what}, did nothing: incident {inc.incident_id} was already handled by {inc.playbook}"
-            f"{when} and the job has made no step since; never a second recovery for one incident",
-            memory=mem,
-            rail=rail,
-            playbook=playbook,
-            **common,
-        )
-    if mem.cooldown_until_s is not None and now < mem.cooldown_until_s:
-        return finish(
-            Action.SKIP,
-            f"saw {seen.value}, did nothing: cool-down until {_at(mem.cooldown_until_s)} "
-            f"({_fmt_t(settings.cooldown_s)} after the last recovery ended)",
-            memory=mem,
-            rail=Rail.COOLDOWN,
-            playbook=playbook,
-            **common,
-        )
-    params: list[tuple[str, str]] = [("job", job)]
-    if signal is SignalClass.HOST_CRITICAL:
-        hosts = _hosts_of(evidence)
-        joined = ",".join(hosts)
-        if not hosts or len(joined) > MAX_HOSTS_PARAM_CHARS:
-            why = (
-                "the verdicts name no host"
-                if not hosts
-                else f"{len(hosts)} hosts do not fit one parameter ({MAX_HOSTS_PARAM_CHARS} characters)"
-            )
-            return finish(
-                Action.SKIP,
-                f"saw {seen.value}, did nothing: {why}, and {playbook} evicts named hosts",
-                memory=mem,
-                rail=Rail.NO_HOSTS,
-                playbook=playbook,
-                **common,
-            )
-        params.append(("hosts", joined))
-    limit = settings.max_recoveries_per_hour
-    if len(mem.recoveries_s) >= limit:
-        reason = (
-            f"saw {seen.value} ({inc.incident_id}), stopped acting: {len(mem.recoveries_s)} recoveries "
-            f"in the last {_fmt_t(RECOVERY_WINDOW_S)} reach max_recoveries_per_hour {limit}; "
-            f"{playbook} not run; paused until a person resumes"
-        )
-        if advise:
-            return finish(
-                Action.ADVISE,
-                "would stop: " + reason,
-                memory=mem,
-                rail=Rail.HOURLY_LIMIT,
-                playbook=playbook,
-                **common,
-            )
-        mem = replace(mem, paused=Pause(_cut(reason, MAX_REASON_CHARS // 2), now))
-        return finish(
-            Action.STOP,
-            reason,
-            memory=mem,
-            rail=Rail.HOURLY_LIMIT,
-            playbook=playbook,
-            notify=tuple(settings.notify or ()),
-            **common,
-        )
-
-    # 7. act
-    args = " ".join(f"{k}={v}" for k, v in params)
-    if advise:
-        return finish(
-            Action.ADVISE,
-            f"would run {playbook} ({args}) for {seen.value} ({inc.incident_id}); --advise acts on nothing",
-            memory=mem,
-            playbook=playbook,
-            params=tuple(params),
-            **common,
-        )
-    inc = replace(inc, playbook=playbook, recovery_started_s=now, recovery_ended_s=None)
-    mem = replace(
-        mem,
-        incident=inc,
-        running=RunInProgress(playbook, inc.incident_id, now),
-        recoveries_s=(*mem.recoveries_s, now),
-    )
-    return finish(
-        Action.RUN,
-        f"run {playbook} ({args}) for {signal.value} ({inc.incident_id})",
-        memory=mem,
-        playbook=playbook,
-        params=tuple(params),
-        **common,
-    )
+    s = Situation(job, now, settings, mem, inc, seen, signal, lower, playbook, evidence, hosts, advise)
+    out = judge(s)
+    return _decision(
+        job, now, ordered, notes, out, evidence,
+        signal=signal, incident=inc.incident_id, playbook=playbook, params=out.params, notify=out.notify,
+    )  # fmt: skip
