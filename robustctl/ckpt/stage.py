@@ -191,6 +191,9 @@ def stage_shards(
 ) -> StagingReport:
     """Copy every shard of ``moves`` (one at a time, chunk by chunk) and rename it into place.
 
+    It is one function because a copy's chunk reads and writes, its commit and the removal of its
+    temporary file on failure share one ``try`` and the copy's state (offset, first size, temporary name).
+
     Args:
         moves: the copies to make (:func:`plan_staging`), in order.
         spec: the job's ``ckpt:`` section (``dir``, with ``{host}``, and the tracker's name).
@@ -205,7 +208,9 @@ def stage_shards(
         StagingError: a read or a write failed, or the copy's size differs from the source's; the
             failed copy's temporary file is removed, copies already renamed into place stay (each is
             a whole shard).
-        HostUnreachable, CommandTimeout, ProbeError: from the transport.
+        HostUnreachable: from the transport.
+        CommandTimeout: from the transport.
+        ProbeError: from the transport.
     """
     from robustctl.probes import run_probe
 
