@@ -20,8 +20,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from pathlib import Path
 
-from robustctl.actions import ActionContext
+from robustctl.actions import ActionContext, open_context
 from robustctl.actions.evict import current_state
 from robustctl.actions.hosts import JobHostsSource
 from robustctl.actions.plan import Plan, RailCheck, Step, StepKind
@@ -34,7 +35,9 @@ from robustctl.store import AuditStatus, MachineState, Readiness
 from robustctl.transport.pool import TransportPool
 
 __all__ = [
+    "MAX_HISTORY_DAYS",
     "MAX_POOL_MACHINES",
+    "PoolSizing",
     "StandbyCheck",
     "StandbyInfo",
     "binomial_cdf",
@@ -44,6 +47,7 @@ __all__ = [
     "plan_activate",
     "plan_add",
     "pool_size",
+    "size_pool",
 ]
 
 
@@ -133,6 +137,87 @@ def observed_daily_rate(ctx: ActionContext, machines: int, days: float) -> tuple
     span_days = max((now - start) / 86400.0, 1.0 / 24.0)
     n = len(ctx.store.evictions_since(since))
     return n / (machines * span_days), n, span_days
+
+
+MAX_HISTORY_DAYS = 3650.0
+"""Longest ``--history-days`` (ten years: longer than any store's history; bounds the query window)."""
+
+DEFAULT_REPAIR_WINDOW_DAYS = 1.0
+"""The repair window when neither the request nor an inventory gives one (ByteRobust Table 5: one day)."""
+DEFAULT_QUANTILE = 0.99
+"""The quantile of failures covered when neither the request nor an inventory gives one (ByteRobust
+Table 5 sizes the pool at the P99)."""
+
+
+@dataclass(frozen=True)
+class PoolSizing:
+    """A standby pool size and what it was computed from (``standby size``).
+
+    Attributes:
+        machines, daily_failure_rate, repair_window_days, quantile: the inputs after layering.
+        observed_evictions: with ``from_history``, the evictions counted (else None). standbys: k.
+    """
+
+    machines: int
+    daily_failure_rate: float
+    repair_window_days: float
+    quantile: float
+    observed_evictions: int | None
+    standbys: int
+
+
+def size_pool(
+    *,
+    machines: int | None,
+    daily_failure_rate: float | None,
+    from_history: bool,
+    history_days: float,
+    repair_window_days: float | None,
+    quantile: float | None,
+    inventory: Path | None,
+    state: Path | None,
+) -> PoolSizing:
+    """The standby pool size: the smallest k with P[Binomial(machines, rate × window) ≤ k] ≥ quantile.
+
+    Opens the inventory and the store only when needed (``from_history``, no ``machines``, or an
+    explicit ``inventory`` whose policy gives the window and quantile); else the defaults
+    (:data:`DEFAULT_REPAIR_WINDOW_DAYS`, :data:`DEFAULT_QUANTILE`) fill what was not given.
+
+    Args:
+        machines: machines the pool covers (None: the inventory's hosts). daily_failure_rate: failures
+            per machine per day, or ``from_history``: the rate the store's evictions show over
+            ``history_days`` (one of the two). repair_window_days / quantile: None: the inventory's
+            policy. inventory / state: paths (None: defaults).
+
+    Returns:
+        The :class:`PoolSizing`.
+
+    Raises:
+        UsageError: neither or both of ``daily_failure_rate`` and ``from_history``; out-of-range values.
+        ConfigError / StoreError: bad inventory, unreadable store.
+    """
+    if (daily_failure_rate is None) == (not from_history):
+        raise UsageError("give --daily-failure-rate RATE or --from-history (one of them)")
+    if not 0 < history_days <= MAX_HISTORY_DAYS:  # also refuses NaN
+        raise UsageError(f"--history-days must be within (0, {MAX_HISTORY_DAYS}], got {history_days}")
+    rate, evictions = daily_failure_rate, None
+    window, q = repair_window_days, quantile
+    if from_history or machines is None or inventory is not None:
+        ctx = open_context(inventory, state)
+        try:
+            n = machines if machines is not None else len(ctx.inventory.hosts)
+            window = window or ctx.policy.standby_repair_window_days
+            q = q or ctx.policy.standby_quantile
+            if from_history:
+                rate, evictions, _ = observed_daily_rate(ctx, n, history_days)
+        finally:
+            ctx.close()
+    else:
+        n = machines
+    window = window or DEFAULT_REPAIR_WINDOW_DAYS
+    q = q or DEFAULT_QUANTILE
+    assert rate is not None
+    return PoolSizing(n, rate, window, q, evictions, pool_size(n, rate, window_days=window, quantile=q))
 
 
 # --- the pool ---------------------------------------------------------------------------------------

@@ -7,19 +7,21 @@
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
-from robustctl.actions import open_context
 from robustctl.actions.session import ActionSession
 from robustctl.actions.standby import (
+    MAX_HISTORY_DAYS,
+    PoolSizing,
     StandbyInfo,
     check_standbys,
     list_standbys,
-    observed_daily_rate,
     plan_activate,
     plan_add,
-    pool_size,
+    size_pool,
 )
 from robustctl.commands.actions import (
     ActionRequest,
@@ -29,13 +31,13 @@ from robustctl.commands.actions import (
     check_reason,
     session_for,
 )
-from robustctl.errors import UsageError
 from robustctl.exit_codes import ExitCode
 from robustctl.models import SCHEMA_VERSION, RunReport
 from robustctl.store import Readiness
 from robustctl.transport.pool import TransportPool
 
 __all__ = [
+    "MAX_HISTORY_DAYS",
     "CheckedStandby",
     "StandbyActivateRequest",
     "StandbyAddRequest",
@@ -151,16 +153,14 @@ def run_standby_check(req: StandbyCheckRequest, *, pool: TransportPool | None = 
         UsageError: no standby to check, or ``hosts`` names a host that is not a standby.
         ConfigError / StoreError: bad inventory, unwritable store. StoreLocked: the lock is held.
     """
-    own = pool is None
-    transports = TransportPool() if pool is None else pool
-    try:
-        with ActionSession(
-            "standby-check", inventory=req.inventory, state=req.state, lock_timeout_s=req.lock_timeout_s
-        ) as session:
-            checked = check_standbys(session.ctx, transports, hosts=req.hosts)
-    finally:
-        if own:
-            transports.close()
+    with contextlib.ExitStack() as stack:
+        transports = pool if pool is not None else stack.enter_context(contextlib.closing(TransportPool()))
+        session = stack.enter_context(
+            ActionSession(
+                "standby-check", inventory=req.inventory, state=req.state, lock_timeout_s=req.lock_timeout_s
+            )
+        )
+        checked = check_standbys(session.ctx, transports, hosts=req.hosts)
     return StandbyCheckResult(
         checked.audit_id,
         tuple(CheckedStandby(h, r, s) for h, r, s in checked.results),
@@ -273,20 +273,10 @@ class StandbySizeRequest:
 
 
 @dataclass(frozen=True)
-class StandbySizeResult:
-    """The pool size (``standbys``) and what it was computed from. Exit code 0.
+class StandbySizeResult(PoolSizing):
+    """The pool size (``standbys``) and what it was computed from (:class:`PoolSizing`'s fields, then
+    ``kind`` and ``schema_version``). Exit code 0."""
 
-    Attributes:
-        machines, daily_failure_rate, repair_window_days, quantile: the inputs after layering.
-        observed_evictions: with ``from_history``, the evictions counted (else None). standbys: k.
-    """
-
-    machines: int
-    daily_failure_rate: float
-    repair_window_days: float
-    quantile: float
-    observed_evictions: int | None
-    standbys: int
     kind: str = "standby-size"
     schema_version: int = SCHEMA_VERSION
 
@@ -296,42 +286,22 @@ class StandbySizeResult:
         return ExitCode.OK
 
 
-MAX_HISTORY_DAYS = 3650.0
-"""Longest ``--history-days`` (ten years: longer than any store's history; bounds the query window)."""
-
-
 def run_standby_size(req: StandbySizeRequest) -> StandbySizeResult:
-    """The standby pool size: the smallest k with P[Binomial(machines, rate × window) ≤ k] ≥ quantile.
-
-    Opens the inventory and the store only when needed (``from_history``, no ``machines``, or an
-    explicit ``inventory`` whose policy gives the window and quantile).
+    """The standby pool size: the smallest k with P[Binomial(machines, rate × window) ≤ k] ≥ quantile
+    (:func:`robustctl.actions.standby.size_pool`, which says when the inventory and store are opened).
 
     Raises:
         UsageError: neither or both of ``daily_failure_rate`` and ``from_history``; out-of-range values.
         ConfigError / StoreError: bad inventory, unreadable store.
     """
-    if (req.daily_failure_rate is None) == (not req.from_history):
-        raise UsageError("give --daily-failure-rate RATE or --from-history (one of them)")
-    if not 0 < req.history_days <= MAX_HISTORY_DAYS:  # also refuses NaN
-        raise UsageError(f"--history-days must be within (0, {MAX_HISTORY_DAYS}], got {req.history_days}")
-    rate = req.daily_failure_rate
-    evictions: int | None = None
-    window, quantile = req.repair_window_days, req.quantile
-    if req.from_history or req.machines is None or req.inventory is not None:
-        ctx = open_context(req.inventory, req.state)
-        try:
-            n = req.machines if req.machines is not None else len(ctx.inventory.hosts)
-            window = window or ctx.policy.standby_repair_window_days
-            quantile = quantile or ctx.policy.standby_quantile
-            if req.from_history:
-                rate, evictions, _ = observed_daily_rate(ctx, n, req.history_days)
-        finally:
-            ctx.close()
-    else:
-        assert req.machines is not None
-        n = req.machines
-    window = window or 1.0
-    quantile = quantile or 0.99
-    assert rate is not None
-    k = pool_size(n, rate, window_days=window, quantile=quantile)
-    return StandbySizeResult(n, rate, window, quantile, evictions, k)
+    s = size_pool(
+        machines=req.machines,
+        daily_failure_rate=req.daily_failure_rate,
+        from_history=req.from_history,
+        history_days=req.history_days,
+        repair_window_days=req.repair_window_days,
+        quantile=req.quantile,
+        inventory=req.inventory,
+        state=req.state,
+    )
+    return StandbySizeResult(**dataclasses.asdict(s))
