@@ -21,6 +21,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from robustctl.checks.allreduce import peak_busbw
@@ -37,6 +38,7 @@ from robustctl.probes import (
     run_probes,
     run_probes_batch,
 )
+from robustctl.thresholds import beyond_min, ladder
 from robustctl.transport.fanout import fan_out
 
 if TYPE_CHECKING:
@@ -199,6 +201,33 @@ def level2(engine: Engine, hosts: list[Host]) -> str | None:
     return None
 
 
+@dataclass(frozen=True)
+class Measurement:
+    """What a measuring level runs and how its peer rule reads the answers.
+
+    Attributes:
+        level: the diagnose level (1, 2). probe: the measuring probe (``burn``, ``allreduce``).
+        args: the probe's own arguments for a host (``--timeout`` is added). metric: the values
+            compared across hosts, ``{group key: value}`` of a document (higher is better).
+        ratio: the peer rule's fraction of the fleet median. unit: the values' unit, for the
+            summaries. concurrency: hosts measured at once (None: the engine's). host_timeout_s:
+            one host's budget, seconds.
+    """
+
+    level: int
+    probe: str
+    args: Callable[[Host], list[str]]
+    metric: Callable[[Mapping[str, Any]], dict[str, float]]
+    ratio: float
+    unit: str
+    concurrency: int | None
+    host_timeout_s: float
+
+    def probe_args(self, host: Host, deadline: float) -> list[str]:
+        """The probe's arguments for ``host`` with ``--timeout`` from ``deadline``."""
+        return [*self.args(host), "--timeout", budget_s(deadline)]
+
+
 def measured_level(
     engine: Engine,
     hosts: list[Host],
@@ -217,60 +246,10 @@ def measured_level(
     With ``diagnose.peer_confirm``, hosts below ``ratio`` × the fleet median are measured once
     more, one at a time, and named only if the better of their two measurements is still low:
     a transient neighbour (another job's burst, a co-scheduled probe) is not a slow machine.
+    The arguments are those of :class:`Measurement`.
     """
-    docs: dict[str, ProbeDocument] = {}
-    lock = threading.Lock()
-    by_name = {h.name: h for h in hosts}
-
-    def work(host: Host, deadline: float) -> list[CheckResult]:
-        deadline = command_deadline(host, deadline)
-        doc, checks = engine.probe_checks(
-            host, probe, [*args(host), "--timeout", budget_s(deadline)], deadline, level
-        )
-        if doc is not None:
-            with lock:
-                docs[host.name] = doc
-        return checks
-
-    def batch(group: list[Host], deadline: float) -> dict[str, list[CheckResult] | HostError]:
-        answers = run_probe_batch(
-            engine.pool.srun(),
-            group,
-            probe,
-            [*args(group[0]), "--timeout", budget_s(deadline)],
-            deadline=deadline,
-        )
-        out: dict[str, list[CheckResult] | HostError] = {}
-        for h in group:
-            got = answers[h.name]
-            if isinstance(got, ProbeError):
-                out[h.name] = [CheckResult(f"{probe}.probe", level, Status.UNKNOWN, got.reason)]
-            elif isinstance(got, HostError):
-                out[h.name] = got
-            else:
-                with lock:
-                    docs[h.name] = got
-                out[h.name] = engine.evaluate(h, probe, got, level)
-        return out
-
-    batched, single = engine.pool.batched(hosts)
-    if single:
-        engine.fan(
-            f"L{level} {LEVEL_NAMES[level]}",
-            single,
-            work,
-            level=level,
-            concurrency=concurrency,
-            host_timeout_s=host_timeout_s,
-        )
-    if batched:
-        engine.fan_batch(
-            f"L{level} {LEVEL_NAMES[level]} (srun)",
-            batched,
-            batch,
-            level=level,
-            host_timeout_s=host_timeout_s,
-        )
+    m = Measurement(level, probe, args, metric, ratio, unit, concurrency, host_timeout_s)
+    docs = _measure(engine, hosts, m)
     groups: dict[str, dict[str, float]] = {}
     for host, doc in docs.items():
         for key, value in metric(doc.data).items():
@@ -281,51 +260,108 @@ def measured_level(
     retried: dict[str, dict[str, float]] = {}
     suspects = sorted({h for slow in flagged.values() for h in slow})
     if suspects and engine.settings.peer_confirm and time.monotonic() < engine.deadline:
-        again: dict[str, dict[str, float]] = {}
-
-        def remeasure(host: Host, deadline: float) -> None:
-            deadline = command_deadline(host, deadline)
-            doc = run_probe(
-                engine.pool.for_host(host),
-                host,
-                probe,
-                [*args(host), "--timeout", budget_s(deadline)],
-                deadline=deadline,
-            )
-            with lock:
-                again[host.name] = metric(doc.data)
-
-        fan_out(
-            [by_name[h] for h in suspects],
-            remeasure,
-            concurrency=1,
-            host_timeout_s=host_timeout_s,
-            deadline=engine.deadline,
-            retries=engine.settings.retries,
-            backoff_s=engine.settings.retry_backoff_s,
-        )
-        retried = again
+        by_name = {h.name: h for h in hosts}
+        retried = _remeasure(engine, [by_name[h] for h in suspects], m)
     for key, slow in flagged.items():
         for host, (first, median) in slow.items():
-            second = retried.get(host, {}).get(key)
-            best = max(first, second) if second is not None else first
-            evidence: dict[str, Any] = {
-                "value": best,
-                "measurements": [first] + ([second] if second is not None else []),
-                "fleet_median": median,
-                "ratio": ratio,
-                "group": key,
-            }
-            if best >= ratio * median:
-                status = Status.OK
-                summary = (
-                    f"first {first:.3g} {unit} was below {ratio:g}x the fleet median "
-                    f"{median:.3g}; re-measured {best:.3g} alone ({key})"
-                )
+            engine.add_check(host, _peer_result(m, key, first, retried.get(host, {}).get(key), median))
+
+
+def _measure(engine: Engine, hosts: list[Host], m: Measurement) -> dict[str, ProbeDocument]:
+    """Run ``m.probe`` on ``hosts`` (srun hosts in one step), evaluate its checks into the engine,
+    and return each answering host's document."""
+    docs: dict[str, ProbeDocument] = {}
+    lock = threading.Lock()
+
+    def work(host: Host, deadline: float) -> list[CheckResult]:
+        deadline = command_deadline(host, deadline)
+        doc, checks = engine.probe_checks(host, m.probe, m.probe_args(host, deadline), deadline, m.level)
+        if doc is not None:
+            with lock:
+                docs[host.name] = doc
+        return checks
+
+    def batch(group: list[Host], deadline: float) -> dict[str, list[CheckResult] | HostError]:
+        answers = run_probe_batch(
+            engine.pool.srun(), group, m.probe, m.probe_args(group[0], deadline), deadline=deadline
+        )
+        out: dict[str, list[CheckResult] | HostError] = {}
+        for h in group:
+            got = answers[h.name]
+            if isinstance(got, ProbeError):
+                out[h.name] = [CheckResult(f"{m.probe}.probe", m.level, Status.UNKNOWN, got.reason)]
+            elif isinstance(got, HostError):
+                out[h.name] = got
             else:
-                status = Status.CRITICAL
-                summary = f"{best:.3g} {unit} is below {ratio:g}x the fleet median {median:.3g} ({key})"
-            engine.add_check(host, CheckResult(f"{probe}.peer", level, status, summary, evidence, key))
+                with lock:
+                    docs[h.name] = got
+                out[h.name] = engine.evaluate(h, m.probe, got, m.level)
+        return out
+
+    title = f"L{m.level} {LEVEL_NAMES[m.level]}"
+    batched, single = engine.pool.batched(hosts)
+    if single:
+        engine.fan(
+            title,
+            single,
+            work,
+            level=m.level,
+            concurrency=m.concurrency,
+            host_timeout_s=m.host_timeout_s,
+        )
+    if batched:
+        engine.fan_batch(f"{title} (srun)", batched, batch, level=m.level, host_timeout_s=m.host_timeout_s)
+    return docs
+
+
+def _remeasure(engine: Engine, suspects: list[Host], m: Measurement) -> dict[str, dict[str, float]]:
+    """Measure ``suspects`` once more, one at a time; ``{host: metric}`` of those that answered."""
+    again: dict[str, dict[str, float]] = {}
+    lock = threading.Lock()
+
+    def remeasure(host: Host, deadline: float) -> None:
+        deadline = command_deadline(host, deadline)
+        doc = run_probe(
+            engine.pool.for_host(host), host, m.probe, m.probe_args(host, deadline), deadline=deadline
+        )
+        with lock:
+            again[host.name] = m.metric(doc.data)
+
+    fan_out(
+        suspects,
+        remeasure,
+        concurrency=1,
+        host_timeout_s=m.host_timeout_s,
+        deadline=engine.deadline,
+        retries=engine.settings.retries,
+        backoff_s=engine.settings.retry_backoff_s,
+    )
+    return again
+
+
+def _peer_result(m: Measurement, key: str, first: float, second: float | None, median: float) -> CheckResult:
+    """The ``<probe>.peer`` verdict of a host first measured below the fleet median's ratio: the
+    better of its measurements still below it is CRITICAL (the peer rule's strict floor, as in
+    :func:`~robustctl.checks.peer.peer_outliers`), else OK with the re-measurement named."""
+    ratio, unit = m.ratio, m.unit
+    best = max(first, second) if second is not None else first
+    evidence: dict[str, Any] = {
+        "value": best,
+        "measurements": [first] + ([second] if second is not None else []),
+        "fleet_median": median,
+        "ratio": ratio,
+        "group": key,
+    }
+    if ladder(best, crit=beyond_min(ratio * median), higher_is_worse=False) is Status.CRITICAL:
+        status = Status.CRITICAL
+        summary = f"{best:.3g} {unit} is below {ratio:g}x the fleet median {median:.3g} ({key})"
+    else:
+        status = Status.OK
+        summary = (
+            f"first {first:.3g} {unit} was below {ratio:g}x the fleet median "
+            f"{median:.3g}; re-measured {best:.3g} alone ({key})"
+        )
+    return CheckResult(f"{m.probe}.peer", m.level, status, summary, evidence, key)
 
 
 # -- metrics used by the peer-relative rules ----------------------------------------------------
