@@ -1201,6 +1201,117 @@ def _mapping(value: object) -> Mapping[str, Any]:
     return value if isinstance(value, Mapping) else {}
 
 
+@dataclass(frozen=True)
+class _PodSeen:
+    """One pod as :func:`pod_liveness` reads it: its index (None: no valid one), its place among the
+    exits (``order``), phase, whether it is being deleted, its exits and its termination messages."""
+
+    index: int | None
+    order: int
+    phase: object
+    deleting: bool
+    exits: tuple[RankExit, ...]
+    tails: tuple[LogTail, ...]
+
+
+def _pod_index(meta: Mapping[str, Any], index_label: str) -> int | None:
+    """The pod's completion index from ``index_label`` (a label, else an annotation), or None."""
+    raw = _mapping(meta.get("labels")).get(index_label, _mapping(meta.get("annotations")).get(index_label))
+    if isinstance(raw, str) and raw.isascii() and raw.isdigit() and len(raw) <= 9:
+        return int(raw)
+    return None
+
+
+def _container(
+    cs_raw: object, pod: str, node: str, namespace: str, ranks: tuple[int, ...]
+) -> tuple[RankExit | None, LogTail | None]:
+    """One container status: its exit (a non-zero exit code or a signal, now or before a
+    ``CrashLoopBackOff``) and the scan of its termination message, each None when there is none."""
+    cs = _mapping(cs_raw)
+    cname = _line(cs.get("name", "?"), 63)
+    state = _mapping(cs.get("state"))
+    term = _mapping(state.get("terminated"))
+    waiting = _mapping(state.get("waiting"))
+    if not term and waiting.get("reason") == "CrashLoopBackOff":
+        term = _mapping(_mapping(cs.get("lastState")).get("terminated"))
+    if not term:
+        return None, None
+    code = _int(term.get("exitCode"), -(2**31), 2**31)
+    sig = _int(term.get("signal"), 0, 255)
+    message = term.get("message")
+    tail = None
+    if isinstance(message, str) and message.strip():
+        text = message[-MAX_TERMINATION_MESSAGE_CHARS:]
+        where = f"pod {namespace}/{pod} container {cname} termination message"
+        tail = LogTail(node, where, ranks, scan_log(text), None, len(text))
+    exit_ = None
+    if (code or 0) != 0 or (sig or 0) != 0:
+        why = _line(f"container {cname} {term.get('reason') or 'terminated'}", 200)
+        exit_ = RankExit(f"pod {pod}", ranks, code, sig, why, _rfc3339(term.get("finishedAt")))
+    return exit_, tail
+
+
+def _pod(
+    raw: Mapping[str, Any], seen: int, expected_pods: int, per_pod: int, index_label: str, namespace: str
+) -> _PodSeen:
+    """Read one pod (the ``seen``-th JSON object among the pods)."""
+    meta = _mapping(raw.get("metadata"))
+    status = _mapping(raw.get("status"))
+    name = _line(meta.get("name", "?"), 253)
+    node = _line(_mapping(raw.get("spec")).get("nodeName") or "?", 253)
+    index = _pod_index(meta, index_label)
+    ranks = tuple(range(index * per_pod, (index + 1) * per_pod)) if index is not None and per_pod else ()
+    exits: list[RankExit] = []
+    tails: list[LogTail] = []
+    statuses = status.get("containerStatuses")
+    for cs_raw in (statuses if isinstance(statuses, list) else [])[:MAX_POD_CONTAINERS]:
+        exit_, tail = _container(cs_raw, name, node, namespace, ranks)
+        tails.extend([tail] if tail is not None else [])
+        exits.extend([exit_] if exit_ is not None else [])
+    phase = status.get("phase")
+    if phase == "Failed" and not exits:
+        why = _line(f"pod Failed: {status.get('reason') or ''} {status.get('message') or ''}".strip(), 200)
+        exits.append(RankExit(f"pod {name}", ranks, None, None, why))
+    order = index if index is not None else expected_pods + seen
+    return _PodSeen(index, order, phase, bool(meta.get("deletionTimestamp")), tuple(exits), tuple(tails))
+
+
+def _pods_signal(
+    exits: list[tuple[int, RankExit]],
+    running: int,
+    succeeded: int,
+    seen: int,
+    expected_pods: int,
+    ranks: int,
+    per_rank: int,
+) -> LivenessSignal:
+    """The job's liveness from what its pods said (:func:`pod_liveness`'s rule)."""
+    if exits:
+        exits.sort(key=lambda x: x[0])
+        listed = tuple(e for _, e in exits[:MAX_EXITS])
+        detail = f"{len(exits)} container/pod exit(s); {running} of {expected_pods} pod(s) running"
+        return LivenessSignal(
+            "kubernetes", Liveness.DEAD, ranks, running * per_rank, listed, len(exits), detail=detail
+        )
+    if seen == 0:
+        return _unknown_liveness("kubernetes", ranks, "no pod of the job found")
+    if expected_pods and running == expected_pods:
+        return LivenessSignal(
+            "kubernetes", Liveness.ALIVE, ranks, ranks, detail=f"all {expected_pods} pod(s) running"
+        )
+    if expected_pods and succeeded == expected_pods:
+        return LivenessSignal(
+            "kubernetes", Liveness.ENDED, ranks, 0, detail=f"all {expected_pods} pod(s) succeeded"
+        )
+    return LivenessSignal(
+        "kubernetes",
+        Liveness.WAITING,
+        ranks,
+        running * per_rank,
+        detail=f"{running} of {expected_pods} pod(s) running, {seen} pod(s) found",
+    )
+
+
 def pod_liveness(
     pods: Sequence[object],
     *,
@@ -1225,8 +1336,11 @@ def pod_liveness(
 
     Args:
         pods: the job's pods as the API returns them (JSON objects; anything else is skipped).
-        machines: the job's machine count. ranks_per_host: G. pods_per_host: P. index_label: the
-        scheduler's ``index_label``. namespace: for the tails' names.
+        machines: the job's machine count.
+        ranks_per_host: G.
+        pods_per_host: P.
+        index_label: the scheduler's ``index_label``.
+        namespace: for the tails' names.
 
     Returns:
         ``(signal, tails)``. Never raises on any input.
@@ -1245,97 +1359,18 @@ def pod_liveness(
         if not isinstance(raw, Mapping):
             continue
         seen += 1
-        meta = _mapping(raw.get("metadata"))
-        status = _mapping(raw.get("status"))
-        name = _line(meta.get("name", "?"), 253)
-        node = _line(_mapping(raw.get("spec")).get("nodeName") or "?", 253)
-        idx_raw = _mapping(meta.get("labels")).get(
-            index_label, _mapping(meta.get("annotations")).get(index_label)
-        )
-        index = (
-            int(idx_raw)
-            if isinstance(idx_raw, str) and idx_raw.isascii() and idx_raw.isdigit() and len(idx_raw) <= 9
-            else None
-        )
-        pod_ranks = (
-            tuple(range(index * per_pod, (index + 1) * per_pod)) if index is not None and per_pod else ()
-        )
-        order = index if index is not None else expected_pods + seen
-        phase = status.get("phase")
-        deleting = bool(meta.get("deletionTimestamp"))
-        pod_exits: list[RankExit] = []
-        statuses = status.get("containerStatuses")
-        for cs_raw in (statuses if isinstance(statuses, list) else [])[:64]:
-            cs = _mapping(cs_raw)
-            cname = _line(cs.get("name", "?"), 63)
-            state = _mapping(cs.get("state"))
-            term = _mapping(state.get("terminated"))
-            waiting = _mapping(state.get("waiting"))
-            if not term and waiting.get("reason") == "CrashLoopBackOff":
-                term = _mapping(_mapping(cs.get("lastState")).get("terminated"))
-            if not term:
-                continue
-            code = _int(term.get("exitCode"), -(2**31), 2**31)
-            sig = _int(term.get("signal"), 0, 255)
-            message = term.get("message")
-            if isinstance(message, str) and message.strip():
-                text = message[-MAX_TERMINATION_MESSAGE_CHARS:]
-                tails.append(
-                    LogTail(
-                        node,
-                        f"pod {namespace}/{name} container {cname} termination message",
-                        pod_ranks,
-                        scan_log(text),
-                        None,
-                        len(text),
-                    )
-                )
-            if (code or 0) != 0 or (sig or 0) != 0:
-                why = _line(f"container {cname} {term.get('reason') or 'terminated'}", 200)
-                pod_exits.append(
-                    RankExit(f"pod {name}", pod_ranks, code, sig, why, _rfc3339(term.get("finishedAt")))
-                )
-        if phase == "Failed" and not pod_exits:
-            why = _line(
-                f"pod Failed: {status.get('reason') or ''} {status.get('message') or ''}".strip(), 200
-            )
-            pod_exits.append(RankExit(f"pod {name}", pod_ranks, None, None, why))
-        exits.extend((order, e) for e in pod_exits)
-        if index is not None and 0 <= index < expected_pods:
-            if phase == "Running" and not deleting and not pod_exits:
-                running.add(index)
-            elif phase == "Succeeded":
-                succeeded.add(index)
-    exits.sort(key=lambda x: x[0])
-    listed = tuple(e for _, e in exits[:MAX_EXITS])
+        pod = _pod(raw, seen, expected_pods, per_pod, index_label, namespace)
+        tails.extend(pod.tails)
+        exits.extend((pod.order, e) for e in pod.exits)
+        if pod.index is not None and 0 <= pod.index < expected_pods:
+            if pod.phase == "Running" and not pod.deleting and not pod.exits:
+                running.add(pod.index)
+            elif pod.phase == "Succeeded":
+                succeeded.add(pod.index)
     per_rank = per_pod or (ranks // expected_pods if expected_pods else 0)
-    if exits:
-        detail = f"{len(exits)} container/pod exit(s); {len(running)} of {expected_pods} pod(s) running"
-        return (
-            LivenessSignal(
-                "kubernetes", Liveness.DEAD, ranks, len(running) * per_rank, listed, len(exits), detail=detail
-            ),
-            tuple(tails),
-        )
-    if seen == 0:
-        return _unknown_liveness("kubernetes", ranks, "no pod of the job found"), tuple(tails)
-    if expected_pods and len(running) == expected_pods:
-        signal = LivenessSignal(
-            "kubernetes", Liveness.ALIVE, ranks, ranks, detail=f"all {expected_pods} pod(s) running"
-        )
-    elif expected_pods and len(succeeded) == expected_pods:
-        signal = LivenessSignal(
-            "kubernetes", Liveness.ENDED, ranks, 0, detail=f"all {expected_pods} pod(s) succeeded"
-        )
-    else:
-        signal = LivenessSignal(
-            "kubernetes",
-            Liveness.WAITING,
-            ranks,
-            len(running) * per_rank,
-            detail=f"{len(running)} of {expected_pods} pod(s) running, {seen} pod(s) found",
-        )
-    return signal, tuple(tails)
+    return _pods_signal(exits, len(running), len(succeeded), seen, expected_pods, ranks, per_rank), tuple(
+        tails
+    )
 
 
 # ------------------------------------------------------------------------------------------- findings
