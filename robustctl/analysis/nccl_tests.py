@@ -52,6 +52,7 @@ from dataclasses import dataclass
 
 from robustctl.analysis import Finding, Verdict, sort_findings
 from robustctl.models import Status, to_jsonable
+from robustctl.thresholds import beyond_min, ladder
 
 __all__ = [
     "BUSBW_FACTOR_FAMILY",
@@ -1032,7 +1033,6 @@ def evaluate(
         The verdict; ``details`` holds the parsed result plus ``peak_busbw_gbps``,
         ``peak_size_bytes`` and ``peak_placement``.
     """
-    findings: list[Finding] = []
     details = dict(to_jsonable(result))
     peak = result.peak()
     details["peak_busbw_gbps"] = peak[0] if peak else None
@@ -1042,27 +1042,52 @@ def evaluate(
 
     name = result.collective or _collective_label(result)
     if not result.rows:
-        if result.failures:
-            findings.append(
-                Finding(
-                    Status.CRITICAL,
-                    f"the run failed: {result.failures[0]}",
-                    {"failures": list(result.failures)},
-                )
-            )
-            return Verdict(Status.CRITICAL, f"{name}: run failed before any result", tuple(findings), details)
-        return Verdict(Status.UNKNOWN, f"{name}: no result rows found", (), details)
+        return _no_rows_verdict(result, name, details)
 
-    findings.extend(_wrong_findings(result))
+    findings = _wrong_findings(result)
     if result.failures:
         findings.append(
             Finding(
                 Status.CRITICAL, f"the run failed: {result.failures[0]}", {"failures": list(result.failures)}
             )
         )
-
-    ranks = result.rank_count
     assert peak is not None
+    findings.append(_bandwidth_finding(result, peak, expected_busbw_gbps, critical_fraction))
+    if result.rank_count != 1:
+        collapses = busbw_collapses(result.rows)
+        findings.extend(_collapse_finding(c) for c in collapses)
+        details["busbw_collapses"] = [to_jsonable(c) for c in collapses]
+
+    status = Status.worst(f.status for f in findings)
+    summary = _summary(result, name, peak)
+    ordered = sort_findings(findings)
+    if status in (Status.CRITICAL, Status.WARNING, Status.NOT_APPLICABLE):
+        summary += f"; {ordered[0].message}"
+    return Verdict(status, summary, ordered, details)
+
+
+def _no_rows_verdict(result: NcclTestsResult, name: str, details: dict[str, object]) -> Verdict:
+    """The verdict of an output without a result row: CRITICAL when the run says it failed, else
+    UNKNOWN."""
+    if result.failures:
+        finding = Finding(
+            Status.CRITICAL, f"the run failed: {result.failures[0]}", {"failures": list(result.failures)}
+        )
+        return Verdict(Status.CRITICAL, f"{name}: run failed before any result", (finding,), details)
+    return Verdict(Status.UNKNOWN, f"{name}: no result rows found", (), details)
+
+
+def _bandwidth_finding(
+    result: NcclTestsResult,
+    peak: tuple[float, NcclRow, str],
+    expected_busbw_gbps: float | None,
+    critical_fraction: float,
+) -> Finding:
+    """The peak-busbw finding: NOT_APPLICABLE for one rank, CRITICAL for an all-zero (invalid)
+    measurement, else the ladder against the expected busbw: below ``critical_fraction`` of it
+    CRITICAL, below it WARNING, meeting it OK (the expected value and the fraction are the least
+    healthy figures, so reaching them is healthy: :func:`robustctl.thresholds.beyond_min`)."""
+    ranks = result.rank_count
     peak_bw, peak_row, placement = peak
     evidence: dict[str, object] = {
         "peak_busbw_gbps": peak_bw,
@@ -1073,71 +1098,47 @@ def evaluate(
         "rank_count_source": result.rank_count_source,
     }
     if ranks == 1:
-        findings.append(
-            Finding(
-                Status.NOT_APPLICABLE,
-                "one rank: busbw is 0 by definition (busbw = algbw x "
-                f"{BUSBW_FACTOR_FAMILY.get(result.collective or '', '(n-1)/n')}), bandwidth not applicable",
-                evidence,
-            )
+        return Finding(
+            Status.NOT_APPLICABLE,
+            "one rank: busbw is 0 by definition (busbw = algbw x "
+            f"{BUSBW_FACTOR_FAMILY.get(result.collective or '', '(n-1)/n')}), bandwidth not applicable",
+            evidence,
         )
-    elif peak_bw <= 0.0:
+    if peak_bw <= 0.0:
         if ranks is None and all(
             m.algbw_gbps <= 0 for r in result.rows for m in (r.out_of_place, r.in_place) if m
         ):
-            findings.append(
-                Finding(Status.CRITICAL, "busbw and algbw are 0 at every size: invalid measurement", evidence)
+            return Finding(
+                Status.CRITICAL, "busbw and algbw are 0 at every size: invalid measurement", evidence
             )
-        else:
-            findings.append(
-                Finding(
-                    Status.CRITICAL,
-                    f"busbw is 0 at every size with {ranks if ranks is not None else 'more than one'} ranks: "
-                    "invalid measurement",
-                    evidence,
-                )
-            )
-    elif expected_busbw_gbps is not None and expected_busbw_gbps > 0:
-        evidence["expected_busbw_gbps"] = expected_busbw_gbps
-        evidence["critical_fraction"] = critical_fraction
-        ratio = peak_bw / expected_busbw_gbps
-        if ratio < critical_fraction:
-            findings.append(
-                Finding(
-                    Status.CRITICAL,
-                    f"peak busbw {peak_bw:.2f} GB/s is {ratio:.0%} of the expected "
-                    f"{expected_busbw_gbps:g} GB/s",
-                    evidence,
-                )
-            )
-        elif ratio < 1.0:
-            findings.append(
-                Finding(
-                    Status.WARNING,
-                    f"peak busbw {peak_bw:.2f} GB/s is below the expected "
-                    f"{expected_busbw_gbps:g} GB/s ({ratio:.0%})",
-                    evidence,
-                )
-            )
-        else:
-            findings.append(
-                Finding(
-                    Status.OK,
-                    f"peak busbw {peak_bw:.2f} GB/s meets the expected {expected_busbw_gbps:g} GB/s",
-                    evidence,
-                )
-            )
-    else:
-        findings.append(
-            Finding(Status.OK, f"peak busbw {peak_bw:.2f} GB/s (no expected value given)", evidence)
+        return Finding(
+            Status.CRITICAL,
+            f"busbw is 0 at every size with {ranks if ranks is not None else 'more than one'} ranks: "
+            "invalid measurement",
+            evidence,
         )
+    if expected_busbw_gbps is None or expected_busbw_gbps <= 0:
+        return Finding(Status.OK, f"peak busbw {peak_bw:.2f} GB/s (no expected value given)", evidence)
+    evidence["expected_busbw_gbps"] = expected_busbw_gbps
+    evidence["critical_fraction"] = critical_fraction
+    ratio = peak_bw / expected_busbw_gbps
+    status = ladder(ratio, warn=beyond_min(1.0), crit=beyond_min(critical_fraction), higher_is_worse=False)
+    if status is Status.CRITICAL:
+        message = f"peak busbw {peak_bw:.2f} GB/s is {ratio:.0%} of the expected {expected_busbw_gbps:g} GB/s"
+    elif status is Status.WARNING:
+        message = (
+            f"peak busbw {peak_bw:.2f} GB/s is below the expected {expected_busbw_gbps:g} GB/s ({ratio:.0%})"
+        )
+    else:
+        message = f"peak busbw {peak_bw:.2f} GB/s meets the expected {expected_busbw_gbps:g} GB/s"
+    return Finding(status, message, evidence)
 
-    if ranks != 1:
-        collapses = busbw_collapses(result.rows)
-        findings.extend(_collapse_finding(c) for c in collapses)
-        details["busbw_collapses"] = [to_jsonable(c) for c in collapses]
 
-    status = Status.worst(f.status for f in findings)
+def _summary(result: NcclTestsResult, name: str, peak: tuple[float, NcclRow, str]) -> str:
+    """The verdict's one line (before the worst finding is appended): collective, ranks, hosts,
+    peak and average busbw, and what the parser left out."""
+    ranks = result.rank_count
+    peak_bw, peak_row, _ = peak
     parts = [name]
     if ranks is not None:
         parts.append(f"{ranks} rank{'s' if ranks != 1 else ''}")
@@ -1150,7 +1151,4 @@ def evaluate(
         summary += " [truncated]"
     if result.rows_dropped:
         summary += f" [{len(result.rows)} rows kept, {result.rows_dropped} more unremarkable rows not kept]"
-    ordered = sort_findings(findings)
-    if status in (Status.CRITICAL, Status.WARNING, Status.NOT_APPLICABLE):
-        summary += f"; {ordered[0].message}"
-    return Verdict(status, summary, ordered, details)
+    return summary
