@@ -92,6 +92,7 @@ import getpass
 import json
 import math
 import os
+import re
 import socket
 import sqlite3
 import stat
@@ -109,6 +110,7 @@ __all__ = [
     "MAX_JSON_DEPTH",
     "NOT_IN_A_TRANSACTION",
     "PID_MAX",
+    "READ_STATEMENTS",
     "SCHEMA",
     "SCHEMA_VERSION",
     "TIME_MAX",
@@ -776,6 +778,28 @@ def _allowed(sql: str) -> str:
     return sql
 
 
+READ_STATEMENTS = ("SELECT", "WITH", "PRAGMA")
+"""First words of the statements :meth:`Store.query` runs: reads (a ``PRAGMA`` only in its reading form,
+without ``=``; a ``WITH`` only when no ``INSERT``/``UPDATE``/``DELETE``/``REPLACE`` follows). The
+connection is in autocommit mode outside :meth:`Store.transaction`, so a write run as a query would
+commit on its own: writes go through a transaction."""
+
+_WRITE_WORD = re.compile(r"\b(INSERT|UPDATE|DELETE|REPLACE)\b")
+
+
+def _read(sql: str) -> str:
+    """``sql`` when :meth:`Store.query` may run it (:data:`READ_STATEMENTS`); else ValueError."""
+    words = sql.split(None, 1)
+    first = words[0].upper() if words else ""
+    if (
+        first not in READ_STATEMENTS
+        or (first == "PRAGMA" and "=" in sql)
+        or (first == "WITH" and _WRITE_WORD.search(sql))
+    ):
+        raise ValueError(f"not a read for Store.query: {sql[:40]!r} (write in Store.transaction())")
+    return sql
+
+
 def _bind(args: Sequence[Any]) -> tuple[Any, ...]:
     """The arguments of a statement as SQLite gets them: text through :func:`clean_text`."""
     return tuple(clean_text(a) if isinstance(a, str) else a for a in args)
@@ -932,10 +956,11 @@ class Store:
         makes them, so a key with a lone surrogate finds the row written with it).
 
         Raises:
+            ValueError: not a read (:data:`READ_STATEMENTS`): a programming error, never input.
             StoreError: the store cannot be read (a damaged page: undecodable text included).
         """
         try:
-            return list(self._conn.execute(sql, _bind(args)).fetchall())
+            return list(self._conn.execute(_read(sql), _bind(args)).fetchall())
         except (sqlite3.Error, UnicodeDecodeError) as exc:  # a damaged page: undecodable text
             raise StoreError(_describe(self.path, exc)) from None
 

@@ -73,7 +73,7 @@ def test_a_transaction_refuses_control_pragmas_and_schema(tmp_path: Path, sql: s
             c.execute("INSERT INTO sched_nodes(host, state, updated_at) VALUES ('n1', 'drained', 1)")
             c.execute(sql)
         assert s.sched_state("n1") is None  # the block's earlier write rolled back
-        assert s.query("PRAGMA journal_mode") == [("wal",)]
+        assert s.query("PRAGMA journal_mode") == [("wal",)]  # a read
     assert {w.split()[0] for w in NOT_IN_A_TRANSACTION} == NOT_IN_A_TRANSACTION
 
 
@@ -182,3 +182,18 @@ def test_each_module_names_only_its_own_tables(owner: str) -> None:
 def test_the_store_module_keeps_no_other_helpers() -> None:
     assert not hasattr(store_module, "journal_connection")
     assert not hasattr(store_module, "journal_text")
+
+
+@pytest.mark.parametrize(
+    "sql", ["DELETE FROM sched_nodes", "INSERT INTO sched_nodes(host, state, updated_at) VALUES ('n9', 'x', 1)",
+            "PRAGMA foreign_keys=OFF", "WITH x AS (SELECT 1) DELETE FROM sched_nodes", "COMMIT", "CREATE TABLE y(a)", ""],
+)  # fmt: skip
+def test_a_query_only_reads(tmp_path: Path, sql: str) -> None:
+    """Outside a transaction the connection autocommits: a write run as a query would commit alone."""
+    with Store.open(tmp_path / "s.db") as s:
+        s.set_sched_state("n1", "drained", "r")
+        with pytest.raises(ValueError, match="not a read for Store.query"):
+            s.query(sql)
+        assert s.query("SELECT host FROM sched_nodes") == [("n1",)]
+        assert s.query("PRAGMA foreign_keys") == [(1,)]
+        assert s.query("WITH x AS (SELECT state FROM sched_nodes WHERE state='update') SELECT * FROM x") == []
