@@ -640,21 +640,8 @@ def _measured_step_time(progress: _Progress, spans: list[tuple[float, float]]) -
     return statistics.median(per_step) if per_step else None
 
 
-def build_ledger(timeline: Timeline, sliding_window_s: float = DEFAULT_SLIDING_WINDOW_S) -> EttrLedger:
-    """Compute a job's ETTR ledger from its timeline (module docstring for every rule).
-
-    Args:
-        timeline: the window, samples, incidents and waiting spans.
-        sliding_window_s: the sliding window's length, seconds (finite, > 0).
-
-    Returns:
-        The ledger: a partition of ``[start_s, end_s]``, cumulative and sliding ETTR, a row per
-        incident, notes on what was repaired.
-
-    Raises:
-        LedgerInputError: (a ``ValueError``) a bad window, time, step, id, class or text, or more
-            inputs than the module's bounds; the message names the item at fault.
-    """
+def _window(timeline: Timeline, sliding_window_s: float) -> tuple[str, float, float, float, float | None]:
+    """The timeline's checked job name, window start and end, sliding window and given step time."""
     if not isinstance(timeline, Timeline):
         raise LedgerInputError(f"not a Timeline ({_shown(timeline)})")
     job = _label(timeline.job, "job")
@@ -671,42 +658,33 @@ def build_ledger(timeline: Timeline, sliding_window_s: float = DEFAULT_SLIDING_W
     given_step_time = _opt_time(timeline.step_time_s, "step_time_s")
     if given_step_time is not None and given_step_time <= 0:
         raise LedgerInputError(f"step_time_s: must be > 0 ({given_step_time!r})")
+    return job, start, end, window_s, given_step_time
 
-    notes: list[str] = []
-    progress = _read_samples(timeline.samples)
-    checked = _read_incidents(timeline.incidents, notes)
-    waiting = _read_waiting(timeline.waiting, notes)
-    fns, inferred = _first_new_steps(checked, progress, notes)
-    if given_step_time is not None:
-        step_time: float | None = given_step_time
-        step_source = "given"
-    else:
-        spans = [(c.onset, math.inf if f is None else f) for c, f in zip(checked, fns, strict=True)]
-        step_time = _measured_step_time(progress, spans)
-        step_source = "measured" if step_time is not None else "unknown"
-    phases, eff_onsets, eff_fns = _incident_phases(checked, fns, start, end, notes)
-    recomputed, recomputation = _recomputation(
-        checked, fns, eff_onsets, eff_fns, progress, step_time, end, notes
-    )
-    intervals = _partition(
-        start,
-        end,
-        [
-            _union(waiting, start, end),
-            _layer(phases, start, end),
-            _layer(recomputation, start, end),
-            _union(progress.productive, start, end),
-        ],
-    )
 
-    by_cause: dict[Cause, list[float]] = {c: [] for c in Cause}
+def _step_time(
+    given: float | None, checked: list[_Checked], fns: list[float | None], progress: _Progress
+) -> tuple[float | None, str]:
+    """The job's seconds per step and where it came from: ``given``, else ``measured`` outside every
+    incident's span (onset to first new step, or onward), else ``unknown``."""
+    if given is not None:
+        return given, "given"
+    spans = [(c.onset, math.inf if f is None else f) for c, f in zip(checked, fns, strict=True)]
+    step_time = _measured_step_time(progress, spans)
+    return step_time, "measured" if step_time is not None else "unknown"
+
+
+def _incident_rows(
+    checked: list[_Checked],
+    fns: list[float | None],
+    inferred: list[bool],
+    recomputed: list[int | None],
+    intervals: tuple[LedgerInterval, ...],
+) -> tuple[IncidentRow, ...]:
+    """One row per incident: its times, MTTR, machines, recomputed steps and its seconds by cause."""
     by_incident: dict[str, dict[Cause, list[float]]] = {c.incident.incident_id: {} for c in checked}
     for iv in intervals:
-        by_cause[iv.cause].append(iv.duration_s)
         if iv.incident is not None:
             by_incident[iv.incident].setdefault(iv.cause, []).append(iv.duration_s)
-    productive_s = math.fsum(by_cause[Cause.PRODUCTIVE])
-    total = end - start
     rows = []
     for c, f, was_inferred, n in zip(checked, fns, inferred, recomputed, strict=True):
         ident = c.incident.incident_id
@@ -728,8 +706,58 @@ def build_ledger(timeline: Timeline, sliding_window_s: float = DEFAULT_SLIDING_W
                 ),
             )
         )
+    return tuple(rows)
+
+
+def _capped(notes: list[str]) -> tuple[str, ...]:
+    """The notes, at most :data:`MAX_NOTES` (the last one then counts those left out)."""
     if len(notes) > MAX_NOTES:
         notes = [*notes[: MAX_NOTES - 1], f"… and {len(notes) - MAX_NOTES + 1} more notes"]
+    return tuple(notes)
+
+
+def build_ledger(timeline: Timeline, sliding_window_s: float = DEFAULT_SLIDING_WINDOW_S) -> EttrLedger:
+    """Compute a job's ETTR ledger from its timeline (module docstring for every rule).
+
+    Args:
+        timeline: the window, samples, incidents and waiting spans.
+        sliding_window_s: the sliding window's length, seconds (finite, > 0).
+
+    Returns:
+        The ledger: a partition of ``[start_s, end_s]``, cumulative and sliding ETTR, a row per
+        incident, notes on what was repaired.
+
+    Raises:
+        LedgerInputError: (a ``ValueError``) a bad window, time, step, id, class or text, or more
+            inputs than the module's bounds; the message names the item at fault.
+    """
+    job, start, end, window_s, given_step_time = _window(timeline, sliding_window_s)
+    notes: list[str] = []
+    progress = _read_samples(timeline.samples)
+    checked = _read_incidents(timeline.incidents, notes)
+    waiting = _read_waiting(timeline.waiting, notes)
+    fns, inferred = _first_new_steps(checked, progress, notes)
+    step_time, step_source = _step_time(given_step_time, checked, fns, progress)
+    phases, eff_onsets, eff_fns = _incident_phases(checked, fns, start, end, notes)
+    recomputed, recomputation = _recomputation(
+        checked, fns, eff_onsets, eff_fns, progress, step_time, end, notes
+    )
+    intervals = _partition(
+        start,
+        end,
+        [
+            _union(waiting, start, end),
+            _layer(phases, start, end),
+            _layer(recomputation, start, end),
+            _union(progress.productive, start, end),
+        ],
+    )
+    by_cause: dict[Cause, list[float]] = {c: [] for c in Cause}
+    for iv in intervals:
+        by_cause[iv.cause].append(iv.duration_s)
+    productive_s = math.fsum(by_cause[Cause.PRODUCTIVE])
+    total = end - start
+    rows = _incident_rows(checked, fns, inferred, recomputed, intervals)
     sliding = _ProductiveIndex(intervals).ratio(max(start, end - window_s), end)
     return EttrLedger(
         job=job,
@@ -744,8 +772,8 @@ def build_ledger(timeline: Timeline, sliding_window_s: float = DEFAULT_SLIDING_W
         sliding_ettr=0.0 if sliding is None else sliding,  # never None: end - window_s < end
         step_time_s=step_time,
         step_time_source=step_source,
-        incidents=tuple(rows),
-        notes=tuple(notes),
+        incidents=rows,
+        notes=_capped(notes),
     )
 
 
