@@ -287,6 +287,14 @@ _MAX_META_CHARS = 64 * 1024
 _MAX_TEST_CHARS = 64 * 1024  # message text kept per test (a real test's messages: a few KiB)
 
 
+_VERSION_MAJOR_RE = re.compile(r"(\d{1,9})")
+"""The major version at the start of ``DCGM Version`` (``4.4.2``, ``4rc1``): at most 9 digits, so
+that a garbled value is never a huge integer to convert."""
+
+_MAX_META_KEYS = 100
+"""Metadata keys kept by :func:`parse_dcgm_diag`; a real run prints about ten."""
+
+
 def parse_dcgm_diag(text: str | Iterable[str]) -> DcgmDiag:
     """Parse ``dcgmi diag`` text output. Never raises; lines outside the table are ignored.
 
@@ -297,100 +305,127 @@ def parse_dcgm_diag(text: str | Iterable[str]) -> DcgmDiag:
     Returns:
         The parsed diagnostic; ``tests`` is empty when no test row was found.
     """
-    tests: list[DcgmTest] = []
-    metadata: dict[str, str] = {}
-    section: str | None = None
-    current: _Builder | None = None
-    message: list[str] | None = None  # chunks of the open Warning/Error/Info message
-    has_header = False
-    layout_4x = False
-    layout_3x = False
-    last_meta_key: str | None = None
-
-    def close() -> None:
-        nonlocal current, message
-        if current is not None and len(tests) < MAX_TESTS:
-            tests.append(current.build())
-        current, message = None, None
-
+    parser = _DiagParser()
     lines = text.splitlines() if isinstance(text, str) else text
     for line_no, raw_line in enumerate(lines, start=1):
-        raw = raw_line.rstrip("\r\n")
+        parser.feed(line_no, raw_line.rstrip("\r\n"))
+    return parser.finish()
+
+
+class _DiagParser:
+    """The state of :func:`parse_dcgm_diag` as it reads the table one line at a time."""
+
+    def __init__(self) -> None:
+        self.tests: list[DcgmTest] = []
+        self.metadata: dict[str, str] = {}
+        self.section: str | None = None
+        self.current: _Builder | None = None
+        self.message: list[str] | None = None  # chunks of the open Warning/Error/Info message
+        self.has_header = False
+        self.layout_4x = False
+        self.layout_3x = False
+        self.last_meta_key: str | None = None
+
+    def close(self) -> None:
+        """End the open test (kept while fewer than :data:`MAX_TESTS`) and its open message."""
+        if self.current is not None and len(self.tests) < MAX_TESTS:
+            self.tests.append(self.current.build())
+        self.current, self.message = None, None
+
+    def feed(self, line_no: int, raw: str) -> None:
+        """Read one line (without its line end): a section line, a border, or a table row."""
         sm = _SECTION_RE.match(raw)
         if sm is not None:
-            close()
-            section = sm.group("name").strip()
-            last_meta_key = None
-            continue
+            self.close()
+            self.section = sm.group("name").strip()
+            self.last_meta_key = None
+            return
         if _BORDER_RE.match(raw):
-            continue
+            return
         cells = _split_row(raw)
         if cells is None:
-            continue
-        left = cells[0].strip()
-        right_raw = cells[1]
+            return
+        left, right_raw = cells[0].strip(), cells[1]
         right = right_raw.strip()
         if left == "Diagnostic" and right.startswith("Result"):
-            has_header = True
-            continue
-        if (section is not None and section.lower() == "metadata") or left.lower() in _METADATA_KEYS:
-            if left:
-                if left in metadata or len(metadata) < 100:
-                    metadata[left] = right[:_MAX_META_CHARS]
-                    last_meta_key = left
-            elif last_meta_key is not None and len(metadata[last_meta_key]) < _MAX_META_CHARS:
-                metadata[last_meta_key] += " " + right
-            continue
+            self.has_header = True
+        elif (
+            self.section is not None and self.section.lower() == "metadata"
+        ) or left.lower() in _METADATA_KEYS:
+            self._metadata_row(left, right)
+        elif left:
+            self._labelled_row(line_no, left, right_raw, right)
+        else:
+            self._continuation_row(line_no, right_raw, right)
+
+    def _metadata_row(self, left: str, right: str) -> None:
+        """A metadata row (``DCGM Version``, ...), or the continuation of the last one."""
         if left:
-            lm = _MESSAGE_LABEL_RE.match(left)
-            if lm is not None and not _RESULT_RE.match(right) and not _GPU_RESULT_RE.match(right):
-                if current is None:
-                    current = _Builder(section or "(unnamed)", section, line_no)
-                message = [right_raw]
-                if current.take(right_raw):
-                    current.messages.append((lm.group("label").lower(), message))
-                else:
-                    message = None
-                continue
-            close()
-            current = _Builder(left, section, line_no)
-            if right and not current.add_result(right) and current.take(right_raw):
-                # A result cell we do not know: keep it as info rather than guess.
-                current.messages.append(("info", [right_raw]))
-            if _RESULT_RE.match(right) and "-" in right:
-                layout_3x = True
-            continue
-        # Continuation row (empty left cell).
-        if current is None:
-            if right and (_RESULT_RE.match(right) or _GPU_RESULT_RE.match(right)):
-                current = _Builder(section or "(unnamed)", section, line_no)
+            if left in self.metadata or len(self.metadata) < _MAX_META_KEYS:
+                self.metadata[left] = right[:_MAX_META_CHARS]
+                self.last_meta_key = left
+        elif self.last_meta_key is not None and len(self.metadata[self.last_meta_key]) < _MAX_META_CHARS:
+            self.metadata[self.last_meta_key] += " " + right
+
+    def _labelled_row(self, line_no: int, left: str, right_raw: str, right: str) -> None:
+        """A row with a left cell: a ``Warning``/``Error``/``Info`` message of the open test, or
+        a new test with its first result."""
+        lm = _MESSAGE_LABEL_RE.match(left)
+        if lm is not None and not _RESULT_RE.match(right) and not _GPU_RESULT_RE.match(right):
+            if self.current is None:
+                self.current = _Builder(self.section or "(unnamed)", self.section, line_no)
+            self.message = [right_raw]
+            if self.current.take(right_raw):
+                self.current.messages.append((lm.group("label").lower(), self.message))
             else:
-                continue
+                self.message = None
+            return
+        self.close()
+        current = self.current = _Builder(left, self.section, line_no)
+        if right and not current.add_result(right) and current.take(right_raw):
+            # A result cell we do not know: keep it as info rather than guess.
+            current.messages.append(("info", [right_raw]))
+        if _RESULT_RE.match(right) and "-" in right:
+            self.layout_3x = True
+
+    def _continuation_row(self, line_no: int, right_raw: str, right: str) -> None:
+        """A row with an empty left cell: one more result (3.x) or GPU result (4.x) of the open
+        test, the next chunk of its open message, or an info line."""
+        current = self.current
+        if current is None:
+            if not (right and (_RESULT_RE.match(right) or _GPU_RESULT_RE.match(right))):
+                return
+            current = self.current = _Builder(self.section or "(unnamed)", self.section, line_no)
         if _GPU_RESULT_RE.match(right):
-            layout_4x = True
-            message = None
+            self.layout_4x = True
+            self.message = None
             current.add_result(right)
         elif _RESULT_RE.match(right):
-            message = None
+            self.message = None
             current.add_result(right)
-            layout_3x = True
-        elif message is not None:
+            self.layout_3x = True
+        elif self.message is not None:
             if current.take(right_raw):
-                message.append(right_raw)
+                self.message.append(right_raw)
         elif right and current.take(right_raw):
             current.messages.append(("info", [right_raw]))
-    close()
 
-    version = metadata.get("DCGM Version", "")
-    if version[:1].isdigit():
-        layout = "4.x" if int(version.split(".")[0]) >= 4 else "3.x"
-    elif layout_4x:
-        layout = "4.x"
-    elif layout_3x or any(t.name[:1].isupper() for t in tests):
-        layout = "3.x"
-    else:
-        layout = "unknown"
-    return DcgmDiag(layout=layout, metadata=metadata, tests=tuple(tests), has_header=has_header)
+    def finish(self) -> DcgmDiag:
+        """Close the last test and name the layout: the metadata's DCGM version, else the rows
+        seen (4.x ``GPUn:`` rows, 3.x ``Pass - GPUs:`` rows or capitalised test names)."""
+        self.close()
+        major = _VERSION_MAJOR_RE.match(self.metadata.get("DCGM Version", ""))
+        if major is not None:
+            layout = "4.x" if int(major.group(1)) >= 4 else "3.x"
+        elif self.layout_4x:
+            layout = "4.x"
+        elif self.layout_3x or any(t.name[:1].isupper() for t in self.tests):
+            layout = "3.x"
+        else:
+            layout = "unknown"
+        return DcgmDiag(
+            layout=layout, metadata=self.metadata, tests=tuple(self.tests), has_header=self.has_header
+        )
 
 
 # --- verdict -----------------------------------------------------------------------------------

@@ -164,3 +164,13 @@ def test_sniff() -> None:
     assert not looks_like_dcgm_diag(
         "| NVIDIA-SMI 550.90.07   Driver Version: 550.90.07   CUDA Version: 12.4 |\n"
     )
+
+
+@pytest.mark.parametrize(
+    ("version", "layout"), [("4rc.2", "4.x"), ("3-beta", "3.x"), ("9" * 5000, "4.x"), ("10.1", "4.x")]
+)
+def test_a_garbled_dcgm_version_names_a_layout_instead_of_raising(version: str, layout: str) -> None:
+    text = load("dcgm4.4.2-issue124-r2-pass.txt").replace("| 4.4.2  ", f"| {version}  ", 1)
+    d = parse_dcgm_diag(text)
+    assert d.metadata["DCGM Version"].startswith(version[:100]) and d.layout == layout
+    assert evaluate(d).status is Status.OK
