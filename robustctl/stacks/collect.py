@@ -33,7 +33,7 @@ from robustctl.stacks.parse import infer_role, parse_pyspy_json
 from robustctl.transport.fanout import HostOutcome, fan_out
 
 if TYPE_CHECKING:
-    from robustctl.config import DiagnoseSettings
+    from robustctl.config import DiagnoseSettings, RankProcessSpec
     from robustctl.inventory import Host, Job
     from robustctl.transport.pool import TransportPool
 
@@ -289,23 +289,7 @@ def collect_stacks(
             raise InventoryError(f"host {h.name!r} is not one of job {job.name!r}'s hosts")
     g = job.ranks_per_host
     expected_of = {h.name: tuple(range(index[h.name] * g, index[h.name] * g + g)) for h in targets}
-
-    # "--opt=value": a regex may start with "-", which argparse would take for an option
-    common = [
-        f"--match={spec.match}",
-        f"--rank-env={spec.rank_env}",
-        f"--local-rank-env={spec.local_rank_env}",
-    ]
-    if spec.rank_cmdline:
-        common.append(f"--rank-cmdline={spec.rank_cmdline}")
-    common += ["--per-process-timeout", f"{s.per_process_timeout_s:g}", "--parallel", str(s.parallel)]
-    if s.native:
-        common.append("--native")
-    elif not s.nonblocking:
-        common.append("--blocking")
-    if s.py_spy:
-        common.append(f"--py-spy={s.py_spy}")
-
+    common = _probe_args(spec, s)
     host_timeout = s.host_timeout_s if s.host_timeout_s is not None else s.probe_timeout_s + 30.0
     t0 = time.monotonic()
     started_at = time.time()
@@ -339,23 +323,56 @@ def collect_stacks(
         on_done=on_done,
         on_deadline=pool.shutdown,
     )
+    expected = tuple(sorted(r for h in targets for r in expected_of[h.name]))
+    return _collection(job.name, fan.outcomes, expected_of, expected, started_at, time.monotonic() - t0)
+
+
+def _probe_args(spec: RankProcessSpec, s: CollectSettings) -> list[str]:
+    """The stacks probe's arguments common to every host: how to find the ranks, how to dump them."""
+    # "--opt=value": a regex may start with "-", which argparse would take for an option
+    common = [
+        f"--match={spec.match}",
+        f"--rank-env={spec.rank_env}",
+        f"--local-rank-env={spec.local_rank_env}",
+    ]
+    if spec.rank_cmdline:
+        common.append(f"--rank-cmdline={spec.rank_cmdline}")
+    common += ["--per-process-timeout", f"{s.per_process_timeout_s:g}", "--parallel", str(s.parallel)]
+    if s.native:
+        common.append("--native")
+    elif not s.nonblocking:
+        common.append("--blocking")
+    if s.py_spy:
+        common.append(f"--py-spy={s.py_spy}")
+    return common
+
+
+def _collection(
+    job: str,
+    outcomes: Sequence[HostOutcome[_HostValue]],
+    expected_of: Mapping[str, tuple[int, ...]],
+    expected: tuple[int, ...],
+    started_at: float,
+    elapsed_s: float,
+) -> StackCollection:
+    """The hosts' outcomes as one :class:`StackCollection`: every dump in rank order, each host's
+    result, and the ``expected`` ranks no main process was found for."""
     dumps: list[ProcessDump] = []
     results: list[HostStacks] = []
-    for o in fan.outcomes:
+    for o in outcomes:
         results.append(_result_of(o, expected_of[o.host.name]))
         if o.value is not None:
             dumps.extend(o.value.dumps)
-    expected = tuple(sorted(r for h in targets for r in expected_of[h.name]))
     found = {d.rank for d in dumps if d.role is ProcessRole.MAIN and d.rank is not None}
     dumps.sort(key=_dump_order)
     return StackCollection(
-        job=job.name,
+        job=job,
         dumps=tuple(dumps),
         hosts=tuple(results),
         expected_ranks=expected,
         missing_ranks=tuple(r for r in expected if r not in found),
         started_at=started_at,
-        elapsed_s=round(time.monotonic() - t0, 6),
+        elapsed_s=round(elapsed_s, 6),
     )
 
 

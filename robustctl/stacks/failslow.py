@@ -155,55 +155,23 @@ def vote(
         UsageError: a rank outside the layout, or an unknown kind.
     """
     k = kind or default_kind(topology)
-    votes: list[RoundVote] = []
-    flags: Counter[int] = Counter()
-    ever: set[int] = set()
     per_round = [round_outliers(cr) for cr in rounds]
     # Outlier ranks per group summed over every round: breaks a round's tie in favour of the group
     # that is outlying most often overall (a straggler's group keeps coming back; chance does not).
     totals: Counter[int] = Counter(_group_of(r, k, topology) for outl in per_round if outl for r in outl)
-    for i, outl in enumerate(per_round):
-        if outl is None:
-            votes.append(RoundVote(i, "", 0, None, 0, "no dominant class"))
-            continue
-        ever.update(outl)
-        if not outl:
-            votes.append(RoundVote(i, "", 0, None, 0, "no outlier"))
-            continue
-        per = Counter(_group_of(r, k, topology) for r in outl)
-        top = max(per.values())
-        best = sorted(g for g, n in per.items() if n == top)
-        if len(best) > 1:
-            most = max(totals[g] for g in best)
-            best = [g for g in best if totals[g] == most]
-        if len(best) > 1:
-            votes.append(
-                RoundVote(
-                    i,
-                    compact_ranges(outl),
-                    len(outl),
-                    None,
-                    top,
-                    f"tie between groups {compact_ranges(best)}",
-                )
-            )
-            continue
-        flags[best[0]] += 1
-        votes.append(RoundVote(i, compact_ranges(outl), len(outl), best[0], top))
+    votes = tuple(_round_vote(i, outl, k, topology, totals) for i, outl in enumerate(per_round))
+    flags = Counter(v.flagged for v in votes if v.flagged is not None)
     ranked = tuple(sorted(flags.items(), key=lambda kv: (-kv[1], kv[0])))
     flagging = sum(1 for v in votes if v.flagged is not None)
     need = min_votes if min_votes is not None else max(2, -(-flagging // 3))
     if not ranked:
-        return FailSlowResult(k, tuple(votes), (), None, reason="no round flagged a group")
+        return FailSlowResult(k, votes, (), None, reason="no round flagged a group")
     top_n = ranked[0][1]
-    leaders = [g for g, n in ranked if n == top_n]
-    if len(leaders) > 1:
-        most = max(totals[g] for g in leaders)
-        leaders = [g for g in leaders if totals[g] == most]
+    leaders = _break_tie([g for g, n in ranked if n == top_n], totals)
     if len(leaders) > 1:
         return FailSlowResult(
             k,
-            tuple(votes),
+            votes,
             ranked,
             None,
             ambiguous=True,
@@ -212,13 +180,54 @@ def vote(
     if top_n < need:
         return FailSlowResult(
             k,
-            tuple(votes),
+            votes,
             ranked,
             None,
             ambiguous=True,
             reason=f"{k} group {leaders[0]} flagged in {top_n} of {len(votes)} rounds, fewer than the {need} needed",
         )
-    g = leaders[0]
+    ever = {r for outl in per_round if outl for r in outl}
+    return _degrader(k, votes, ranked, leaders[0], topology, ever)
+
+
+def _break_tie(groups: list[int], totals: Counter[int]) -> list[int]:
+    """``groups`` (ascending) narrowed, when there are several, to those with the most outlier ranks
+    over every round; still several when that ties too."""
+    if len(groups) > 1:
+        most = max(totals[g] for g in groups)
+        groups = [g for g in groups if totals[g] == most]
+    return groups
+
+
+def _round_vote(
+    i: int, outl: tuple[int, ...] | None, k: str, topology: Topology | None, totals: Counter[int]
+) -> RoundVote:
+    """Round ``i``'s vote: the group of kind ``k`` holding the most of its outlier ranks ``outl``
+    (ties broken by :func:`_break_tie`), or an abstention saying why."""
+    if outl is None:
+        return RoundVote(i, "", 0, None, 0, "no dominant class")
+    if not outl:
+        return RoundVote(i, "", 0, None, 0, "no outlier")
+    per = Counter(_group_of(r, k, topology) for r in outl)
+    top = max(per.values())
+    best = _break_tie(sorted(g for g, n in per.items() if n == top), totals)
+    if len(best) > 1:
+        return RoundVote(
+            i, compact_ranges(outl), len(outl), None, top, f"tie between groups {compact_ranges(best)}"
+        )
+    return RoundVote(i, compact_ranges(outl), len(outl), best[0], top)
+
+
+def _degrader(
+    k: str,
+    votes: tuple[RoundVote, ...],
+    ranked: tuple[tuple[int, int], ...],
+    g: int,
+    topology: Topology | None,
+    ever: set[int],
+) -> FailSlowResult:
+    """The result naming group ``g`` of kind ``k``: its ranks, its machines (the over-eviction set) and
+    how many of them held no rank that was ever an outlier (``ever``)."""
     members = _group_ranks(g, k, topology)
     hosts: tuple[str, ...] = ()
     taken = 0
@@ -228,7 +237,7 @@ def vote(
         taken = len(set(machines) - set(topology.machines_of(r for r in ever if r in set(members))))
     return FailSlowResult(
         k,
-        tuple(votes),
+        votes,
         ranked,
         g,
         degrader_ranks=compact_ranges(members),
