@@ -276,10 +276,56 @@ def scan(
     Raises:
         MatchTimeout: the searches of ``match_re`` and ``rank_re`` ran past ``MATCH_BUDGET_S``.
     """
-    budget = MatchBudget(MATCH_BUDGET_S)
     proc = "/proc"
-    me = os.getpid()
-    table: dict[int, tuple[str, int]] = {}  # pid -> (state, ppid)
+    table, scanned = _process_table(proc)
+    excluded = set()
+    p = os.getpid()
+    while p in table and p not in excluded and p > 1:  # self and ancestors (ssh session, shell)
+        excluded.add(p)
+        p = table[p][1]
+    children: dict[int, list[int]] = {}
+    for pid, (_, ppid) in table.items():
+        children.setdefault(ppid, []).append(pid)
+    matched, cmdlines = _match(args, proc, table, excluded, match_re, rank_re)
+    mains = _mains(table, matched)
+
+    launchers: list[dict[str, Any]] = []
+    kept_mains: list[int] = []
+    ranked_mains = set(pid for pid in mains if matched[pid]["rank"] is not None)
+    for pid in mains:
+        if matched[pid]["rank"] is None and _has_ranked_descendant(pid, children, ranked_mains):
+            launchers.append({"pid": pid, "cmdline": cmdlines[pid][:CMDLINE_MAX]})
+        else:
+            kept_mains.append(pid)
+
+    wanted = set(args.ranks) if args.ranks is not None else None
+    if wanted is not None:
+        kept_mains = [p for p in kept_mains if matched[p]["rank"] is None or matched[p]["rank"] in wanted]
+
+    out: list[dict[str, Any]] = []
+    for pid in kept_mains:
+        info = matched[pid]
+        out.append(_entry(pid, table, cmdlines[pid], info, "main", None, read_comm(proc, pid, None)))
+        for child in _descendants(pid, children):
+            if child in excluded:
+                continue
+            if child in matched:
+                cinfo, line = matched[child], cmdlines[child]
+            else:
+                found_child = _child_info(args, proc, table, child, info)
+                if found_child is None:
+                    continue
+                cinfo, line = found_child
+            out.append(_entry(child, table, line, cinfo, "child", pid, read_comm(proc, child, None)))
+    found = set(e["rank"] for e in out if e["role"] == "main" and e["rank"] is not None)
+    unmatched = sorted(wanted - found) if wanted is not None else []
+    out.sort(key=lambda e: (e["rank"] if e["rank"] is not None else 1 << 62, e["role"] != "main", e["pid"]))
+    return out, launchers, scanned, unmatched
+
+
+def _process_table(proc: str) -> tuple[dict[int, tuple[str, int]], int]:
+    """``({pid: (state, ppid)}, processes listed)`` of ``proc`` (a process gone meanwhile is left out)."""
+    table: dict[int, tuple[str, int]] = {}
     scanned = 0
     for name in os.listdir(proc):
         if not name.isdigit():
@@ -290,15 +336,25 @@ def scan(
             table[pid] = read_stat(proc, pid)
         except (OSError, ValueError, IndexError):
             continue
-    excluded = set()
-    p = me
-    while p in table and p not in excluded and p > 1:  # self and ancestors (ssh session, shell)
-        excluded.add(p)
-        p = table[p][1]
-    children: dict[int, list[int]] = {}
-    for pid, (_, ppid) in table.items():
-        children.setdefault(ppid, []).append(pid)
+    return table, scanned
 
+
+def _match(
+    args: argparse.Namespace,
+    proc: str,
+    table: dict[int, tuple[str, int]],
+    excluded: set[int],
+    match_re: re.Pattern[str],
+    rank_re: re.Pattern[str] | None,
+) -> tuple[dict[int, dict[str, Any]], dict[int, str]]:
+    """The processes whose command line matches ``--match`` (py-spy and sibling probes left out):
+    ``({pid: {rank, local_rank, rank_source, environ_error}}, {pid: command line})``. The rank comes
+    from ``--rank-env`` in the environment, else ``--rank-cmdline`` on the command line.
+
+    Raises:
+        MatchTimeout: the searches ran past ``MATCH_BUDGET_S``.
+    """
+    budget = MatchBudget(MATCH_BUDGET_S)
     keys = [args.rank_env, args.local_rank_env]
     matched: dict[int, dict[str, Any]] = {}
     cmdlines: dict[int, str] = {}
@@ -331,6 +387,12 @@ def scan(
             "rank_source": source,
             "environ_error": env_err,
         }
+    return matched, cmdlines
+
+
+def _mains(table: dict[int, tuple[str, int]], matched: dict[int, dict[str, Any]]) -> list[int]:
+    """The matched processes that are a rank's main process: not a child whose nearest matching
+    ancestor carries the same rank (a data-loader worker, a worker's worker)."""
 
     def nearest_matched_ancestor(pid: int) -> int | None:
         seen = set()
@@ -342,7 +404,6 @@ def scan(
             p = table[p][1]
         return None
 
-    # main vs child: a child's nearest matching ancestor carries the same rank
     main_of: dict[int, int] = {}
     for pid, info in matched.items():
         anc = nearest_matched_ancestor(pid)
@@ -353,53 +414,35 @@ def scan(
         while top in main_of:
             top = main_of[top]
         main_of[pid] = top
-    mains = [pid for pid in matched if pid not in main_of]
+    return [pid for pid in matched if pid not in main_of]
 
-    launchers: list[dict[str, Any]] = []
-    kept_mains: list[int] = []
-    ranked_mains = set(pid for pid in mains if matched[pid]["rank"] is not None)
-    for pid in mains:
-        if matched[pid]["rank"] is None and _has_ranked_descendant(pid, children, ranked_mains):
-            launchers.append({"pid": pid, "cmdline": cmdlines[pid][:CMDLINE_MAX]})
-        else:
-            kept_mains.append(pid)
 
-    wanted = set(args.ranks) if args.ranks is not None else None
-    if wanted is not None:
-        kept_mains = [p for p in kept_mains if matched[p]["rank"] is None or matched[p]["rank"] in wanted]
-
-    out: list[dict[str, Any]] = []
-    for pid in kept_mains:
-        info = matched[pid]
-        out.append(_entry(pid, table, cmdlines[pid], info, "main", None, read_comm(proc, pid, None)))
-        for child in _descendants(pid, children):
-            if child in excluded:
-                continue
-            if child in matched:
-                cinfo = matched[child]
-                line = cmdlines[child]
-            else:
-                argv = read_cmdline(proc, child)
-                if argv is None:
-                    if table.get(child, ("",))[0] != "Z":
-                        continue
-                    argv = [f"[{read_comm(proc, child)}] <defunct>"]  # a dead, unreaped child: evidence
-                if os.path.basename(argv[0]) == "py-spy":
-                    continue
-                line = " ".join(argv)
-                env, env_err = read_environ(proc, child, keys)
-                crank = to_int(env.get(args.rank_env))
-                cinfo = {
-                    "rank": crank if crank is not None else info["rank"],
-                    "local_rank": to_int(env.get(args.local_rank_env)),
-                    "rank_source": "env" if crank is not None else info["rank_source"],
-                    "environ_error": env_err,
-                }
-            out.append(_entry(child, table, line, cinfo, "child", pid, read_comm(proc, child, None)))
-    found = set(e["rank"] for e in out if e["role"] == "main" and e["rank"] is not None)
-    unmatched = sorted(wanted - found) if wanted is not None else []
-    out.sort(key=lambda e: (e["rank"] if e["rank"] is not None else 1 << 62, e["role"] != "main", e["pid"]))
-    return out, launchers, scanned, unmatched
+def _child_info(
+    args: argparse.Namespace,
+    proc: str,
+    table: dict[int, tuple[str, int]],
+    child: int,
+    main: dict[str, Any],
+) -> tuple[dict[str, Any], str] | None:
+    """``(info, command line)`` of an unmatched descendant of a main process (its rank from its own
+    environment, else the main's); None for a process gone or a py-spy. A dead, unreaped child
+    (zombie) is kept as evidence: ``[comm] <defunct>``."""
+    argv = read_cmdline(proc, child)
+    if argv is None:
+        if table.get(child, ("",))[0] != "Z":
+            return None
+        argv = [f"[{read_comm(proc, child)}] <defunct>"]
+    if os.path.basename(argv[0]) == "py-spy":
+        return None
+    env, env_err = read_environ(proc, child, [args.rank_env, args.local_rank_env])
+    crank = to_int(env.get(args.rank_env))
+    info = {
+        "rank": crank if crank is not None else main["rank"],
+        "local_rank": to_int(env.get(args.local_rank_env)),
+        "rank_source": "env" if crank is not None else main["rank_source"],
+        "environ_error": env_err,
+    }
+    return info, " ".join(argv)
 
 
 def is_sibling_probe(argv: list[str], match: str) -> bool:
