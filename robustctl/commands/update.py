@@ -10,21 +10,19 @@
 * **list** shows the job's changes and versions, after folding a fresh progress reading into the
   newest version (stability), when the job has a ``progress:`` section.
 * **rollback** plans → shows → (confirms) → applies: check out the last stable version other than
-  the one the hosts run now (or ``--to``)
-  on every host of the job, all or none (:func:`robustctl.jobcode.git.switch_work_trees`), record it
-  (the rolled-back changes, pending changes cleared), then restart (``run_restart``). An audit record
-  (action ``rollback``) is written before the checkout, with one step per phase, as for every action.
+  the one the hosts run now (or ``--to``) on every host of the job, all or none, record it (the
+  rolled-back changes, pending changes cleared), then restart (``run_restart``), as a plan of the
+  action session and :func:`~robustctl.actions.plan.apply_plan`, audited as every action is.
 
-The work is in :mod:`robustctl.actions.update` (stage, when a change is due, the history) and
-:mod:`robustctl.actions.rollback` (the rollback's plan, run by the action session and
-:func:`~robustctl.actions.plan.apply_plan` like every action, with the same audit record); this module
-builds the requests and calls them. ``run_restart`` is imported when it is needed (``robustctl.commands.restart``); tests and the playbook
-engine may pass their own ``restart`` callable.
+The work is in :mod:`robustctl.actions.update` and :mod:`robustctl.actions.rollback`; this module builds
+the requests and calls them. ``run_restart`` is imported when it is needed (``robustctl.commands.restart``);
+tests and the playbook engine may pass their own ``restart`` callable.
 
 Exit codes: 0 staged / listed / rolled back (or dry run, declined) · 2 refused (no stable version and no
 ``--to``, a dirty work tree, the store's lock) · 3 a host could not be reached, or the checkout failed
-(every switched host put back) · 64 bad input (ref missing on a host, bad ref) · 78 bad inventory (no
-``code:`` section, path not a git work tree) or state store.
+(every switched host put back) · the restart's own code when the restart after a rollback failed ·
+64 bad input (ref missing on a host, bad ref) · 78 bad inventory (no ``code:`` section, path not a git
+work tree) or state store.
 """
 
 from __future__ import annotations
