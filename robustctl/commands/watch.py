@@ -1,15 +1,12 @@
 """``robustctl watch --once``, the ``watch`` loop and ``watch --history`` as library calls (issue 22,
 §1 and §3).
 
-:func:`run_watch_once` makes one evaluation of one job under the job's watch lock
-(:func:`robustctl.watchstore.watch_lock`); the evaluation itself is the domain's
-(:func:`robustctl.watch.loop.evaluate_job`: read the signals, judge them, decide, record, recover). Only
-when the action is ``run`` and not ``--advise`` does it run the playbook, through the playbook engine's
-library call (:func:`robustctl.commands.playbook.run_playbook_run`, the playbook's own policy and the
-rails of ``evict`` apply as by hand), which this module passes down as a
-:class:`~robustctl.watch.recovery.PlaybookEngine`. A ``stop`` (the hourly limit) runs ``watch.notify``
-with the decision's JSON on stdin. Never two recoveries for one incident: the decision's rails and the
-store's one open incident per job.
+:func:`run_watch_once` takes the job's watch lock (:func:`robustctl.watchstore.watch_lock`) and makes
+one evaluation, the domain's :func:`robustctl.watch.loop.evaluate_job` (read the signals, judge,
+decide, record; run the recovery, or notify on ``stop``). A recovery runs through the playbook engine's
+library calls (:func:`robustctl.commands.playbook.run_playbook_run`, ``run_playbook_resume``: the
+playbook's own policy and the rails of ``evict`` apply as by hand), passed down as a
+:class:`~robustctl.watch.recovery.PlaybookEngine`.
 
 Exit codes (the table of :mod:`robustctl.exit_codes`): **0** healthy (action ``none``); **1** a
 signal was seen and a rail held the watcher back (``skip``: a playbook already running, the incident
@@ -29,22 +26,28 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from robustctl.errors import InventoryError, RobustctlError, UsageError
+from robustctl.commands.watch_engine import WatchPlaybookEngine
+from robustctl.commands.watch_history import WatchHistoryRequest, WatchHistoryResult, run_watch_history
+from robustctl.errors import InventoryError, UsageError
 from robustctl.exit_codes import ExitCode
 from robustctl.models import SCHEMA_VERSION, strict_jsonable
 from robustctl.watch.decide import Action, Rail
 from robustctl.watch.incidents import EVICTION_KINDS, LOCALIZATION_KINDS, RESTART_KINDS, incident_phases
-from robustctl.watch.loop import NOTIFY_TIMEOUT_S, Evaluation, Reader, evaluate_every, evaluate_job
-from robustctl.watch.recovery import ADOPT_RUNS_READ, ADOPT_SLACK_S, MAX_RUN_MESSAGE_CHARS
+from robustctl.watch.loop import (
+    NOTIFY_TIMEOUT_S,
+    Evaluation,
+    Reader,
+    evaluate_every,
+    evaluate_job,
+    transport_pool,
+)
+from robustctl.watch.recovery import ADOPT_RUNS_READ, ADOPT_SLACK_S
 from robustctl.watch.state import STATE_VERSION
 from robustctl.watch.verdicts import SOURCE_FINDINGS, SOURCE_LIVENESS, fail_slow_params, reading_verdicts
 
 if TYPE_CHECKING:
     from robustctl.inventory import Inventory
-    from robustctl.playbooks.journal import JournalRun
-    from robustctl.store import Store
     from robustctl.transport.pool import TransportPool
-    from robustctl.watchstore import WatchEvent
 
 __all__ = [
     "ADOPT_RUNS_READ",
@@ -165,69 +168,6 @@ class WatchResult:
         return out
 
 
-class _Engine:
-    """The playbook engine and journal as the watcher reaches them
-    (:class:`robustctl.watch.recovery.PlaybookEngine`): runs unattended, destructive steps allowed by
-    ``--yes`` (:func:`robustctl.actions.session.always`) or else by the playbook's own policy only."""
-
-    def __init__(self, request: WatchRequest) -> None:
-        from robustctl.actions.session import always
-
-        self._inventory = Path(request.inventory.source)
-        self._state = request.state
-        self._confirm = always if request.yes else None
-
-    def start(self, name: str, params: Mapping[str, str]) -> dict[str, Any]:
-        from robustctl.commands.playbook import PlaybookRunRequest, run_playbook_run
-        from robustctl.playbooks.engine import RunOutcome
-
-        req = PlaybookRunRequest(name=name, params=dict(params), inventory=self._inventory, state=self._state)
-        try:
-            out = run_playbook_run(req, confirm=self._confirm)
-        except RobustctlError as exc:
-            return {
-                "run_id": None,
-                "playbook": name,
-                "status": "refused",
-                "message": str(exc)[:MAX_RUN_MESSAGE_CHARS],
-            }
-        if not isinstance(out, RunOutcome):  # pragma: no cover - not a dry run
-            return {"run_id": None, "playbook": name, "status": "refused", "message": "not run"}
-        return {"run_id": out.run_id, "playbook": out.playbook, "status": out.status, "message": out.message}
-
-    def resume(self, run_id: int) -> dict[str, Any]:
-        from robustctl.commands.playbook import PlaybookResumeRequest, run_playbook_resume
-
-        req = PlaybookResumeRequest(run_id=run_id, inventory=self._inventory, state=self._state)
-        out = run_playbook_resume(req, confirm=self._confirm)
-        return {"run_id": out.run_id, "playbook": out.playbook, "status": out.status, "message": out.message}
-
-    def run_record(self, store: Store, run_id: int) -> JournalRun | None:
-        from robustctl.playbooks import journal
-
-        return journal.run_record(store, run_id)
-
-    def unfinished_runs(self, store: Store, job: str, limit: int) -> list[JournalRun]:
-        from robustctl.playbooks import journal
-
-        return [r for r in journal.runs(store, job=job, limit=limit) if self.is_unfinished(r)]
-
-    def is_unfinished(self, run: JournalRun) -> bool:
-        from robustctl.playbooks import journal
-
-        return run.status == journal.RunStatus.RUNNING
-
-    def lock_held(self, store: Store, job: str) -> bool:
-        from robustctl.playbooks import journal
-        from robustctl.store import StoreLocked
-
-        try:
-            with journal.job_lock(store, job):
-                return False
-        except StoreLocked:
-            return True
-
-
 def _job(request: WatchRequest) -> str:
     """The request's job, checked against the inventory (UsageError, exit 64, when it has none)."""
     try:
@@ -245,8 +185,9 @@ def _evaluate(
     reader: Reader | None,
 ) -> WatchResult:
     """One evaluation (:func:`robustctl.watch.loop.evaluate_job`), the job's watch lock held by the caller."""
+    engine = WatchPlaybookEngine(Path(request.inventory.source), request.state, yes=request.yes)
     out: Evaluation = evaluate_job(
-        request.inventory, request.job, path, _Engine(request),
+        request.inventory, request.job, path, engine,
         advise=request.advise, resume=request.resume, pool=pool, clock=clock, reader=reader,
     )  # fmt: skip
     return WatchResult(**{f.name: getattr(out, f.name) for f in fields(out)})
@@ -347,13 +288,7 @@ def run_watch_loop(
     job = _job(request)
     stop = stop_event if stop_event is not None else threading.Event()
     path = state_path(request.state)
-    with watchstore.watch_lock(path, job):
-        own = pool is None
-        if pool is None:
-            from robustctl.transport.pool import TransportPool
-
-            pool = TransportPool(scheduler=request.inventory.scheduler)
-        used = pool
+    with watchstore.watch_lock(path, job), transport_pool(request.inventory, pool) as used:
 
         def once(count: int) -> WatchResult:
             req = request if count == 0 else replace(request, resume=False)
@@ -362,80 +297,8 @@ def run_watch_loop(
         def ended(result: WatchResult) -> bool:
             return result.job_ended
 
-        try:
-            outcome = evaluate_every(
-                request.inventory.watch.interval_s, once, ended,
-                stop=stop, wait=sleep if sleep is not None else stop.wait, on_result=on_result,
-            )  # fmt: skip
-        finally:
-            if own:
-                pool.close()
+        outcome = evaluate_every(
+            request.inventory.watch.interval_s, once, ended,
+            stop=stop, wait=sleep if sleep is not None else stop.wait, on_result=on_result,
+        )  # fmt: skip
     return WatchLoopResult(job, outcome[0], outcome[2], outcome[1])
-
-
-# ---------------------------------------------------------------------------------------- history
-
-
-@dataclass(frozen=True, kw_only=True)
-class WatchHistoryRequest:
-    """``robustctl watch --history --job J``: the job's recorded decisions, oldest first."""
-
-    job: str
-    state: Path | None = None
-    limit: int = 1000
-
-
-@dataclass(frozen=True)
-class WatchHistoryResult:
-    """The job's watch events (kind ``watch-history``). Exit 0."""
-
-    job: str
-    events: tuple[WatchEvent, ...]
-    kind: str = "watch-history"
-    schema_version: int = SCHEMA_VERSION
-
-    @property
-    def exit_code(self) -> ExitCode:
-        """Always OK: a history is not a verdict."""
-        return ExitCode.OK
-
-    def to_json(self) -> dict[str, Any]:
-        """The strict-JSON document."""
-        rows = [
-            {
-                "id": e.id,
-                "at": e.at,
-                "class": e.signal_class,
-                "rule": e.rule,
-                "action": e.action.value,
-                "playbook": e.playbook,
-                "reason": e.reason,
-                "evidence": dict(e.evidence),
-                "incident_id": e.incident_id,
-                "playbook_run_id": e.playbook_run_id,
-                "who": e.who,
-            }
-            for e in self.events
-        ]
-        doc = {"kind": self.kind, "schema_version": self.schema_version, "job": self.job, "events": rows}
-        out: dict[str, Any] = strict_jsonable(doc)
-        return out
-
-
-def run_watch_history(request: WatchHistoryRequest) -> WatchHistoryResult:
-    """The job's newest ``limit`` events (nothing written; a missing store is an empty history).
-
-    Raises:
-        WatchStoreInputError: a bad limit (exit 78). StoreError: the store cannot be read (exit 78).
-    """
-    from robustctl import watchstore
-    from robustctl.commands.options import state_path
-    from robustctl.store import Store
-
-    path = state_path(request.state)
-    if not path.exists():
-        return WatchHistoryResult(request.job, ())
-    with Store.open(path) as store:
-        return WatchHistoryResult(
-            request.job, tuple(watchstore.events(store, request.job, limit=request.limit))
-        )

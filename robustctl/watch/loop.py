@@ -19,7 +19,7 @@ import contextlib
 import json
 import subprocess
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -44,6 +44,7 @@ __all__ = [
     "evaluate_every",
     "evaluate_job",
     "notify",
+    "transport_pool",
 ]
 
 NOTIFY_TIMEOUT_S = 30.0
@@ -111,6 +112,29 @@ def notify(argv: Sequence[str], decision: Decision) -> dict[str, Any]:
     return {"argv": list(argv), "exit_code": done.returncode, "error": err}
 
 
+@contextlib.contextmanager
+def transport_pool(inv: Inventory, pool: TransportPool | None) -> Iterator[TransportPool]:
+    """``pool``, or a new pool for the inventory's scheduler, closed when the block ends.
+
+    Args:
+        inv: the inventory (its ``scheduler`` section configures a new pool).
+        pool: the caller's pool (None: a new one).
+
+    Yields:
+        The pool to use.
+    """
+    if pool is not None:
+        yield pool
+        return
+    from robustctl.transport.pool import TransportPool
+
+    own = TransportPool(scheduler=inv.scheduler)
+    try:
+        yield own
+    finally:
+        own.close()
+
+
 def _read(
     inv: Inventory,
     job_name: str,
@@ -131,18 +155,10 @@ def _read(
     scheduler = make_scheduler(inv.scheduler, inventory=inv, store=store)
     current = job_hosts(job.name, scheduler=scheduler, store=store, inventory=inv)
     hosts = [inv.by_name(n) for n in current.hosts]
-    own = pool is None
-    if pool is None:
-        from robustctl.transport.pool import TransportPool
-
-        pool = TransportPool(scheduler=inv.scheduler)
-    try:
+    with transport_pool(inv, pool) as used:
         reading = read(
-            job, pool, hosts=hosts, scheduler=scheduler, store=store, diagnose=inv.diagnose, clock=clock
+            job, used, hosts=hosts, scheduler=scheduler, store=store, diagnose=inv.diagnose, clock=clock
         )
-    finally:
-        if own:
-            pool.close()
     if reading.newest_step_time is not None and reading.progress.step is not None:
         with contextlib.suppress(watchstore.WatchStoreInputError):  # a step the store cannot hold
             watchstore.record_progress(

@@ -31,6 +31,7 @@ __all__ = [
     "resume_orphaned",
     "run_alive",
     "run_ended",
+    "run_summary",
 ]
 
 ADOPT_SLACK_S = 5.0
@@ -48,6 +49,21 @@ playbook has a few dozen steps at most; our choice)."""
 
 MAX_RUN_MESSAGE_CHARS = 1024
 """Longest refusal message kept in a recovery run's summary (one error line; our choice)."""
+
+
+def run_summary(run_id: int | None, playbook: str, status: str, message: str) -> dict[str, Any]:
+    """A recovery run's summary as ``watch --json`` shows it (``playbook_run``, ``resumed``).
+
+    Args:
+        run_id: its journal id (None: refused before anything ran).
+        playbook: the playbook.
+        status: the run's status (``done``, ``failed``, ``running``) or ``refused``.
+        message: its message (the caller cuts a refusal's to :data:`MAX_RUN_MESSAGE_CHARS`).
+
+    Returns:
+        ``{run_id, playbook, status, message}``.
+    """
+    return {"run_id": run_id, "playbook": playbook, "status": status, "message": message}
 
 
 class PlaybookEngine(Protocol):
@@ -261,12 +277,7 @@ def resume_orphaned(
     except StoreLocked:
         return st, None  # its process lives after all (another pid namespace): it carries on
     except RobustctlError as exc:
-        info = {
-            "run_id": rid,
-            "playbook": rec.playbook,
-            "status": "refused",
-            "message": str(exc)[:MAX_RUN_MESSAGE_CHARS],
-        }
+        info = run_summary(rid, rec.playbook, "refused", str(exc)[:MAX_RUN_MESSAGE_CHARS])
     info["event_id"] = event_id
     if st.incident_id is not None:
         fill_incident(store, engine, job, st.incident_id, None)
