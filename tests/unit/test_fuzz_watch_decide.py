@@ -9,7 +9,10 @@ that reports it; the job's newest step before or after that end; --advise on or 
 * never two runs overlapping for one job (a ``run`` only when no run is in flight);
 * never more than ``max_recoveries_per_hour`` runs in any sliding hour (no resume: a person's resume
   restarts the count by design, checked separately);
-* after a ``stop``, no ``run`` until a resume.
+* after a ``stop``, no ``run`` until a resume;
+* the rail table (:data:`RAILS`, :func:`judge`): for any situation, the first rail that holds decides,
+  a ``run`` happens exactly when none holds, and a rail that holds never starts a run or counts a
+  recovery (only the hourly limit's ``stop`` changes the memory, by pausing).
 
 Seeded and bounded by the ``ci`` profile (tests/conftest.py); each case is at most 40 cheap calls.
 """
@@ -24,7 +27,19 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from robustctl.config import WatchSettings
-from robustctl.watch.decide import RECOVERY_WINDOW_S, Action, Decision, WatchMemory, decide
+from robustctl.watch.decide import (
+    RAILS,
+    RECOVERY_WINDOW_S,
+    Action,
+    Decision,
+    OpenIncident,
+    Pause,
+    RunInProgress,
+    Situation,
+    WatchMemory,
+    decide,
+    judge,
+)
 from robustctl.watch.rules import SignalClass, Verdict
 
 pytestmark = pytest.mark.fuzz
@@ -200,3 +215,63 @@ def test_a_stored_memory_reads_back_or_is_one_config_error(
         WatchMemory.from_json(damaged)
     except ConfigError as exc:
         assert "\n" not in str(exc)
+
+
+@st.composite
+def situations(draw: st.DrawFn) -> Situation:
+    """A situation after rules 1 to 5 with any combination of the rails' conditions."""
+    settings = draw(SETTINGS)
+    now = T0 + draw(st.floats(0, 3600))
+    signal = draw(st.sampled_from([c for c in SignalClass if c is not SignalClass.UNKNOWN]))
+    handled = draw(st.booleans())
+    inc = OpenIncident(
+        f"{JOB}-1",
+        signal,
+        T0,
+        playbook="p" if handled else None,
+        recovery_started_s=T0 if handled else None,
+        recovery_ended_s=draw(st.sampled_from([None, T0 + 1.0])) if handled else None,
+    )
+    mem = WatchMemory(
+        recoveries_s=tuple(draw(st.lists(st.floats(T0, now), max_size=5))),
+        cooldown_until_s=draw(st.one_of(st.none(), st.floats(T0, T0 + 7200))),
+        running=draw(st.sampled_from([None, RunInProgress("p", inc.incident_id, T0, 3)])),
+        incident=inc,
+        paused=draw(st.sampled_from([None, Pause("limit", T0)])),
+        incidents_opened=1,
+    )
+    hosts = tuple(draw(st.lists(st.sampled_from(["n1", "n2", "x" * 5000]), max_size=2, unique=True)))
+    return Situation(
+        job=JOB,
+        now=now,
+        settings=settings,
+        memory=mem,
+        incident=inc,
+        seen=signal,
+        signal=signal,
+        lower=draw(st.booleans()),
+        playbook=settings.playbook_for(signal.value),
+        evidence=(verdict(signal),),
+        hosts=hosts,
+        advise=draw(st.booleans()),
+    )
+
+
+@given(situations())
+def test_the_first_rail_that_holds_decides_and_only_act_runs(s: Situation) -> None:
+    held = [out for out in (rail(s) for rail in RAILS) if out is not None]
+    out = judge(s)
+    if held:
+        assert out == held[0]
+        for o in held:
+            assert o.action is not Action.RUN and o.params == ()
+            assert o.memory.running == s.memory.running and o.memory.recoveries_s == s.memory.recoveries_s
+            assert o.memory == s.memory or (o.action is Action.STOP and o.memory.paused is not None)
+    else:
+        assert out.action is (Action.ADVISE if s.advise else Action.RUN)
+        assert out.params[0] == ("job", JOB)
+        if out.action is Action.RUN:
+            assert out.memory.running is not None and out.memory.recoveries_s == (
+                *s.memory.recoveries_s,
+                s.now,
+            )
