@@ -329,157 +329,204 @@ def parse_pyspy_text(
     Raises:
         DumpParseError: no thread header, frame line or py-spy error in ``text``.
     """
-    procs: list[_Proc] = []
-    cur: _Proc | None = None
-    thread: _Thread | None = None
-    frame_indent: int | None = None
-    in_locals_indent: int | None = None
-    mode = "dump"  # "dump" | "causes" | "backtrace"
-    causes: list[str] = []
-    err_first: str | None = None
+    procs = _TextParser().parse(text)
+    if not procs:
+        raise DumpParseError("not a py-spy dump: no thread header, frame line or py-spy error found")
+    file_rank = rank_from_text(text)  # one RANK=N in the whole text: the file's rank
+    fallback = file_rank if file_rank is not None else rank
+    return tuple(_process_dump(p, fallback, source) for p in procs)
 
-    def close_error() -> None:
-        nonlocal err_first, causes, cur, thread
-        if err_first is None:
-            return
-        msg = _error_summary(err_first, causes)
-        if cur is not None and cur.empty():
-            cur.error = msg
-        else:
-            cur = _Proc(error=msg)
-            procs.append(cur)
-        thread = None
-        err_first, causes = None, []
 
-    def new_proc() -> _Proc:
-        nonlocal thread, frame_indent
-        p = _Proc()
-        procs.append(p)
-        thread, frame_indent = None, None
-        return p
+def _process_dump(p: _Proc, rank: int | None, source: str | None) -> ProcessDump:
+    """The :class:`ProcessDump` of a parsed process block (``rank`` when the block names none)."""
+    threads = tuple(ThreadStack(t.tid, t.name, tuple(t.frames), *_status_flags(t.status)) for t in p.threads)
+    pid = p.pid
+    if pid is None:  # headerless: on Linux the main thread's TID is the PID
+        main = next((t for t in p.threads if t.name == "MainThread" and t.tid.isdigit()), None)
+        pid = int(main.tid) if main is not None else None
+    return ProcessDump(
+        threads=threads,
+        rank=p.rank if p.rank is not None else rank,
+        pid=pid,
+        role=infer_role(threads) if p.error is None else ProcessRole.MAIN,
+        cmdline=p.cmdline,
+        error=p.error,
+        source=source,
+    )
 
-    # Each pattern is tried only on lines that can match it (the test before it is implied by the
-    # pattern), in the same order as before; frame lines, nearly all of a dump, mostly skip them all.
-    # A line seen before as a frame line that no other pattern matches is one lookup (_LINE_CACHE).
-    frame_of = _FRAME_CACHE.get
-    line_of = _LINE_CACHE.get
-    for line in text.splitlines():
-        hit = line_of(line)
-        if hit is not None and thread is not None and mode == "dump" and in_locals_indent is None:
-            # thread is not None: cur holds it and has no error
-            if frame_indent is None:
-                frame_indent = hit[1]
-            if hit[1] <= frame_indent:
-                thread.frames.append(hit[0])
-                continue
+
+class _TextParser:
+    """One pass over a text dump, a line at a time, in one of three modes.
+
+    ``dump`` (process and thread headers, frame lines, ``Arguments:``/``Locals:`` blocks skipped by
+    their indent), ``causes`` (after a py-spy error line: its ``Caused by:`` items and ``Reason:``
+    lines) and ``backtrace`` (a ``Stack backtrace:`` block, skipped). An error block ends at the next
+    unindented line and becomes a process with ``error`` set.
+
+    Each pattern is tried only on lines that can match it (the first character tells), in a fixed
+    order; frame lines, nearly all of a dump, mostly skip them all, and a line seen before as a frame
+    line that no other pattern matches is one lookup (:data:`_LINE_CACHE`).
+    """
+
+    def __init__(self) -> None:
+        self.procs: list[_Proc] = []
+        self.cur: _Proc | None = None
+        self.thread: _Thread | None = None
+        self.frame_indent: int | None = None
+        self.in_locals_indent: int | None = None
+        self.mode = "dump"  # "dump" | "causes" | "backtrace"
+        self.causes: list[str] = []
+        self.err_first: str | None = None
+
+    def parse(self, text: str) -> list[_Proc]:
+        """The non-empty process blocks of ``text``, in order."""
+        line_of = _LINE_CACHE.get
+        for line in text.splitlines():
+            hit = line_of(line)
+            thread = self.thread
+            if (
+                hit is not None
+                and thread is not None
+                and self.mode == "dump"
+                and self.in_locals_indent is None
+            ):
+                # thread is not None: cur holds it and has no error
+                if self.frame_indent is None:
+                    self.frame_indent = hit[1]
+                if hit[1] <= self.frame_indent:
+                    thread.frames.append(hit[0])
+                    continue
+            self._line(line)
+        self._close_error()
+        return [p for p in self.procs if not p.empty()]
+
+    def _line(self, line: str) -> None:
+        """One line that is not a remembered frame line of the current thread."""
         s = line.lstrip()
         if not s or (s[0] == "`" and s.startswith("```")):
-            continue
+            return
         indent = len(line) - len(s)
         c = s[0]
-        if mode != "dump":  # "causes" | "backtrace"
-            if c == "S" and _BACKTRACE_RE.match(line):
-                mode = "backtrace"
-                continue
-            if mode == "causes" and c == "C" and _CAUSED_RE.match(line):
-                continue
-            if mode == "causes" and c == "R" and (rm := _REASON_RE.match(line)):  # py-spy's "Reason: ..."
-                causes.append(rm.group(1))
-                continue
-            if indent:
-                if mode == "causes":
-                    m = _CAUSE_ITEM_RE.match(line)
-                    if m:
-                        causes.append(m.group(1))
-                continue
-            mode = "dump"
-            close_error()
-        if not indent and c in "EePpTt":
-            m = _ERROR_RE.match(line) or _PERMISSION_RE.match(line) or _TIMEOUT_RE.match(line)
-            if m:
-                close_error()
-                err_first = m.group(1)
-                mode = "causes"
-                continue
-        if c == "P":
-            m = _PROCESS_RE.match(line)
-            if m:
-                cur = new_proc()
-                cur.pid = int(m.group(1))
-                cur.cmdline = m.group(2) or None
-                rm = _RANK_TEXT_RE.search(line) if "RANK=" in line else None
-                if rm:
-                    cur.rank = int(rm.group(1))
-                continue
-            m = _PYTHON_RE.match(line)
-            if m and cur is not None and not cur.threads:
-                cur.python = m.group(1)
-                continue
-        elif c == "T":
-            m = _THREAD_RE.match(line)
-            if m:
-                name = m.group(3)
-                if cur is None or (name == "MainThread" and cur.has_main()) or cur.error is not None:
-                    cur = new_proc()
-                thread = _Thread(tid=m.group(1), name=name, status=m.group(2))
-                cur.threads.append(thread)
-                frame_indent, in_locals_indent = None, None
-                continue
-        elif indent and c in "AL" and _LOCALS_RE.match(line):
-            in_locals_indent = indent
-            continue
-        if in_locals_indent is not None and indent > in_locals_indent:
-            continue
-        in_locals_indent = None
-        frame = frame_of(s, _NO_FRAME)
-        if frame is _NO_FRAME:
-            frame = _frame_line(s)
-        if frame is not None and (frame_indent is None or indent <= frame_indent):
-            if cur is None or cur.error is not None:
-                cur = new_proc()
-            if thread is None:
-                thread = _Thread(tid="?", name=None, status=None)
-                cur.threads.append(thread)
-            frame_indent = indent if frame_indent is None else frame_indent
-            thread.frames.append(frame)
-            if len(line) <= _FRAME_CACHE_LINE and _frame_only(line, indent):
-                if len(_LINE_CACHE) >= _FRAME_CACHE_MAX:
-                    _LINE_CACHE.clear()
-                _LINE_CACHE[line] = (frame, indent)
-            continue
+        if self.mode != "dump" and self._error_block(line, indent, c):
+            return
+        if self._header(line, indent, c):
+            return
+        if self.in_locals_indent is not None and indent > self.in_locals_indent:
+            return
+        self.in_locals_indent = None
+        if self._frame(line, s, indent):
+            return
+        cur = self.cur
         if cur is not None and cur.rank is None and "RANK=" in line:
             rm = _RANK_TEXT_RE.search(line)
             if rm:
                 cur.rank = int(rm.group(1))
         # anything else (a cut line, prose around a paste) is ignored
-    close_error()
 
-    procs = [p for p in procs if not p.empty()]
-    if not procs:
-        raise DumpParseError("not a py-spy dump: no thread header, frame line or py-spy error found")
-    file_rank = rank_from_text(text)  # one RANK=N in the whole text: the file's rank
-    out: list[ProcessDump] = []
-    for p in procs:
-        threads = tuple(
-            ThreadStack(t.tid, t.name, tuple(t.frames), *_status_flags(t.status)) for t in p.threads
-        )
-        r = p.rank if p.rank is not None else (file_rank if file_rank is not None else rank)
-        pid = p.pid
-        if pid is None:  # headerless: on Linux the main thread's TID is the PID
-            main = next((t for t in p.threads if t.name == "MainThread" and t.tid.isdigit()), None)
-            pid = int(main.tid) if main is not None else None
-        out.append(
-            ProcessDump(
-                threads=threads,
-                rank=r,
-                pid=pid,
-                role=infer_role(threads) if p.error is None else ProcessRole.MAIN,
-                cmdline=p.cmdline,
-                error=p.error,
-                source=source,
-            )
-        )
-    return tuple(out)
+    def _error_block(self, line: str, indent: int, c: str) -> bool:
+        """In ``causes``/``backtrace`` mode: take the line when it belongs to the block (True); an
+        unindented line that does not ends the block (closing the error) and is read as usual."""
+        if c == "S" and _BACKTRACE_RE.match(line):
+            self.mode = "backtrace"
+            return True
+        if self.mode == "causes" and c == "C" and _CAUSED_RE.match(line):
+            return True
+        if self.mode == "causes" and c == "R" and (rm := _REASON_RE.match(line)):  # py-spy's "Reason: ..."
+            self.causes.append(rm.group(1))
+            return True
+        if indent:
+            if self.mode == "causes":
+                m = _CAUSE_ITEM_RE.match(line)
+                if m:
+                    self.causes.append(m.group(1))
+            return True
+        self.mode = "dump"
+        self._close_error()
+        return False
+
+    def _header(self, line: str, indent: int, c: str) -> bool:
+        """A py-spy error line, a ``Process``/``Python`` header, a thread header or the start of a
+        locals block: act on it and return True; anything else False."""
+        if not indent and c in "EePpTt":
+            m = _ERROR_RE.match(line) or _PERMISSION_RE.match(line) or _TIMEOUT_RE.match(line)
+            if m:
+                self._close_error()
+                self.err_first = m.group(1)
+                self.mode = "causes"
+                return True
+        if c == "P":
+            m = _PROCESS_RE.match(line)
+            if m:
+                cur = self._new_proc()
+                cur.pid = int(m.group(1))
+                cur.cmdline = m.group(2) or None
+                rm = _RANK_TEXT_RE.search(line) if "RANK=" in line else None
+                if rm:
+                    cur.rank = int(rm.group(1))
+                return True
+            m = _PYTHON_RE.match(line)
+            if m and self.cur is not None and not self.cur.threads:
+                self.cur.python = m.group(1)
+                return True
+        elif c == "T":
+            m = _THREAD_RE.match(line)
+            if m:
+                name = m.group(3)
+                holder = self.cur
+                if holder is None or (name == "MainThread" and holder.has_main()) or holder.error is not None:
+                    holder = self._new_proc()
+                self.thread = _Thread(tid=m.group(1), name=name, status=m.group(2))
+                holder.threads.append(self.thread)
+                self.frame_indent, self.in_locals_indent = None, None
+                return True
+        elif indent and c in "AL" and _LOCALS_RE.match(line):
+            self.in_locals_indent = indent
+            return True
+        return False
+
+    def _frame(self, line: str, s: str, indent: int) -> bool:
+        """A frame line (no deeper than the thread's first): append it to the current thread (a new
+        headerless process or thread when there is none) and return True; else False."""
+        frame = _FRAME_CACHE.get(s, _NO_FRAME)
+        if frame is _NO_FRAME:
+            frame = _frame_line(s)
+        if frame is None or (self.frame_indent is not None and indent > self.frame_indent):
+            return False
+        cur = self.cur
+        if cur is None or cur.error is not None:
+            cur = self._new_proc()
+        if self.thread is None:
+            self.thread = _Thread(tid="?", name=None, status=None)
+            cur.threads.append(self.thread)
+        if self.frame_indent is None:
+            self.frame_indent = indent
+        self.thread.frames.append(frame)
+        if len(line) <= _FRAME_CACHE_LINE and _frame_only(line, indent):
+            if len(_LINE_CACHE) >= _FRAME_CACHE_MAX:
+                _LINE_CACHE.clear()
+            _LINE_CACHE[line] = (frame, indent)
+        return True
+
+    def _new_proc(self) -> _Proc:
+        p = _Proc()
+        self.procs.append(p)
+        self.cur = p
+        self.thread, self.frame_indent = None, None
+        return p
+
+    def _close_error(self) -> None:
+        """End a pending py-spy error: the current process's error when it is still empty, else a
+        process of its own."""
+        if self.err_first is None:
+            return
+        msg = _error_summary(self.err_first, self.causes)
+        if self.cur is not None and self.cur.empty():
+            self.cur.error = msg
+        else:
+            self.cur = _Proc(error=msg)
+            self.procs.append(self.cur)
+        self.thread = None
+        self.err_first, self.causes = None, []
 
 
 # --- entry points ----------------------------------------------------------------------------------
