@@ -1,4 +1,5 @@
-"""Destructive actions (evict, return, warm standbys): plan → render → apply, with rails and an audit log.
+"""Destructive actions (evict, return, warm standbys, restart, rollback): plan → render → apply, with rails
+and an audit log.
 
 :class:`ActionContext` bundles what every action needs: the inventory, its ``scheduler:`` and
 ``policy:`` sections, the state store and the scheduler back end. :func:`open_context` builds one from

@@ -1,7 +1,8 @@
 """Plans of destructive actions and the one engine that applies them.
 
-Every action (evict, return, standby add/activate) is *plan → render → apply*: a planner builds a frozen
-:class:`Plan` (targets, ordered :class:`Step` s, the safety rails evaluated, the reason and the evidence),
+Every action (evict, return, standby add/activate, restart, stop, rollback) is *plan → render → apply*:
+a planner builds a frozen :class:`Plan` (targets, ordered :class:`Step` s, the safety rails evaluated,
+the reason and the evidence),
 ``--dry-run`` prints it (``--json``: exactly the document :func:`apply_plan` records in the audit log),
 and :func:`apply_plan` runs it step by step:
 

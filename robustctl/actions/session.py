@@ -1,8 +1,8 @@
 """One action session: open the context → take the store's lock (unless dry run) → plan → show →
 confirm → apply → audit.
 
-Every destructive command (evict, return, standby add, standby activate) runs through
-:class:`ActionSession`, and ``standby check`` uses its open-and-lock half::
+Every destructive command (evict, return, standby add, standby activate, restart, stop, rollback) runs
+through :class:`ActionSession`, and ``standby check`` uses its open-and-lock half::
 
     with ActionSession("evict", inventory=path, dry_run=False, confirm=always) as session:
         result = session.run(lambda ctx: plan_evict(spec, ctx))
