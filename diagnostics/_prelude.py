@@ -78,6 +78,16 @@ class Document:
         with self._lock:
             self.data[key] = value
 
+    def unavailable(self, reason: str, reason_code: str, **context: Any) -> None:
+        """Say the probe cannot run here: ``available: false``, then ``context`` (e.g. ``mode``),
+        ``reason`` (one line) and ``reason_code`` (a stable word the control side tests), in that
+        order."""
+        self.set("available", False)
+        for key, value in context.items():
+            self.set(key, value)
+        self.set("reason", reason)
+        self.set("reason_code", reason_code)
+
     def error(self, message: object) -> None:
         """Add one line to ``errors`` (a failed sub-collection)."""
         with self._lock:
@@ -377,6 +387,29 @@ def run_rank_processes(
             ans = {"rank": rank, "error": f"exited with code {p.exitcode} without an answer"}
         out.append(ans)
     return out
+
+
+def import_distributed(doc: Document, **context: Any) -> Any:
+    """``torch.distributed``, or None after marking ``doc`` unavailable (:meth:`Document.unavailable`
+    with ``context``): ``torch_missing`` without torch, ``no_distributed`` for a torch built
+    without it."""
+    try:
+        import torch.distributed as dist
+    except ImportError:
+        doc.unavailable("torch is not installed", "torch_missing", **context)
+        return None
+    if not dist.is_available():
+        doc.unavailable("this torch build has no torch.distributed", "no_distributed", **context)
+        return None
+    return dist
+
+
+def pick_backend(requested: str, dist: Any, ngpu: int) -> str:
+    """``requested`` (``gloo``/``nccl``), or for ``auto``: NCCL when torch sees GPUs and has NCCL,
+    else gloo over CPU processes."""
+    if requested != "auto":
+        return requested
+    return "nccl" if ngpu > 0 and dist.is_nccl_available() else "gloo"
 
 
 def gpu_count() -> int:

@@ -54,11 +54,13 @@ from typing import Any, Sequence
 from _prelude import (
     Document,
     gpu_count,
+    import_distributed,
     kill_children,
     listen_failure,
     listening_socket,
     make_store,
     one_line,
+    pick_backend,
     probe_main,
     run_rank_processes,
     serve_rendezvous,
@@ -300,9 +302,7 @@ def run_nccl_tests(args: argparse.Namespace, sizes: list[int], doc: Document, de
     doc.set("mode", "nccl-tests")
     if binary is None:
         where = args.nccl_tests_bin or "PATH, " + ", ".join(NCCL_TESTS_DIRS)
-        doc.set("available", False)
-        doc.set("reason", f"all_reduce_perf not found ({where})")
-        doc.set("reason_code", "nccl_tests_missing")
+        doc.unavailable(f"all_reduce_perf not found ({where})", "nccl_tests_missing")
         return
     ngpus = args.nproc or gpu_count() or 1
     argv = [binary, "-b", str(min(sizes)), "-e", str(max(sizes)), "-f", "2", "-g", str(ngpus)]
@@ -393,23 +393,10 @@ def collect(args: argparse.Namespace, doc: Document) -> None:
         return
     mode = "rank" if args.rank is not None else "intra"
     ngpu = gpu_count()
-    try:
-        import torch.distributed as dist
-    except ImportError:
-        doc.set("available", False)
-        doc.set("mode", mode)
-        doc.set("reason", "torch is not installed")
-        doc.set("reason_code", "torch_missing")
+    dist = import_distributed(doc, mode=mode)
+    if dist is None:
         return
-    if not dist.is_available():
-        doc.set("available", False)
-        doc.set("mode", mode)
-        doc.set("reason", "this torch build has no torch.distributed")
-        doc.set("reason_code", "no_distributed")
-        return
-    backend = args.backend
-    if backend == "auto":
-        backend = "nccl" if ngpu > 0 and dist.is_nccl_available() else "gloo"
+    backend = pick_backend(args.backend, dist, ngpu)
     world = args.world_size if mode == "rank" else (args.nproc or (ngpu if backend == "nccl" else 2))
     budget = max(1.0, deadline - time.monotonic())
     cfg = {

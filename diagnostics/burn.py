@@ -400,12 +400,8 @@ def collect(args: argparse.Namespace, doc: Document) -> None:
     elif np is not None:
         run_numpy(np, args, doc, deadline)
     else:
-        doc.set("available", False)
-        doc.set(
-            "reason",
-            f"no {'torch or numpy' if args.backend == 'auto' else args.backend} to run a matmul load",
-        )
-        doc.set("reason_code", "no_backend")
+        what = "torch or numpy" if args.backend == "auto" else args.backend
+        doc.unavailable(f"no {what} to run a matmul load", "no_backend")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -645,18 +645,14 @@ def open_library(args: argparse.Namespace, doc: Document) -> tuple[Any, str | No
             return InjectedNvml(args.nvml_injection), "injection"
         except (OSError, ValueError) as exc:
             reason = f"NVML injection file: {exc}"
-            doc.set("available", False)
-            doc.set("reason", reason)
-            doc.set("reason_code", "injection_error")
+            doc.unavailable(reason, "injection_error")
             doc.set("nvml_error", None)
             doc.error(reason)
             return None, None
     try:
         import pynvml
     except ImportError:
-        doc.set("available", False)
-        doc.set("reason", "pynvml (nvidia-ml-py) is not installed")
-        doc.set("reason_code", "pynvml_missing")
+        doc.unavailable("pynvml (nvidia-ml-py) is not installed", "pynvml_missing")
         doc.set("nvml_error", None)
         return None, None
     return pynvml, "nvml"
@@ -675,9 +671,7 @@ def run_library(lib: Any, source: str | None, doc: Document) -> None:
         lib.nvmlInit()
     except err_type as exc:
         code = getattr(exc, "value", None)
-        doc.set("available", False)
-        doc.set("reason", f"nvmlInit: {exc}")
-        doc.set("reason_code", reason_code(code))
+        doc.unavailable(f"nvmlInit: {exc}", reason_code(code))
         doc.set("nvml_error", code)
         return
     doc.set("available", True)

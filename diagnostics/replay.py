@@ -54,10 +54,12 @@ from typing import Any, Sequence
 from _prelude import (
     Document,
     gpu_count,
+    import_distributed,
     kill_children,
     listen_failure,
     make_store,
     one_line,
+    pick_backend,
     probe_main,
     run_rank_processes,
     serve_rendezvous,
@@ -404,25 +406,14 @@ def collect(args: argparse.Namespace, doc: Document) -> None:
     """Run this node's ranks of the replay job (see the module docstring)."""
     deadline = time.monotonic() + max(1.0, args.timeout - min(5.0, 0.1 * args.timeout))
     ngpu = gpu_count()
-    try:
-        import torch.distributed as dist
-    except ImportError:
-        doc.set("available", False)
-        doc.set("reason", "torch is not installed")
-        doc.set("reason_code", "torch_missing")
-        return
-    if not dist.is_available():
-        doc.set("available", False)
-        doc.set("reason", "this torch build has no torch.distributed")
-        doc.set("reason_code", "no_distributed")
+    dist = import_distributed(doc)
+    if dist is None:
         return
     import torch
 
     # Before forking: its first call costs seconds of imports, which the ranks then inherit.
     torch.use_deterministic_algorithms(True)
-    backend = args.backend
-    if backend == "auto":
-        backend = "nccl" if ngpu > 0 and dist.is_nccl_available() else "gloo"
+    backend = pick_backend(args.backend, dist, ngpu)
     world = args.tp * args.pp * args.dp
     budget = max(1.0, deadline - time.monotonic())
     cfg = {
