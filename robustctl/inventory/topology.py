@@ -417,6 +417,10 @@ class GroupFinder:
         self._smallest: dict[frozenset[int], GroupChoice | None] = {}
         self._members: dict[tuple[str, int], tuple[int, ...]] = {}
 
+    def __len__(self) -> int:
+        """How many smallest-group answers are remembered (at most :data:`MAX_REMEMBERED_SEARCHES`)."""
+        return len(self._smallest)
+
     def smallest(self, ranks: Iterable[int]) -> GroupChoice | None:
         """The smallest group holding every rank of ``ranks`` (see :func:`smallest_group`).
 

@@ -8,7 +8,7 @@ import pytest
 
 from robustctl.config import ParallelLayout
 from robustctl.errors import UsageError
-from robustctl.inventory.topology import Topology, parse_layout
+from robustctl.inventory.topology import MAX_REMEMBERED_SEARCHES, Topology, parse_layout, smallest_group
 
 
 def test_megatron_docstring_example_16_gpus_tp2_pp4() -> None:
@@ -108,3 +108,21 @@ def test_parse_layout() -> None:
 def test_parse_layout_errors(text: str, world: int | None, message: str) -> None:
     with pytest.raises(UsageError, match=message):
         parse_layout(text, world_size=world)
+
+
+def test_group_finder_remembers_answers_within_its_bound() -> None:
+    t = Topology(ParallelLayout(tp=2, pp=4, dp=2), 2)
+    finder = t.finder
+    assert t.finder is finder  # one per topology, shared by every caller
+    first = smallest_group(t, [12, 13])
+    assert first is not None and (first.kind, first.index) == ("tp", 6)
+    assert finder.smallest({13, 12}) is first and len(finder) == 1  # remembered, any order
+    assert finder.members("pp", 0) == (0, 4, 8, 12) and finder.group_of(8, "pp") is finder.members("pp", 0)
+    singles = [(r,) for r in range(16)]
+    pairs = list(itertools.combinations(range(16), 2))
+    for ranks in (singles + pairs)[: MAX_REMEMBERED_SEARCHES + 10]:
+        finder.smallest(ranks)
+    assert 0 < len(finder) <= MAX_REMEMBERED_SEARCHES
+    assert finder.smallest([12, 13]) == first  # forgotten or not, the same answer
+    with pytest.raises(UsageError, match="rank 16 is outside"):
+        finder.smallest([16])
