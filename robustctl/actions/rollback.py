@@ -32,7 +32,7 @@ Outcomes are the session's (:class:`~robustctl.actions.session.Outcome`): ``dry-
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from robustctl.actions.plan import Plan, Step, StepKind, StepRunner
@@ -362,7 +362,7 @@ class RollbackRun:
     switch: SwitchResult | None = None
     change: CodeChange | None = None
     restart: Any = None
-    error: RobustctlError | None = field(default=None)
+    error: RobustctlError | None = None
 
 
 def _carrying(run: RollbackRun, fn: StepRunner) -> StepRunner:
