@@ -52,7 +52,7 @@ from dataclasses import dataclass
 
 from robustctl.analysis import Finding, Verdict, sort_findings
 from robustctl.models import Status, to_jsonable
-from robustctl.thresholds import beyond_min, ladder
+from robustctl.thresholds import beyond_max, beyond_min, ladder
 
 __all__ = [
     "BUSBW_FACTOR_FAMILY",
@@ -970,7 +970,7 @@ def _wrong_findings(result: NcclTestsResult) -> list[Finding]:
             if m is None or m.wrong is None:
                 continue
             limit = _tolerance(row.dtype) if old_format else 0.0
-            if m.wrong > limit:
+            if ladder(m.wrong, crit=beyond_max(limit)) is Status.CRITICAL:  # past the tolerance
                 bad.append(
                     {
                         "size_bytes": row.size_bytes,
