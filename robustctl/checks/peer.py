@@ -33,7 +33,9 @@ def peer_outliers(
             value has no peer. Absolute floors still apply to such small fleets.
 
     Returns:
-        ``{name: (value, median)}`` for every name with ``value < ratio * median`` (strict), where
+        ``{name: (value, median)}`` for every name with ``value < ratio * median`` (strict: the
+        limit is the least healthy value, so it goes through
+        :func:`robustctl.thresholds.beyond_min` into the one ladder rule; a test pins it), where
         ``median`` is the median of all finite values, the outliers included (a robust centre: up
         to half the fleet can be slow before the median moves). Empty when the median is not
         positive. Ordered by ascending value.
