@@ -720,7 +720,14 @@ table is a new step."""
 
 
 def schema_tables(owner: str) -> frozenset[str]:
-    """The tables :data:`SCHEMA` creates for module ``owner`` (e.g. ``"robustctl.watchstore"``)."""
+    """The tables :data:`SCHEMA` creates for one module.
+
+    Args:
+        owner: the module's dotted name, e.g. ``"robustctl.watchstore"``.
+
+    Returns:
+        the names of its tables (empty for a module that owns none).
+    """
     return frozenset(t for m in SCHEMA if m.owner == owner for t in m.tables)
 
 
@@ -750,8 +757,14 @@ class Transaction:
         self._conn = conn
 
     def execute(self, sql: str, args: Sequence[Any] = ()) -> sqlite3.Cursor:
-        """Run one statement (``?`` for ``args``) and return its cursor (``fetchone``, ``fetchall``,
-        ``lastrowid``, ``rowcount``).
+        """Run one statement of the block.
+
+        Args:
+            sql: one ``SELECT``/``INSERT``/``UPDATE``/``DELETE`` statement, ``?`` for each argument.
+            args: its arguments (text bound as :func:`clean_text` makes it).
+
+        Returns:
+            its cursor (``fetchone``, ``fetchall``, ``lastrowid``, ``rowcount``).
 
         Raises:
             ValueError: the statement is one a module may not run (:data:`NOT_IN_A_TRANSACTION`): a
@@ -762,6 +775,13 @@ class Transaction:
 
     def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> sqlite3.Cursor:
         """Run one statement once per row of arguments (as :meth:`execute`).
+
+        Args:
+            sql: one ``INSERT``/``UPDATE``/``DELETE`` statement, ``?`` for each argument.
+            rows: one sequence of arguments per run.
+
+        Returns:
+            its cursor (``rowcount``: the rows changed in all).
 
         Raises:
             ValueError: the statement is one a module may not run (:data:`NOT_IN_A_TRANSACTION`).
@@ -952,8 +972,15 @@ class Store:
             raise
 
     def query(self, sql: str, args: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
-        """Every row of one read statement (``?`` for ``args``; text arguments as :func:`clean_text`
-        makes them, so a key with a lone surrogate finds the row written with it).
+        """Every row of one read statement.
+
+        Args:
+            sql: a read (:data:`READ_STATEMENTS`), ``?`` for each argument.
+            args: its arguments; text as :func:`clean_text` makes it, so a key with a lone surrogate
+                finds the row written with it.
+
+        Returns:
+            the rows, as tuples of the columns' values (unchecked: :meth:`rows` checks them).
 
         Raises:
             ValueError: not a read (:data:`READ_STATEMENTS`): a programming error, never input.
@@ -967,11 +994,19 @@ class Store:
     def rows(
         self, table: str, columns: Sequence[str], tail: str = "", args: Sequence[Any] = ()
     ) -> list[StoreRow]:
-        """``SELECT rowid, COLUMNS FROM TABLE TAIL`` as :class:`StoreRow` s, whose fields are checked as
-        they are taken (``tail``: the ``WHERE``/``ORDER BY``/``LIMIT`` part, with ``?`` for ``args``;
-        ``table`` and ``columns`` are robustctl's own names, never input).
+        """``SELECT rowid, COLUMNS FROM TABLE TAIL``, each row's fields checked as they are taken.
+
+        Args:
+            table: the table (robustctl's own name, never input).
+            columns: the columns read (robustctl's own names).
+            tail: the ``WHERE``/``ORDER BY``/``LIMIT`` part, with ``?`` for ``args``.
+            args: the arguments of ``tail`` (text as :func:`clean_text` makes it).
+
+        Returns:
+            one :class:`StoreRow` per row, in the order of ``tail``.
 
         Raises:
+            ValueError: ``table`` or a column is not an identifier (a programming error).
             StoreError: the store cannot be read.
         """
         if not all(name.isidentifier() for name in (table, *columns)):
@@ -1325,12 +1360,30 @@ class Store:
         return [_audit_record(r, steps.get(r.count("id"), ())) for r in rows]
 
     def last_audit_id(self) -> int:
-        """The id of the newest audit record (0: none yet). Raises StoreError."""
+        """The id of the newest audit record.
+
+        Returns:
+            its id; 0 when the log is empty.
+
+        Raises:
+            StoreError: the store cannot be read.
+        """
         return int(self.query("SELECT MAX(id) FROM audit")[0][0] or 0)
 
     def audit_ids(self, *, after: int, pid: int) -> list[int]:
-        """The ids of the audit records after id ``after`` written by process ``pid``, oldest first (what
-        one playbook step wrote: :func:`robustctl.playbooks.journal.step_audits`). Raises StoreError."""
+        """The audit records one process wrote after a given record (what one playbook step wrote:
+        :func:`robustctl.playbooks.journal.step_audits`).
+
+        Args:
+            after: the last audit id before them (records with a greater id are taken).
+            pid: the process that wrote them.
+
+        Returns:
+            their ids, oldest first.
+
+        Raises:
+            StoreError: the store cannot be read.
+        """
         return [
             int(r[0])
             for r in self.query("SELECT id FROM audit WHERE id>? AND pid=? ORDER BY id", [after, pid])
@@ -1372,7 +1425,16 @@ class Store:
 
 
 def journal_query(store: Store, sql: str, args: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
-    """Old name of :meth:`Store.query` (kept for its callers): use ``store.query(sql, args)``."""
+    """Old name of :meth:`Store.query`, kept for its callers: use ``store.query(sql, args)``.
+
+    Args:
+        store: the open store.
+        sql: a read (:data:`READ_STATEMENTS`).
+        args: its arguments.
+
+    Returns:
+        the rows, as :meth:`Store.query` returns them.
+    """
     return store.query(sql, args)
 
 

@@ -233,8 +233,10 @@ def record(
     """Record one run's observations (one transaction).
 
     Args:
+        store: the open store (its clock dates the rows).
         observations: per (host, check); a host's :data:`HOST_CHECK` observation counts it as seen.
-        source: ``"sweep"`` or ``"diagnose"``. started_at: when the run started (UNIX s; default now).
+        source: ``"sweep"`` or ``"diagnose"``.
+        started_at: when the run started (UNIX s; default now).
         sweep: also write a ``sweeps`` row.
         hosts_swept: the host count of the ``sweeps`` row when ``observations`` carry only the hosts
             whose checks may have changed (a replay of a simulated history, ``bench/sweep_history.py``:
