@@ -712,7 +712,6 @@ SCHEMA: tuple[Migration, ...] = (
         """,
     ),
 )
-
 """The store's schema, in one place: each step (:class:`Migration`) the tables of one module, by
 version. :meth:`Store.open` applies the steps a file lacks, in order, each recorded in ``migrations``;
 a step, once released, is never edited (files hold its tables and its description): a change of a
@@ -805,6 +804,7 @@ connection is in autocommit mode outside :meth:`Store.transaction`, so a write r
 commit on its own: writes go through a transaction."""
 
 _WRITE_WORD = re.compile(r"\b(INSERT|UPDATE|DELETE|REPLACE)\b")
+"""A write keyword (upper case, as robustctl writes its SQL) in a ``WITH`` statement."""
 
 
 def _read(sql: str) -> str:
