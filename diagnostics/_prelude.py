@@ -79,9 +79,15 @@ class Document:
             self.data[key] = value
 
     def unavailable(self, reason: str, reason_code: str, **context: Any) -> None:
-        """Say the probe cannot run here: ``available: false``, then ``context`` (e.g. ``mode``),
-        ``reason`` (one line) and ``reason_code`` (a stable word the control side tests), in that
-        order."""
+        """Say the probe cannot run here: ``available: false``, ``context``, ``reason``, ``reason_code``.
+
+        The keys are set in that order (the document's key order).
+
+        Args:
+            reason: one line saying why.
+            reason_code: a stable word the control side tests (``torch_missing``, ...).
+            **context: keys set between ``available`` and ``reason`` (e.g. ``mode``).
+        """
         self.set("available", False)
         for key, value in context.items():
             self.set(key, value)
@@ -263,6 +269,13 @@ probe's watchdog fires."""
 def listening_socket(addr: str, port: int) -> socket.socket:
     """A TCP socket bound to ``addr:port`` (port 0: a free one) and listening.
 
+    Args:
+        addr: an IPv4 or IPv6 address of this host.
+        port: the port, 0 for a free one.
+
+    Returns:
+        The listening socket.
+
     Raises:
         OSError: the address cannot be bound (in use, not this host's).
     """
@@ -275,13 +288,29 @@ def listening_socket(addr: str, port: int) -> socket.socket:
 
 
 def listen_failure(addr: str, port: int | None, exc: OSError) -> str:
-    """The error line of a rendezvous address that cannot be listened on."""
+    """The error line of a rendezvous address that cannot be listened on.
+
+    Args:
+        addr: the address.
+        port: the port asked for (None: a free one).
+        exc: why it failed.
+
+    Returns:
+        ``cannot listen on ADDR:PORT: REASON``.
+    """
     return f"cannot listen on {addr}:{port}: {exc.strerror or exc}"
 
 
 def serve_rendezvous(cfg: dict[str, Any], doc: Document) -> socket.socket:
-    """Listen on ``cfg["master_addr"]:cfg["master_port"]`` (None or 0: a free port) for rank 0's
-    TCPStore; the port taken is written back to ``cfg`` and to ``doc``'s ``master_port``.
+    """Listen on ``cfg["master_addr"]:cfg["master_port"]`` for rank 0's TCPStore.
+
+    Args:
+        cfg: the probe's config; ``master_port`` None or 0 asks for a free port, and the port
+            taken is written back.
+        doc: gets the port taken as ``master_port``.
+
+    Returns:
+        The listening socket (hand it to :func:`run_rank_processes`).
 
     Raises:
         OSError: the address cannot be bound (see :func:`listen_failure`).
@@ -296,9 +325,14 @@ def make_store(dist: Any, cfg: dict[str, Any], rank: int, listen_fd: int | None)
     """The rendezvous TCPStore: rank 0 serves it on the listening socket ``listen_fd``.
 
     Args:
-        dist: ``torch.distributed``. cfg: ``master_addr``, ``master_port``, ``world`` (ranks) and
-            ``rdzv_timeout`` (s). rank: the global rank. listen_fd: rank 0's listening socket
-            (bound to master:port), owned and closed by the store from here.
+        dist: ``torch.distributed``.
+        cfg: ``master_addr``, ``master_port``, ``world`` (ranks) and ``rdzv_timeout`` (s).
+        rank: the global rank.
+        listen_fd: rank 0's listening socket (bound to master:port), owned and closed by the
+            store from here; None for the other ranks.
+
+    Returns:
+        The ``torch.distributed.TCPStore`` (a client on ranks other than 0).
     """
     timeout = datetime.timedelta(seconds=cfg["rdzv_timeout"])
     addr, port, world = cfg["master_addr"], cfg["master_port"], cfg["world"]
@@ -339,10 +373,11 @@ def run_rank_processes(
     """Fork one process per ``(rank, cfg)``, collect every rank's answer before ``deadline``.
 
     Args:
-        run_rank: what each forked process runs (:data:`RankFn`). ranks: global rank and its own
-            config, in order. sock: the rendezvous socket (:func:`serve_rendezvous`) whose fd
-            global rank 0 gets; closed here once the ranks are forked. deadline: ``time.monotonic()``
-            by which every answer must have come.
+        run_rank: what each forked process runs (:data:`RankFn`).
+        ranks: each rank's global rank and its own config, in order.
+        sock: the rendezvous socket (:func:`serve_rendezvous`) whose fd global rank 0 gets;
+            closed here once the ranks are forked. None on a node without rank 0.
+        deadline: the ``time.monotonic()`` by which every answer must have come.
 
     Returns:
         One answer per rank, in order. A rank without an answer gets ``{rank, error}``: "did not
@@ -390,9 +425,16 @@ def run_rank_processes(
 
 
 def import_distributed(doc: Document, **context: Any) -> Any:
-    """``torch.distributed``, or None after marking ``doc`` unavailable (:meth:`Document.unavailable`
-    with ``context``): ``torch_missing`` without torch, ``no_distributed`` for a torch built
-    without it."""
+    """Import ``torch.distributed``, or say in ``doc`` why the probe cannot run.
+
+    Args:
+        doc: marked unavailable (:meth:`Document.unavailable`): ``torch_missing`` without torch,
+            ``no_distributed`` for a torch built without it.
+        **context: passed to :meth:`Document.unavailable` (e.g. ``mode``).
+
+    Returns:
+        The ``torch.distributed`` module, or None when it cannot be used.
+    """
     try:
         import torch.distributed as dist
     except ImportError:
@@ -405,15 +447,28 @@ def import_distributed(doc: Document, **context: Any) -> Any:
 
 
 def pick_backend(requested: str, dist: Any, ngpu: int) -> str:
-    """``requested`` (``gloo``/``nccl``), or for ``auto``: NCCL when torch sees GPUs and has NCCL,
-    else gloo over CPU processes."""
+    """The collective backend to use.
+
+    Args:
+        requested: ``gloo``, ``nccl`` or ``auto``.
+        dist: ``torch.distributed``.
+        ngpu: the GPUs torch sees (:func:`gpu_count`).
+
+    Returns:
+        ``requested``, or for ``auto``: ``nccl`` when torch sees GPUs and has NCCL, else ``gloo``
+        (CPU processes).
+    """
     if requested != "auto":
         return requested
     return "nccl" if ngpu > 0 and dist.is_nccl_available() else "gloo"
 
 
 def gpu_count() -> int:
-    """CUDA devices torch sees, without initialising CUDA (fork stays safe); 0 without torch."""
+    """CUDA devices torch sees, without initialising CUDA (fork stays safe).
+
+    Returns:
+        The device count; 0 without torch or CUDA.
+    """
     os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")
     try:
         import torch
