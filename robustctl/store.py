@@ -257,7 +257,9 @@ class StoreRow:
     its ``repr``): one line, exit 78.
 
     Args:
-        path: the store file (named in errors). table: the table read. rowid: the row's ``rowid``.
+        path: the store file (named in errors).
+        table: the table read.
+        rowid: the row's ``rowid``.
         values: the fields by column name.
     """
 
@@ -451,6 +453,12 @@ class AuditRecord:
 
 def default_path(environ: Mapping[str, str] | None = None) -> Path:
     """``$ROBUSTCTL_STATE``, else ``$XDG_STATE_HOME/robustctl/state.db``, else ``~/.local/state/robustctl/state.db``.
+
+    Args:
+        environ: the environment read (None: :data:`os.environ`).
+
+    Returns:
+        the state file's path (``~`` expanded).
 
     Raises:
         StoreError: ``~`` cannot be expanded (``~nouser/x.db``, or no ``$HOME`` and no password entry).
@@ -829,8 +837,10 @@ class Store:
     """An open state store. Use :meth:`open`; close with :meth:`close` or a ``with`` block.
 
     Args:
-        path: the SQLite file. clock: UNIX seconds (tests pass a fake). who: ``user@host`` recorded
-            in history and audit rows.
+        path: the SQLite file.
+        conn: its one connection, made and set up by :meth:`open`.
+        clock: UNIX seconds (tests pass a fake).
+        who: ``user@host`` recorded in history and audit rows (None: :func:`whoami`).
     """
 
     def __init__(
@@ -862,7 +872,12 @@ class Store:
 
         Args:
             path: the file; ``None``: :func:`default_path`.
+            clock: UNIX seconds (tests pass a fake).
+            who: ``user@host`` recorded in history and audit rows (None: :func:`whoami`).
             busy_timeout_s: how long one SQLite statement waits for another writer.
+
+        Returns:
+            the open store, its schema at :data:`SCHEMA_VERSION`.
 
         Raises:
             StoreError: the path exists but is not a regular file (``/dev/null``, a FIFO, a
@@ -1034,6 +1049,11 @@ class Store:
     def lock(self, action: str, *, timeout_s: float = 30.0, poll_s: float = 0.1) -> None:
         """Take the action lock, waiting up to ``timeout_s``; re-entrant within this Store.
 
+        Args:
+            action: the action taking it (written into the lock file for a waiting process's message).
+            timeout_s: how long to wait for another holder, seconds.
+            poll_s: how often to try again while waiting, seconds.
+
         Raises:
             StoreLocked: another process holds it past ``timeout_s`` (the message names it and says
                 to retry or raise ``--lock-timeout``).
@@ -1107,6 +1127,13 @@ class Store:
     ) -> bool:
         """Record ``host`` in ``state`` (and ``readiness`` when given) with a history row.
 
+        Args:
+            host: the machine.
+            state: its new state.
+            reason: why (one line; cut at :data:`MAX_TEXT`).
+            readiness: its new readiness (None: kept).
+            audit_id: the audit record of the action that changes it (None: none).
+
         Returns:
             False (and writes nothing) when the host already is in that state and readiness.
 
@@ -1136,7 +1163,12 @@ class Store:
         transaction, so a concurrent ``evict`` is never overwritten). Readiness is kept.
 
         Args:
+            host: the machine.
+            state: its new state.
+            reason: why (one line; cut at :data:`MAX_TEXT`).
+            allowed_from: the states it may be changed from.
             absent: the state of a host without a row (its inventory state).
+            audit_id: the audit record of the action that changes it (None: none).
 
         Returns:
             ``(state before, changed)``: ``changed`` is False (nothing written) when the host was not in
@@ -1190,6 +1222,13 @@ class Store:
     def history(self, host: str | None = None, *, since: float | None = None) -> list[HistoryRow]:
         """State changes, oldest first, optionally of one host and/or since a UNIX time.
 
+        Args:
+            host: only this machine's (None: every machine's).
+            since: only those at or after this UNIX time (None: all).
+
+        Returns:
+            the changes, oldest first.
+
         Raises:
             StoreError: the store cannot be read, or a row read holds a bad field (:class:`StoreRow`).
         """
@@ -1222,6 +1261,9 @@ class Store:
 
     def first_record_at(self) -> float | None:
         """When the store recorded its first state change (the start of its eviction history).
+
+        Returns:
+            its UNIX time; None when no change is recorded.
 
         Raises:
             StoreError: the store cannot be read, or the earliest ``at`` is not a time (NULL and
@@ -1282,6 +1324,19 @@ class Store:
         A record of an action about to apply (status ``started``) is then checked
         (:meth:`check_audit`): the action goes ahead only on a store that can hold its record.
 
+        Args:
+            action: the action (``evict``, ``return``, ...).
+            targets: the machines it acts on.
+            reason: why (cut at :data:`MAX_TEXT`).
+            plan: the plan's JSON document (None: none).
+            evidence: the report file it acts on (None: none).
+            forced: whether the rails were overridden.
+            status: the record's status (an :class:`AuditStatus` value; ``started`` is checked).
+            message: its outcome line.
+
+        Returns:
+            the record's id.
+
         Raises:
             StoreError: the store cannot be written, or fails the check (the record is then marked
                 ``failed``, "not applied", as far as the store allows).
@@ -1339,6 +1394,13 @@ class Store:
     def audit(self, *, since: float | None = None, audit_id: int | None = None) -> list[AuditRecord]:
         """Audit records, oldest first, with their steps; optionally since a UNIX time or one id.
 
+        Args:
+            since: only those started at or after this UNIX time (None: all).
+            audit_id: only this record (wins over ``since``).
+
+        Returns:
+            the records, each with its steps.
+
         Raises:
             StoreError: the store cannot be read, or a record read holds a bad field (a time out of
                 range, text in a number column, a plan that is not JSON: :class:`StoreRow`).
@@ -1395,6 +1457,9 @@ class Store:
         the whole audit log reads back as ``robustctl audit`` reads it, record ``audit_id`` included.
 
         Cost: the action tables and the audit log are read once (rows per action, not per sweep).
+
+        Args:
+            audit_id: the record just written.
 
         Raises:
             StoreError: damage found, a record unreadable, or ``audit_id`` missing; the message names
