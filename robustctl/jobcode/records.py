@@ -226,6 +226,15 @@ def changes(
 
     Every change of the job is read and checked before the filter (a decision reads them all).
 
+    Args:
+        store: the open store.
+        job: the job.
+        states: only changes in these states (None: all).
+        ids: only changes with these ids (None: all).
+
+    Returns:
+        the changes, oldest first.
+
     Raises:
         StoreError: the store cannot be read, or a row of the job holds a bad field (a time out of
             range, text in a count, an unknown state: :class:`~robustctl.store.StoreRow`).
@@ -242,6 +251,11 @@ def changes(
 
 def pending_update(store: Store, job: str, now: float) -> tuple[str | None, tuple[int, ...], bool]:
     """What the job's next restart must apply.
+
+    Args:
+        store: the open store.
+        job: the job.
+        now: the time the windows are judged at, UNIX s.
 
     Returns:
         ``(commit, change ids, forced)``: ``commit`` is the commit of the newest pending change (the
@@ -305,6 +319,13 @@ def mark_rollback(store: Store, job: str, rolled_back: Iterable[int], note: str)
 def versions(store: Store, job: str) -> list[JobVersion]:
     """The job's versions, oldest start first.
 
+    Args:
+        store: the open store.
+        job: the job.
+
+    Returns:
+        its versions, oldest start first.
+
     Raises:
         StoreError: the store cannot be read, or a row of the job holds a bad field
             (:class:`~robustctl.store.StoreRow`).
@@ -331,10 +352,20 @@ def record_version_start(
     returned unchanged (the restart and a rollback may both record the same start).
 
     Args:
+        store: the open store.
+        job: the job.
+        commit: the commit it runs.
+        started_at: when it started, UNIX s.
+        ref: the ref the commit was known by (None: unknown).
         base_step: the step the restart resumed from (the checkpoint iteration), when known; else the
             first step the progress signal shows after the start.
+        change_id: the code change the start applied (None: none).
 
-    Raises StoreError.
+    Returns:
+        the version as recorded (the newest one when this start was recorded already).
+
+    Raises:
+        StoreError: the store cannot be read or written.
     """
     latest = versions(store, job)
     if latest and latest[-1].commit == commit and latest[-1].started_at >= started_at:

@@ -434,6 +434,13 @@ def _by_host(
 def check_states(store: Store, hosts: Iterable[str] | None = None) -> dict[tuple[str, str], CheckState]:
     """``check_state`` rows keyed by (host, check), of ``hosts`` (None: all).
 
+    Args:
+        store: the open store.
+        hosts: the hosts whose rows are read (None: every host's).
+
+    Returns:
+        the states by ``(host, check)``.
+
     Raises:
         StoreError: the store cannot be read, or a row read holds a bad field (a time out of range,
             text in a number column: :class:`~robustctl.store.StoreRow`).
@@ -460,6 +467,15 @@ def changes(
     """State changes, oldest first, of ``host`` (None: all) at or after ``since``; the newest
     ``limit`` of them.
 
+    Args:
+        store: the open store.
+        host: only this host's (None: every host's).
+        since: only those at or after this UNIX time (None: all).
+        limit: at most this many (the newest).
+
+    Returns:
+        the changes, oldest first.
+
     Raises:
         StoreError: the store cannot be read, or a row read holds a bad field.
     """
@@ -478,6 +494,13 @@ def changes(
 
 def counters(store: Store, hosts: Iterable[str] | None = None) -> dict[str, HostCounters]:
     """``host_counters`` rows by host (None: all).
+
+    Args:
+        store: the open store.
+        hosts: the hosts whose rows are read (None: every host's).
+
+    Returns:
+        the counters by host (a host never seen has none).
 
     Raises:
         StoreError: the store cannot be read, or a row read holds a bad field.
@@ -500,6 +523,15 @@ def counters(store: Store, hosts: Iterable[str] | None = None) -> dict[str, Host
 def host_history(store: Store, host: str, *, since: float | None = None, limit: int = 10_000) -> HostHistory:
     """``host``'s counters, current check states and changes since ``since``.
 
+    Args:
+        store: the open store.
+        host: the host.
+        since: its changes at or after this UNIX time (None: all).
+        limit: at most this many changes (the newest).
+
+    Returns:
+        its history (the host's own verdict first among its checks).
+
     Raises:
         StoreError: the store cannot be read, or a row read holds a bad field.
     """
@@ -514,6 +546,13 @@ def host_history(store: Store, host: str, *, since: float | None = None, limit: 
 
 def last_sweeps(store: Store, n: int = 1) -> list[SweepRow]:
     """The newest ``n`` sweeps, newest first.
+
+    Args:
+        store: the open store.
+        n: how many.
+
+    Returns:
+        the ``sweeps`` rows of source ``sweep``, newest first.
 
     Raises:
         StoreError: the store cannot be read, or a row read holds a bad field.
@@ -535,6 +574,13 @@ def last_sweeps(store: Store, n: int = 1) -> list[SweepRow]:
 def failures_since(store: Store, since: float) -> dict[str, list[CheckChange]]:
     """Each host's failures (changes of :data:`HOST_CHECK` into CRITICAL: named by a sweep's policy or
     critical in a diagnose run) at or after ``since``.
+
+    Args:
+        store: the open store.
+        since: the UNIX time they are counted from.
+
+    Returns:
+        each failing host's failures, oldest first.
 
     Raises:
         StoreError: the store cannot be read, or a row read holds a bad field.
