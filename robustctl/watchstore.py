@@ -515,10 +515,22 @@ def record_event(
     line saying so, not twenty; the newest event's id is returned. Any other decision is appended.
 
     Args:
-        at: when the decision was made, UNIX s. signal_class: one of :data:`EVENT_CLASSES`.
+        store: the open store.
+        job: the job.
+        at: when the decision was made, UNIX s.
+        signal_class: one of :data:`EVENT_CLASSES`.
+        rule: the rule that fired.
+        action: what the watcher did.
+        reason: why (text fields are cut at :data:`robustctl.store.MAX_TEXT`).
+        playbook: the playbook run or advised (None: none).
         evidence: a JSON object of finite values (None: ``{}``); kept whole up to
             :data:`robustctl.store.MAX_TEXT` characters of JSON, past that its head only, marked
-            ``"cut": true``. Text fields are cut at the same bound.
+            ``"cut": true``.
+        incident_id: the incident it belongs to (None: none).
+        playbook_run_id: the playbook run it started (None: none, or not known yet).
+
+    Returns:
+        the event's id (the newest event's, for a repeated ``skip``).
 
     Raises:
         WatchStoreInputError: ``at`` not a time, an unknown class, evidence not a JSON object of
@@ -572,6 +584,11 @@ def record_event(
 def set_event_run(store: Store, event_id: int, playbook_run_id: int) -> None:
     """Record the playbook run an event started (once: the same id again is a no-op).
 
+    Args:
+        store: the open store.
+        event_id: the event.
+        playbook_run_id: the run it started (``playbook_runs.id``).
+
     Raises:
         IncidentRefused: no such event, or it already names another run.
         StoreError: the store cannot be written.
@@ -594,6 +611,15 @@ def events(
 ) -> list[WatchEvent]:
     """The job's newest ``limit`` events at or after ``since`` (UNIX s; None: all), oldest first.
 
+    Args:
+        store: the open store.
+        job: the job.
+        since: the window's start, UNIX s (None: all).
+        limit: at most this many (the newest).
+
+    Returns:
+        the events, oldest first.
+
     Raises:
         WatchStoreInputError: ``limit`` not in [1, :data:`MAX_EVENTS_LIMIT`], ``since`` not a time.
         StoreError: the store cannot be read, or a row read holds a bad field (it names the row).
@@ -614,6 +640,13 @@ def events(
 def get_state(store: Store, job: str) -> dict[str, Any] | None:
     """The job's state document as last put (None: never put).
 
+    Args:
+        store: the open store.
+        job: the job.
+
+    Returns:
+        the document; None when none was ever put.
+
     Raises:
         StoreError: the store cannot be read, or the row holds a bad field: a document that is not a
             JSON object of finite values, larger than :data:`MAX_STATE_BYTES`, or a bad time.
@@ -633,6 +666,8 @@ def put_state(store: Store, job: str, doc: Mapping[str, Any], *, at: float) -> N
     """Replace the job's state document (one transaction: the old one or the new one, never a mix).
 
     Args:
+        store: the open store.
+        job: the job.
         doc: a JSON object of finite values, at most :data:`MAX_STATE_BYTES` bytes as JSON.
         at: when it was written, UNIX s.
 
@@ -670,8 +705,15 @@ def open_incident(
     """Open an incident of ``job`` and return it.
 
     Args:
-        incident_class: one of :data:`INCIDENT_CLASSES`. onset_at: the time of the last good step
-            before the fault, UNIX s. opened_at: now, UNIX s. last_step: the last step before it.
+        store: the open store.
+        job: the job.
+        incident_class: one of :data:`INCIDENT_CLASSES`.
+        onset_at: the time of the last good step before the fault, UNIX s.
+        opened_at: now, UNIX s.
+        last_step: the last step before it (None: unknown).
+
+    Returns:
+        the incident as stored.
 
     Raises:
         IncidentRefused: the job already has an open incident (the message names it): never two
@@ -707,6 +749,13 @@ def open_incident(
 def current_incident(store: Store, job: str) -> IncidentRecord | None:
     """The job's open incident (at most one), or None.
 
+    Args:
+        store: the open store.
+        job: the job.
+
+    Returns:
+        the open incident; None when the job has none.
+
     Raises:
         StoreError: the store cannot be read, or the row holds a bad field.
     """
@@ -734,10 +783,15 @@ def update_incident(
     ``machines_evicted`` are added to those recorded (each once, in order).
 
     Args:
-        incident_id: the incident. machines_evicted: machines to add.
-        fields: any of :data:`PHASE_FIELDS` (UNIX s), ``checkpoint_step``, ``last_step`` (steps),
+        store: the open store.
+        incident_id: the incident.
+        machines_evicted: machines to add.
+        **fields: any of :data:`PHASE_FIELDS` (UNIX s), ``checkpoint_step``, ``last_step`` (steps),
             ``playbook``, ``close_reason`` (text), ``playbook_run_id``; None values are ignored.
             Setting ``closed_at`` closes the incident.
+
+    Returns:
+        the incident as stored after the update.
 
     Raises:
         TypeError: a field that is not one of these.
@@ -814,6 +868,15 @@ def incidents(
     recomputation may still run into the window after it closed: a caller that wants it reads from an
     earlier ``since``.)
 
+    Args:
+        store: the open store.
+        job: the job.
+        since: the window's start, UNIX s (None: all).
+        limit: at most this many (the newest by onset).
+
+    Returns:
+        the incidents by onset, then id.
+
     Raises:
         WatchStoreInputError: ``limit`` not in [1, :data:`MAX_INCIDENTS_READ`], ``since`` not a time.
         StoreError: the store cannot be read, or a row read holds a bad field (it names the row).
@@ -839,6 +902,16 @@ def open_waiting(
 ) -> int:
     """Begin a span of waiting with no action (e.g. the hourly limit reached) and return its id.
 
+    Args:
+        store: the open store.
+        job: the job.
+        start_at: when the waiting began, UNIX s.
+        reason: why nothing is done (cut at :data:`robustctl.store.MAX_TEXT`).
+        incident_id: the incident it belongs to (None: none).
+
+    Returns:
+        the span's id.
+
     Raises:
         WatchStoreInputError: ``start_at`` not a time, ``incident_id`` not a non-negative integer.
         StoreError: the store cannot be written.
@@ -856,6 +929,11 @@ def open_waiting(
 
 def end_waiting(store: Store, waiting_id: int, *, end_at: float) -> None:
     """End a waiting span (once: the same end again is a no-op).
+
+    Args:
+        store: the open store.
+        waiting_id: the span.
+        end_at: when it ended, UNIX s.
 
     Raises:
         IncidentRefused: no such span, or it already ended at another time.
@@ -879,6 +957,15 @@ def waiting(
 ) -> list[WaitingRecord]:
     """The job's waiting spans by start (then id): with ``since``, those not ended before it. At most
     ``limit`` (the newest).
+
+    Args:
+        store: the open store.
+        job: the job.
+        since: the window's start, UNIX s (None: all).
+        limit: at most this many (the newest).
+
+    Returns:
+        the spans by start, then id.
 
     Raises:
         WatchStoreInputError: ``limit`` not in [1, :data:`MAX_WAITING_READ`], ``since`` not a time.
@@ -912,8 +999,13 @@ def record_progress(store: Store, job: str, *, at: float, step: int) -> bool:
     :data:`MAX_PROGRESS_ROWS` are dropped, in the same transaction.
 
     Args:
+        store: the open store.
+        job: the job.
         at: when the step was reached, UNIX s (the heartbeat's time, else the file's mtime).
         step: the training step, an integer in [0, 2**63 - 1].
+
+    Returns:
+        whether a row was written.
 
     Raises:
         WatchStoreInputError: ``at`` not a time, ``step`` not a non-negative integer.
@@ -952,6 +1044,15 @@ def progress_samples(
 
     With ``since`` (UNIX s): those at or after it, and the newest one before it (so that a step that
     advanced across ``since`` is counted by a ledger window starting there), all within ``limit``.
+
+    Args:
+        store: the open store.
+        job: the job.
+        since: the window's start, UNIX s (None: all).
+        limit: at most this many (the newest).
+
+    Returns:
+        the samples by time, then id.
 
     Raises:
         WatchStoreInputError: ``limit`` not in [1, :data:`MAX_PROGRESS_ROWS`], ``since`` not a time.
@@ -995,6 +1096,13 @@ def lock_path(state: Path, job: str) -> Path:
 def watch_lock(state: Path, job: str) -> Iterator[Path]:
     """Hold the watcher lock of ``job`` (for the store at ``state``) for the ``with`` block; yields the
     lock file's path. Not waited for: a second watcher fails at once.
+
+    Args:
+        state: the store's file (the lock file lies beside it).
+        job: the job.
+
+    Yields:
+        the lock file's path, while the lock is held.
 
     Raises:
         WatchBusy: another process holds it (the message names its pid, the job and how long).

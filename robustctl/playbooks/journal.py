@@ -179,9 +179,21 @@ def begin_run(
 ) -> int:
     """Record a new run (``running``) and return its id.
 
+    Args:
+        store: the open store.
+        playbook: the playbook's name.
+        source: the file it was read from.
+        definition: its text as it was started (``resume`` runs that).
+        job: the job it runs on (None: none).
+        params: its parameters.
+
+    Returns:
+        the run's id.
+
     Raises:
         ActionRefused: ``job`` has an unfinished run in the journal (the message names it and says to
-            resume it). StoreError.
+            resume it).
+        StoreError: the store cannot be read or written.
     """
     with store.transaction() as c:
         if job is not None:
@@ -233,6 +245,16 @@ def finish_run(store: Store, run_id: int, status: str, message: str) -> None:
 def step_start(store: Store, run_id: int, step: str, kind: str, attempt: int) -> int:
     """Record an attempt of ``step`` as ``running`` (before it runs); return its ``seq``.
 
+    Args:
+        store: the open store.
+        run_id: the run.
+        step: the step's id.
+        kind: the step's kind.
+        attempt: the attempt's number (1-based).
+
+    Returns:
+        the attempt's ``seq`` in the run (0-based).
+
     Raises:
         StoreError: the store cannot be written, or the run's last ``seq`` is not an integer below
             :data:`~robustctl.store.COUNT_MAX` (the next one must fit).
@@ -279,6 +301,13 @@ def step_skipped(store: Store, run_id: int, step: str, kind: str, why: str) -> N
 def run_record(store: Store, run_id: int) -> JournalRun | None:
     """Run ``run_id`` with its steps, or None (also for an id outside 1..:data:`MAX_RUN_ID`).
 
+    Args:
+        store: the open store.
+        run_id: the run.
+
+    Returns:
+        the run with every step attempt in order; None when there is no such run.
+
     Raises:
         StoreError: the store cannot be read, or the run's row or one of its steps' holds a bad field
             (the message names the table, row and column).
@@ -294,6 +323,14 @@ def run_record(store: Store, run_id: int) -> JournalRun | None:
 
 def runs(store: Store, *, job: str | None = None, limit: int = 50) -> list[JournalRun]:
     """The newest runs (without steps), newest first, optionally of one job.
+
+    Args:
+        store: the open store.
+        job: only this job's (None: every run).
+        limit: at most this many.
+
+    Returns:
+        the runs, newest first.
 
     Raises:
         StoreError: the store cannot be read, or a run read holds a bad field.
@@ -319,8 +356,17 @@ def step_audits(store: Store, step: JournalStep, actions: tuple[str, ...]) -> li
 def job_lock(store: Store, job: str, *, timeout_s: float = 0.0) -> Iterator[None]:
     """Hold the per-job playbook lock for a ``with`` block.
 
+    Args:
+        store: the open store (the lock file lies beside it).
+        job: the job.
+        timeout_s: how long to wait for another holder, seconds (0: fail at once).
+
+    Yields:
+        nothing; the lock is held while the block runs.
+
     Raises:
-        StoreLocked: another process runs a playbook on ``job`` (exit 2). StoreError: no lock file.
+        StoreLocked: another process runs a playbook on ``job`` (exit 2).
+        StoreError: the lock file cannot be created or locked.
     """
     digest = hashlib.sha256(job.encode("utf-8", "surrogatepass")).hexdigest()[:16]
     path = store.path.with_name(f"{store.path.name}.playbook-{digest}.lock")
