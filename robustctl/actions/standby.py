@@ -184,10 +184,14 @@ def size_pool(
     (:data:`DEFAULT_REPAIR_WINDOW_DAYS`, :data:`DEFAULT_QUANTILE`) fill what was not given.
 
     Args:
-        machines: machines the pool covers (None: the inventory's hosts). daily_failure_rate: failures
-            per machine per day, or ``from_history``: the rate the store's evictions show over
-            ``history_days`` (one of the two). repair_window_days / quantile: None: the inventory's
-            policy. inventory / state: paths (None: defaults).
+        machines: machines the pool covers (None: the inventory's hosts).
+        daily_failure_rate: failures per machine per day (None: not given; then ``from_history``).
+        from_history: take the rate the store's evictions show over ``history_days`` (one of the two).
+        history_days: the days of eviction history the rate is read from.
+        repair_window_days: days a failed machine is out (None: the inventory's policy).
+        quantile: the probability the pool covers the failures of a window (None: the inventory's policy).
+        inventory: the inventory path (None: the default).
+        state: the state store path (None: the default).
 
     Returns:
         The :class:`PoolSizing`.

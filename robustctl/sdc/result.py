@@ -25,7 +25,8 @@ def grouping_doc(spec: ReplaySpec, job: str | None) -> dict[str, Any]:
     """The grouping document of a run of ``spec`` (``job``: the job's name, None with ``--hosts``).
 
     Args:
-        spec: the replay (machines, grouping, workload). job: recorded as given.
+        spec: the replay (machines, grouping, workload).
+        job: the job's name, recorded as given (None: the machines came from ``--hosts``).
 
     Returns:
         machines, ranks per machine, layout, unit, k (and why), m, n, the replay's tp/pp/dp, steps,

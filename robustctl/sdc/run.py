@@ -52,7 +52,10 @@ def layout_for_hosts(
     machine); ``tp`` defaults to the ranks left after ``pp × dp``.
 
     Args:
-        machines: the selected hosts (at least one). tp / pp / dp: the flags (None: not given).
+        machines: the selected hosts (at least one).
+        tp: the ``--tp`` flag (None: the ranks left after ``pp × dp``).
+        pp: the ``--pp`` flag (None: not given).
+        dp: the ``--dp`` flag (None: not given).
 
     Returns:
         ``(layout, ranks per machine)``.
@@ -88,6 +91,12 @@ def layout_for_hosts(
 def parse_command(command: str | None) -> tuple[str, ...] | None:
     """``--command`` as argv (shell-style words), or None when not given.
 
+    Args:
+        command: the ``--command`` text (None: not given; the built-in workload).
+
+    Returns:
+        The argv, or None.
+
     Raises:
         UsageError: longer than :data:`MAX_COMMAND_CHARS`, unbalanced quotes, or empty.
     """
@@ -110,7 +119,8 @@ def plan_document(spec: ReplaySpec, doc: dict[str, Any]) -> dict[str, Any]:
     command added; connects to nothing.
 
     Args:
-        spec: the replay. doc: its grouping document (changed in place and returned).
+        spec: the replay.
+        doc: its grouping document (changed in place and returned).
 
     Returns:
         ``doc``, with ``cost`` and ``first_machine_command``.
@@ -153,8 +163,10 @@ def replay_rounds(
     (horizontal groups), then phase 2 (vertical).
 
     Args:
-        spec: the replay. pool: the transports (closed by the caller); None: a pool opened (with
-            ``accept_new_host_keys``) and closed here. on_group: called as each group finishes.
+        spec: the replay.
+        pool: the transports (closed by the caller); None: a pool opened and closed here.
+        accept_new_host_keys: a pool opened here adds unknown SSH host keys instead of refusing the host.
+        on_group: called as each group finishes (None: nobody).
 
     Returns:
         The two :class:`~robustctl.sdc.replay.RoundResult` s.
@@ -185,7 +197,9 @@ def suspect_reasons(verdict: SdcVerdict, grouping: SdcGrouping, names: Sequence[
     ``replay-sdc: isolated by dual-phase replay (h3 x v1)``, naming its two groups.
 
     Args:
-        verdict: the judged rounds. grouping: both phases' groups. names: machine ``x`` is ``names[x]``.
+        verdict: the judged rounds.
+        grouping: both phases' groups.
+        names: machine ``x`` is ``names[x]``.
 
     Returns:
         ``{host name: line}``, in the verdict's order.
