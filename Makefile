@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.setup-stamp
 TORCH  ?= torch==2.13.0
 
-.PHONY: setup run test test-fast test-unit test-integration fuzz bench lint fmt clean
+.PHONY: setup run test test-fast test-unit test-integration fuzz bench lint fmt clean device-wheels
 
 setup: $(STAMP)
 
@@ -59,6 +59,11 @@ lint: setup
 fmt: setup
 	$(VENV)/bin/ruff format robustctl diagnostics tests bench
 	$(VENV)/bin/ruff check --fix robustctl diagnostics tests bench
+
+# The wheels the GPU device machine lacks, for CPython 3.12 manylinux x86-64, into .whl/ (ignored),
+# checked complete; scripts/device-check.sh installs them there without a network.
+device-wheels:
+	PYTHON=$(PYTHON) bash scripts/device-wheels.sh
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache
