@@ -17,6 +17,7 @@ not be checked, else 1 when a finding is pending (CRITICAL but debounced) or a c
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -26,10 +27,17 @@ from typing import TYPE_CHECKING, Any
 
 from robustctl.errors import ConfigError, UsageError
 from robustctl.exit_codes import ExitCode
-from robustctl.models import SCHEMA_VERSION, RunReport, Status
+from robustctl.models import SCHEMA_VERSION, Status
 from robustctl.sweep.healthcheck import local_request
 from robustctl.sweep.policy import sweep_exit_code
-from robustctl.sweep.run import RECENT_CHANGES, SWEPT_STATES, TRANSPORTS, SweepHost, with_transport
+from robustctl.sweep.run import (
+    RECENT_CHANGES,
+    SWEPT_STATES,
+    TRANSPORTS,
+    SweepHost,
+    SweepOutcome,
+    with_transport,
+)
 
 if TYPE_CHECKING:
     from robustctl.commands.ettr import JobEttr
@@ -37,10 +45,7 @@ if TYPE_CHECKING:
     from robustctl.inventory import Inventory
     from robustctl.store import Store
     from robustctl.sweep.healthcheck import LocalCheckRequest, LocalCheckResult
-    from robustctl.sweep.history import CheckChange, HostCounters
-    from robustctl.sweep.lemons import Lemon
-    from robustctl.sweep.policy import Decision
-    from robustctl.sweep.run import Drainer, SweepOutcome
+    from robustctl.sweep.run import Drainer
     from robustctl.transport.pool import TransportPool
 
 __all__ = [
@@ -87,8 +92,8 @@ class SweepRequest:
 
 
 @dataclass(frozen=True)
-class SweepResult:
-    """A sweep's outcome (the ``--json`` document).
+class SweepResult(SweepOutcome):
+    """A sweep's outcome (the ``--json`` document): the domain's :class:`SweepOutcome` and each job's ETTR.
 
     Attributes:
         started_at / finished_at (UNIX s, the store's clock), duration_s; hosts: one per swept host;
@@ -100,18 +105,6 @@ class SweepResult:
         ettr: the ETTR of each job of the inventory that has ledger data (:func:`_job_ettrs`, best effort).
     """
 
-    started_at: float
-    finished_at: float
-    hosts: tuple[SweepHost, ...]
-    skipped: tuple[str, ...]
-    decisions: tuple[Decision, ...]
-    acted: Mapping[str, Any] | None
-    lemons: tuple[Lemon, ...]
-    recent: Mapping[str, tuple[CheckChange, ...]]
-    counters: Mapping[str, HostCounters]
-    warnings: tuple[str, ...]
-    state: str
-    report: RunReport
     ettr: tuple[JobEttr, ...] = ()
     kind: str = "sweep"
     schema_version: int = SCHEMA_VERSION
@@ -240,21 +233,8 @@ def run_sweep(
 
 def _result(outcome: SweepOutcome, ettrs: tuple[JobEttr, ...], warnings: list[str]) -> SweepResult:
     """The command's result: ``outcome`` with the jobs' ETTR and every warning line."""
-    return SweepResult(
-        started_at=outcome.started_at,
-        finished_at=outcome.finished_at,
-        hosts=outcome.hosts,
-        skipped=outcome.skipped,
-        decisions=outcome.decisions,
-        acted=outcome.acted,
-        lemons=outcome.lemons,
-        recent=outcome.recent,
-        counters=outcome.counters,
-        warnings=tuple(warnings),
-        state=outcome.state,
-        report=outcome.report,
-        ettr=ettrs,
-    )
+    fields = {f.name: getattr(outcome, f.name) for f in dataclasses.fields(outcome)}
+    return SweepResult(**{**fields, "warnings": tuple(warnings)}, ettr=ettrs)
 
 
 def _evict_drainer(request: SweepRequest) -> Drainer:
