@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -95,7 +95,7 @@ class WatchRequest:
 
 
 @dataclass(frozen=True)
-class WatchResult:
+class WatchResult(Evaluation):
     """One evaluation's outcome (kind ``watch``).
 
     Attributes:
@@ -111,16 +111,6 @@ class WatchResult:
             stops on it).
     """
 
-    job: str
-    decision: Mapping[str, Any]
-    reading: Mapping[str, Any]
-    verdicts: tuple[Mapping[str, Any], ...]
-    event_id: int | None = None
-    incident_id: int | None = None
-    playbook_run: Mapping[str, Any] | None = None
-    notify: Mapping[str, Any] | None = None
-    resumed: Mapping[str, Any] | None = None
-    job_ended: bool = False
     kind: str = "watch"
     schema_version: int = SCHEMA_VERSION
 
