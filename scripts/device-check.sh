@@ -10,12 +10,13 @@
 #               PYTHONPATH=site:repo; `nvidia-smi -q`; torch's version, CUDA and device name; pip list.
 #   1 pytest    the gpu-marked tests (every tests/unit file with @pytest.mark.gpu) with -x, JUnit.
 #   2 diagnose  `python3 -m robustctl diagnose --all-levels --json` on this machine (the embedded
-#               default inventory: localhost, local transport): L0 real NVML, L1 burn on CUDA, L2.
+#               default inventory: localhost, local transport): L0 real NVML, L1 burn on CUDA, L2;
+#     nvml      then the NVML probe's own document (diagnostics/nvml.py; every field, in the logs).
 #   3 replay    the SDC replay workload on CUDA twice, digests compared; the L4 reference step
 #               (robustctl.diagnose.alignment's seed, width, layers, steps) in two processes at once
 #               on one GPU, digests compared; and what the probe says to two NCCL ranks on one GPU.
 #   4 summary   one line per step: name, rc, seconds, a key figure.
-# No GPU (no nvidia-smi listing one, or torch.cuda unavailable): steps 1-3 each print
+# No GPU (no nvidia-smi listing one, or torch.cuda unavailable): the GPU steps each print
 # "skipped: no GPU found", the summary says so, and the script exits 0.
 #
 # $OUT receives at most 8 files (what the device call brings back): nvidia-smi-q.txt, env.txt,
@@ -47,7 +48,8 @@ mkdir -p "$LOGS"
 SUMMARY=$OUT/summary.txt
 START=$(date +%s)
 FAILED=0
-export PYTHONDONTWRITEBYTECODE=1 PIP_ROOT_USER_ACTION=ignore PIP_DISABLE_PIP_VERSION_CHECK=1
+# PIP_BREAK_SYSTEM_PACKAGES: an externally managed image Python (PEP 668) still installs into --target.
+export PYTHONDONTWRITEBYTECODE=1 PIP_ROOT_USER_ACTION=ignore PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_BREAK_SYSTEM_PACKAGES=1
 : >"$SUMMARY"
 
 now() { date +%s.%N; }
@@ -107,6 +109,16 @@ elif kind == "diagnose":
     l2 = [c["summary"] for c in checks if c.get("level") == 2]
     print(f"status={doc.get('status')} exit={doc.get('exit_code')}; burn: {' / '.join(burn) or '-'};"
           f" nvml: {' '.join(nvml) or '-'}; NVML fields seen: {','.join(fields) or '-'}; L2: {' / '.join(l2) or '-'}")
+elif kind == "nvml":
+    doc = json.loads(open(path).read().strip().splitlines()[-1])
+    data = doc.get("data", {})
+    gpus = data.get("gpus") or []
+    seen = sorted({k for g in gpus for k, v in g.items() if v is not None and k not in ("query_errors", "error", "error_code")})
+    unseen = sorted({k for g in gpus for k, v in g.items() if v is None} - {"error", "error_code"})
+    errs = {k: v[:60] for g in gpus for k, v in (g.get("query_errors") or {}).items()}
+    print(f"count={data.get('count')} driver={data.get('driver_version')} cuda={data.get('cuda_driver_version')};"
+          f" fields seen: {','.join(seen) or '-'}; null: {','.join(unseen) or '-'}; query errors: {errs or '-'}"
+          + (f"; unavailable: {data.get('reason')}" if data.get("available") is False else ""))
 elif kind == "replay":
     doc = json.load(open(path))
     det, l4, two = doc["determinism"], doc["alignment"], doc["two_ranks_one_gpu"]
@@ -123,12 +135,17 @@ t0=$(now)
 rc=0
 if [[ ${DEVICE_CHECK_SKIP_INSTALL:-} == 1 ]]; then
     echo "setup: install skipped (DEVICE_CHECK_SKIP_INSTALL=1)"
-elif compgen -G "$WHEELS/*.whl" >/dev/null; then
-    bounded install 60 "$PYTHON" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
-        --upgrade --target "$SITE" "$WHEELS"/*.whl || rc=$?
-else
+elif ! compgen -G "$WHEELS/*.whl" >/dev/null; then
     echo "setup: no wheel in $WHEELS/: run \`make device-wheels\` on a machine with a network first"
     rc=1
+elif "$PYTHON" -m pip --version >/dev/null 2>&1; then
+    bounded install 60 "$PYTHON" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
+        --upgrade --target "$SITE" "$WHEELS"/*.whl || rc=$?
+else # no pip in the image: a wheel is a zip of its site-packages files (py-spy's binary stays in .data)
+    bounded install 60 "$PYTHON" -c 'import sys, zipfile
+for whl in sys.argv[2:]:
+    zipfile.ZipFile(whl).extractall(sys.argv[1])
+print("no pip: extracted", len(sys.argv) - 2, "wheels into", sys.argv[1])' "$SITE" "$WHEELS"/*.whl || rc=$?
 fi
 export PYTHONPATH="$SITE:$REPO${PYTHONPATH:+:$PYTHONPATH}"
 export PATH="$SITE/bin:$PATH"
@@ -195,6 +212,14 @@ if gpu_step diagnose; then
         --burn-seconds 5 --host-timeout 75 --deadline 95 --state "$WORK/state.db" || rc=$?
     ((rc > 3)) && FAILED=1 # 0-3: a verdict (healthy, warning, suspects, unchecked hosts)
     record diagnose "$rc" "$(since "$t0")" "$(figure diagnose "$OUT/diagnose.json")"
+fi
+
+if gpu_step nvml; then # the raw NVML probe document (in logs.tar.gz): what real NVML returns
+    t0=$(now)
+    rc=0
+    bounded nvml 40 "$PYTHON" diagnostics/nvml.py --timeout 30 || rc=$?
+    ((rc != 0)) && FAILED=1
+    record nvml "$rc" "$(since "$t0")" "$(figure nvml "$LOGS/nvml.log")"
 fi
 
 # ------------------------------------------------------------------------------------------ step 3

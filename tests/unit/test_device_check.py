@@ -22,7 +22,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 CHECK = REPO / "scripts" / "device-check.sh"
 WHEELS = REPO / "scripts" / "device-wheels.sh"
-GPU_STEPS = ("pytest", "diagnose", "replay")
+GPU_STEPS = ("pytest", "diagnose", "nvml", "replay")
 MAX_OUT_FILES = 8  # what the device call brings back
 
 
