@@ -124,7 +124,8 @@ elif kind == "replay":
     det, l4, two = doc["determinism"], doc["alignment"], doc["two_ranks_one_gpu"]
     print(f"determinism: digests equal={det['digests_equal']} ({len(det['runs'])} runs,"
           f" backend={det['runs'][0].get('backend')}); L4 on one GPU: {len(l4['runs'])} processes,"
-          f" digests equal={l4['digests_equal']}; two ranks on one GPU: {two.get('error') or 'ran'}")
+          f" digests equal={l4['digests_equal']}; two ranks on one GPU:"
+          f" {two.get('error') or two.get('reason') or 'ran, digest ' + str(two.get('digest'))}")
 PY
 }
 
