@@ -176,12 +176,14 @@ if [[ -z $NO_GPU_WHY && $torch_line != *" True "* ]]; then
     NO_GPU_WHY="torch.cuda is not available ($torch_line)"
 fi
 [[ -z $NO_GPU_WHY ]] && GPU=${torch_line#* True }
+pyver=$("$PYTHON" -c 'import platform; print(platform.python_version())' 2>&1 | tail -n 1)
+[[ $pyver == 3.12.* ]] || echo "setup: Python $pyver, not 3.12: the cp312 wheels of .whl/ do not install here"
 timeout 60 "$PYTHON" -m pip list 2>&1 | head -n 300 >>"$OUT/env.txt"
 ((rc != 0)) && FAILED=1
 if [[ -n $GPU ]]; then
-    record setup "$rc" "$(since "$t0")" "GPU: $GPU; torch $torch_line"
+    record setup "$rc" "$(since "$t0")" "GPU: $GPU; Python $pyver; torch $torch_line"
 else
-    record setup "$rc" "$(since "$t0")" "no GPU found: $NO_GPU_WHY; torch $torch_line"
+    record setup "$rc" "$(since "$t0")" "no GPU found: $NO_GPU_WHY; Python $pyver; torch $torch_line"
 fi
 
 # gpu_step NAME: true when the step may run; else its "skipped" line, recorded.
