@@ -108,7 +108,7 @@ elif kind == "diagnose":
     fields = sorted({k for c in checks if c["name"].startswith("nvml.") for k in c.get("evidence", {})})
     l2 = [c["summary"] for c in checks if c.get("level") == 2]
     print(f"status={doc.get('status')} exit={doc.get('exit_code')}; burn: {' / '.join(burn) or '-'};"
-          f" nvml: {' '.join(nvml) or '-'}; NVML fields seen: {','.join(fields) or '-'}; L2: {' / '.join(l2) or '-'}")
+          f" nvml: {' '.join(nvml) or '-'}; nvml evidence: {','.join(fields) or '-'}; L2: {' / '.join(l2) or '-'}")
 elif kind == "nvml":
     doc = json.loads(open(path).read().strip().splitlines()[-1])
     data = doc.get("data", {})
@@ -178,7 +178,8 @@ fi
 [[ -z $NO_GPU_WHY ]] && GPU=${torch_line#* True }
 pyver=$("$PYTHON" -c 'import platform; print(platform.python_version())' 2>&1 | tail -n 1)
 [[ $pyver == 3.12.* ]] || echo "setup: Python $pyver, not 3.12: the cp312 wheels of .whl/ do not install here"
-timeout 60 "$PYTHON" -m pip list 2>&1 | head -n 300 >>"$OUT/env.txt"
+echo "image packages (pip list without the wheels):" >>"$OUT/env.txt"
+PYTHONPATH='' timeout 60 "$PYTHON" -m pip list 2>&1 | head -n 300 >>"$OUT/env.txt"
 ((rc != 0)) && FAILED=1
 if [[ -n $GPU ]]; then
     record setup "$rc" "$(since "$t0")" "GPU: $GPU; Python $pyver; torch $torch_line"
@@ -200,6 +201,7 @@ gpu_step() {
 if gpu_step pytest; then
     t0=$(now)
     mapfile -t gpu_tests < <(grep -l '@pytest.mark.gpu' tests/unit/test_*.py)
+    ((${#gpu_tests[@]})) || gpu_tests=(tests/unit) # none found by name: let -m gpu select
     rc=0
     bounded pytest 150 "$PYTHON" -m pytest -m gpu -x -q -p no:cacheprovider --timeout 120 \
         --junitxml="$OUT/gpu-junit.xml" "${gpu_tests[@]}" || rc=$?
