@@ -44,13 +44,20 @@ _patched = False
 
 
 def hide_switch_types() -> None:
-    """Show no type tag for options that take no value (flags, ``count=True``). Idempotent."""
+    """Show no type tag for options that take no value (flags, ``count=True``). Idempotent.
+
+    Cosmetic only: a typer whose ``TyperOption`` has no ``display_type_rich`` hook (typer 0.27 and
+    older, as some training images ship) keeps its own help, and the CLI runs the same.
+    """
     global _patched
     if _patched:
         return
     from typer.core import TyperOption
 
-    shown = TyperOption.display_type_rich
+    shown = getattr(TyperOption, "display_type_rich", None)
+    if shown is None:
+        _patched = True
+        return
 
     def display_type_rich(self: TyperOption, ctx: object) -> str | None:
         if self.is_flag or self.count:

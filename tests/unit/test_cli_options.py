@@ -233,3 +233,18 @@ def test_asker_asks_the_question_on_a_terminal(monkeypatch: pytest.MonkeyPatch) 
     hook = session.asker(False, lambda plan: f"apply {plan}?")
     assert hook is not None and hook("p") is False
     assert asked == [("apply p?", False, True)]
+
+
+def test_an_older_typer_without_the_type_tag_hook_keeps_its_own_help(monkeypatch: pytest.MonkeyPatch) -> None:
+    """typer 0.27 (as a training image ships it) has no ``TyperOption.display_type_rich``: the CLI
+    must still import and run, only the flags' type tags stay as typer prints them."""
+    import typer.core
+
+    from robustctl.cli import help as cli_help
+
+    older = type("TyperOption", (), {})  # no display_type_rich, as in typer 0.27
+    monkeypatch.setattr(typer.core, "TyperOption", older)
+    monkeypatch.setattr(cli_help, "_patched", False)
+    cli_help.hide_switch_types()  # no AttributeError
+    assert not hasattr(older, "display_type_rich")
+    assert cli_help._patched
