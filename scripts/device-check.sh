@@ -24,7 +24,8 @@
 # DEVICE_CHECK_LOG_BYTES bytes).
 #
 # Environment: OUT; PYTHON (default python3); DEVICE_CHECK_BUDGET_S; DEVICE_CHECK_SITE;
-# DEVICE_CHECK_WHEELS (default .whl); DEVICE_CHECK_SKIP_INSTALL=1 (no step 0 install: the packages are
+# DEVICE_CHECK_WHEELS (default .whl); DEVICE_CHECK_COMMIT (the commit env.txt names; default: git HEAD,
+# marked "tree may differ"); DEVICE_CHECK_SKIP_INSTALL=1 (no step 0 install: the packages are
 # importable already); DEVICE_CHECK_NO_GPU=1 (act as if no GPU were found: the tests' switch).
 # Exit: 0 every step ran and passed, or no GPU was found; 1 some step failed or timed out.
 set -uo pipefail
@@ -154,7 +155,14 @@ export PATH="$SITE/bin:$PATH"
     echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
     echo "host: $(uname -srm)"
     echo "python: $("$PYTHON" -c 'import sys; print(sys.version.split()[0], sys.executable)' 2>&1)"
-    echo "commit: $(git -C "$REPO" rev-parse --short HEAD 2>/dev/null || echo unknown)"
+    # The device copy's git HEAD can be stale (its tree is the caller's working tree, not HEAD's):
+    # the caller passes the real commit; otherwise HEAD and the count of changed files are said.
+    if [[ -n ${DEVICE_CHECK_COMMIT:-} ]]; then
+        echo "commit: $DEVICE_CHECK_COMMIT"
+    else
+        echo "commit: $(git -C "$REPO" rev-parse --short HEAD 2>/dev/null || echo unknown) (tree may differ:" \
+            "$(git -C "$REPO" status --porcelain 2>/dev/null | wc -l) changed files)"
+    fi
 } >"$OUT/env.txt"
 if [[ ${DEVICE_CHECK_NO_GPU:-} == 1 ]]; then
     NO_GPU_WHY="DEVICE_CHECK_NO_GPU=1"
