@@ -62,7 +62,8 @@ def hide_switch_types() -> None:
     def display_type_rich(self: TyperOption, ctx: object) -> str | None:
         if self.is_flag or self.count:
             return None
-        return shown(self, ctx)  # type: ignore[arg-type]
+        tag: str | None = shown(self, ctx)
+        return tag
 
     TyperOption.display_type_rich = display_type_rich  # type: ignore[method-assign]
     _patched = True
