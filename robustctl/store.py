@@ -88,6 +88,7 @@ import contextlib
 import enum
 import errno
 import fcntl
+import functools
 import getpass
 import json
 import math
@@ -797,8 +798,12 @@ class Transaction:
         return self._conn.executemany(_allowed(sql), (_bind(r) for r in rows))
 
 
+@functools.lru_cache(maxsize=512)
 def _allowed(sql: str) -> str:
-    """``sql`` when :class:`Transaction` may run it; else ValueError (see :data:`NOT_IN_A_TRANSACTION`)."""
+    """``sql`` when :class:`Transaction` may run it; else ValueError (see :data:`NOT_IN_A_TRANSACTION`).
+
+    Remembered per statement text (robustctl's own constants: a few hundred at most), so a statement
+    run once per row is judged once."""
     words = sql.split(None, 1)
     if not words or words[0].upper() in NOT_IN_A_TRANSACTION:
         raise ValueError(f"not a statement for a store transaction: {sql[:40]!r}")
@@ -815,8 +820,11 @@ _WRITE_WORD = re.compile(r"\b(INSERT|UPDATE|DELETE|REPLACE)\b")
 """A write keyword (upper case, as robustctl writes its SQL) in a ``WITH`` statement."""
 
 
+@functools.lru_cache(maxsize=512)
 def _read(sql: str) -> str:
-    """``sql`` when :meth:`Store.query` may run it (:data:`READ_STATEMENTS`); else ValueError."""
+    """``sql`` when :meth:`Store.query` may run it (:data:`READ_STATEMENTS`); else ValueError.
+
+    Remembered per statement text, as :func:`_allowed` is."""
     words = sql.split(None, 1)
     first = words[0].upper() if words else ""
     if (
@@ -828,9 +836,25 @@ def _read(sql: str) -> str:
     return sql
 
 
-def _bind(args: Sequence[Any]) -> tuple[Any, ...]:
-    """The arguments of a statement as SQLite gets them: text through :func:`clean_text`."""
-    return tuple(clean_text(a) if isinstance(a, str) else a for a in args)
+@functools.lru_cache(maxsize=512)
+def _select(table: str, columns: tuple[str, ...], tail: str) -> str:
+    """``SELECT rowid, COLUMNS FROM TABLE TAIL`` for :meth:`Store.rows`, remembered per shape (robustctl's
+    own names and tails). Raises ValueError when ``table`` or a column is not an identifier."""
+    if not all(name.isidentifier() for name in (table, *columns)):
+        raise ValueError(f"not a table and column names: {table!r}, {columns!r}")
+    sql = f"SELECT rowid, {', '.join(columns)} FROM {table}"  # noqa: S608 - identifiers checked above
+    return sql + " " + tail if tail else sql
+
+
+def _bind(args: Sequence[Any]) -> Sequence[Any]:
+    """The arguments of a statement as SQLite gets them: text through :func:`clean_text`.
+
+    ``args`` itself when no argument needs cleaning (ASCII text is always clean): the common case costs
+    one pass and no copy."""
+    for a in args:
+        if isinstance(a, str) and not a.isascii():
+            return tuple(clean_text(x) if isinstance(x, str) else x for x in args)
+    return args
 
 
 class Store:
@@ -1024,11 +1048,7 @@ class Store:
             ValueError: ``table`` or a column is not an identifier (a programming error).
             StoreError: the store cannot be read.
         """
-        if not all(name.isidentifier() for name in (table, *columns)):
-            raise ValueError(f"not a table and column names: {table!r}, {columns!r}")
-        sql = f"SELECT rowid, {', '.join(columns)} FROM {table}"  # noqa: S608 - identifiers checked above
-        if tail:
-            sql += " " + tail
+        sql = _select(table, tuple(columns), tail)
         return [
             StoreRow(self.path, table, r[0], dict(zip(columns, r[1:], strict=True)))
             for r in self.query(sql, args)
@@ -1515,6 +1535,8 @@ def clean_text(text: str) -> str:
     is UTF-8; any other text unchanged, of any length (a key is never cut, or two keys could become one).
     Every text argument of a statement goes through it (:class:`Transaction`, :meth:`Store.query`), so
     no writer calls it for its key columns."""
+    if text.isascii():
+        return text
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:
