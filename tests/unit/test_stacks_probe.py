@@ -470,7 +470,9 @@ def test_other_stacks_probes_are_never_matched(procs: Procs) -> None:
     """On a shared /proc (the testbed) probes of other hosts run at once: a loose --match must not
     catch them (nor the probe itself)."""
     pid = procs.rank(2)
-    pattern = f"{procs.marker}|match"  # matches the probes' own command lines too
+    # matches the probes' own command lines too (each holds --match=PATTERN), and nothing of another
+    # test running at the same time (the marker is this test's own)
+    pattern = f"{procs.marker}|{procs.marker}"
     sibling = subprocess.Popen(
         [sys.executable, "-c", "import time; time.sleep(60)", f"--match={pattern}"], start_new_session=True
     )
