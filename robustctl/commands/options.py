@@ -67,34 +67,56 @@ class DiagnoseFlags:
 
 
 def inventory(path: Path | None, environ: Mapping[str, str] | None = None) -> Inventory:
-    """The inventory: ``path``, else ``$ROBUSTCTL_INVENTORY``, else the embedded default.
+    """The inventory: ``path``, else ``$ROBUSTCTL_INVENTORY``, else the embedded default
+    (:func:`robustctl.inventory.resolve_inventory`, for a command's ``--inventory`` flag).
+
+    Args:
+        path: the ``--inventory`` value (None: not given).
+        environ: the environment to read (None: ``os.environ``).
+
+    Returns:
+        The validated inventory.
 
     Raises:
         ConfigError / InventoryError: the file is invalid (``FILE:LINE``).
     """
-    from robustctl.inventory import default_inventory, load_inventory
+    from robustctl.inventory import resolve_inventory
 
-    env = os.environ if environ is None else environ
-    if path is None and env.get("ROBUSTCTL_INVENTORY"):
-        path = Path(env["ROBUSTCTL_INVENTORY"])
-    return default_inventory() if path is None else load_inventory(path, environ=dict(env))
+    return resolve_inventory(path, environ)
 
 
 def inventory_if_given(path: Path | None, environ: Mapping[str, str] | None = None) -> Inventory | None:
     """:func:`inventory` when one is named (``path`` or ``$ROBUSTCTL_INVENTORY``), else None (not the
     embedded default: a command that can do without an inventory, such as ``hosts``, then uses none).
 
+    Args:
+        path: the ``--inventory`` value (None: not given).
+        environ: the environment to read (None: ``os.environ``).
+
+    Returns:
+        The inventory, or None when none is named.
+
     Raises:
         ConfigError / InventoryError: the file is invalid.
     """
-    env = os.environ if environ is None else environ
-    return inventory(path, env) if path is not None or env.get("ROBUSTCTL_INVENTORY") else None
+    from robustctl.inventory import resolve_inventory_if_given
+
+    return resolve_inventory_if_given(path, environ)
 
 
 def select_hosts(
     inv: Inventory, hosts: str | None, *, states: Iterable[HostState] | None = None
 ) -> list[Host]:
     """``inv.select(hosts, states=states)`` for a ``--hosts`` flag.
+
+    Args:
+        inv: the inventory.
+        hosts: the ``--hosts`` range (None: every host, filtered by ``states``).
+        states: keep only hosts in these states (None: active hosts when ``hosts`` is None, any state
+            when hosts are named).
+
+    Returns:
+        The selected hosts, in the inventory's order.
 
     Raises:
         UsageError: ``hosts`` is a malformed range or names a host the inventory does not have (a
@@ -119,6 +141,14 @@ def diagnose_settings(
     environ: Mapping[str, str] | None = None,
 ) -> DiagnoseSettings:
     """``base`` (the inventory's ``diagnose:``) with the environment, then ``flags``, laid over it.
+
+    Args:
+        base: the inventory's ``diagnose:`` settings.
+        flags: the command-line values (None fields: not given).
+        environ: the environment to read (None: ``os.environ``).
+
+    Returns:
+        The layered settings, validated.
 
     Raises:
         ConfigError: an environment variable holds a value the setting refuses (the message names
@@ -169,6 +199,12 @@ _UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
 
 def parse_duration(text: str) -> float:
     """``"90s"``, ``"30m"``, ``"24h"``, ``"7d"``, ``"2w"`` or plain seconds → seconds.
+
+    Args:
+        text: the flag's value.
+
+    Returns:
+        The duration in seconds.
 
     Raises:
         UsageError: not a duration.

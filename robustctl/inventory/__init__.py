@@ -138,6 +138,9 @@ class Inventory:
             states: keep only hosts in these states; default: active hosts only when ``pattern`` is
                 None, any state when hosts are named explicitly.
 
+        Returns:
+            The selected hosts, in inventory order.
+
         Raises:
             InventoryError: the pattern is malformed or names a host not in the inventory.
         """
