@@ -110,10 +110,7 @@ def _evict_build(a: EvictArgs, env: StepEnv) -> Any:
         job=env.job,
         over_evict=a.over_evict,
         reason=env.reason(a.reason),
-        inventory=env.inventory,
-        state=env.state,
-        dry_run=env.dry_run,
-        lock_timeout_s=env.lock_timeout_s,
+        **_session(env),
     )
 
 
@@ -180,10 +177,7 @@ def _standby_call(req: tuple[tuple[str, ...], StandbyActivateArgs], env: StepEnv
                 job=env.job,
                 requeue=a.requeue,
                 reason=env.reason(a.reason),
-                inventory=env.inventory,
-                state=env.state,
-                dry_run=env.dry_run,
-                lock_timeout_s=env.lock_timeout_s,
+                **_session(env),
             ),
             confirm=env.confirm,
             show=env.show,
