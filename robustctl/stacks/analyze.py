@@ -62,6 +62,9 @@ def load_dumps(paths: Sequence[str | Path]) -> tuple[list[ProcessDump], list[Inp
     its regular members, named ``ARCHIVE:MEMBER``. Each is read once, at most
     :data:`~robustctl.stacks.parse.MAX_DUMP_BYTES`.
 
+    Args:
+        paths: dump files, directories of them and tar archives of them, in the order given.
+
     Returns:
         ``(dumps, inputs)``: all processes found (input order), and one :class:`InputFile` per
         input (UNKNOWN with the reason for one that could not be used; SKIPPED for a link,
@@ -192,7 +195,8 @@ def analyze_dumps(
             needed for groups and "not collected" ranks.
         ranks_per_host: G; needed for machines and the over-eviction set.
         hosts: hosts in rank order, when known (default ``machine-k``).
-        cluster_options, blame_options: thresholds.
+        cluster_options: how stacks are normalized and classes judged (None: the defaults).
+        blame_options: the thresholds of the blame (None: the defaults).
 
     Returns:
         A :class:`StacksReport` whose ``inputs`` lists every input (UNKNOWN ones with their reason).
@@ -225,6 +229,15 @@ def analyze_if_dumps(
     """:func:`analyze_dumps` in one pass over the inputs when a layout is given or every input is a
     py-spy dump (:func:`all_pyspy`), else ``None``, having stopped reading at the first input that
     is not one (the caller then explains each input alone).
+
+    Args:
+        paths: dump files, directories of them and tar archives of them (:func:`load_dumps`).
+        layout: the job's layout, as :func:`analyze_dumps`; when given, every input is analyzed
+            as a dump without the py-spy test.
+        ranks_per_host: G, as :func:`analyze_dumps`.
+
+    Returns:
+        The report, or None when a layout is not given and an input is not a py-spy dump.
 
     Raises:
         UsageError: as :func:`analyze_dumps`.
@@ -277,6 +290,11 @@ def _check_ranks_per_host(
     dumps: Sequence[ProcessDump], layout: ParallelLayout | None, ranks_per_host: int | None
 ) -> None:
     """Machines hold G ranks each, so G must divide the world size; otherwise -G is a typo.
+
+    Args:
+        dumps: the parsed processes (their highest rank + 1 is the world size without a layout).
+        layout: the job's layout (None: not given).
+        ranks_per_host: G (None: not given, nothing to check).
 
     Raises:
         UsageError: it does not divide (one line naming both numbers).

@@ -130,8 +130,23 @@ def stacks_hang(
 ) -> LiveStacks:
     """Collect ``samples`` times (``interval_s`` apart, ≥ 1 sample) and judge the last sample.
 
+    Args:
+        job: the job (hosts in rank order, ``ranks_per_host``, layout, process spec).
+        pool: transports to the hosts.
+        hosts: only these hosts of the job (default: all of them).
+        settings: how each collection runs (None: the defaults of :class:`CollectSettings`).
+        samples: how many collections (fewer than 1 counts as 1); the one before the last tells a
+            progressing job from a stuck one.
+        interval_s: seconds from the start of one collection to the start of the next.
+        on_sample: called with each sample's index (from 0) and its collection as it completes.
+
+    Returns:
+        The report on the last sample, with every collection, oldest first.
+
     Raises:
-        ConfigError: the job has no ``process:`` spec. UsageError: dumps do not fit the layout.
+        ConfigError: the job has no ``process:`` spec.
+        InventoryError: a host in ``hosts`` is not one of the job's.
+        UsageError: dumps do not fit the layout.
     """
     settings = settings or CollectSettings()
     cols = _rounds(job, pool, max(1, samples), interval_s, hosts, settings, on_sample)
@@ -159,8 +174,22 @@ def stacks_failslow(
 ) -> LiveFailSlow:
     """Fail-slow voting over ``rounds`` live collections ``interval_s`` apart.
 
+    Args:
+        job: the job (hosts in rank order, ``ranks_per_host``, layout, process spec).
+        pool: transports to the hosts.
+        hosts: only these hosts of the job (default: all of them).
+        settings: how each collection runs (None: the defaults of :class:`CollectSettings`).
+        rounds: how many collections vote (fewer than 1 counts as 1).
+        interval_s: seconds from the start of one collection to the start of the next.
+        on_round: called with each round's index (from 0) and its collection as it completes.
+
+    Returns:
+        The vote, one collection per round, and the status (CRITICAL: a degrader is named).
+
     Raises:
-        ConfigError: the job has no ``process:`` spec. UsageError: dumps do not fit the layout.
+        ConfigError: the job has no ``process:`` spec.
+        InventoryError: a host in ``hosts`` is not one of the job's.
+        UsageError: dumps do not fit the layout.
     """
     from robustctl.inventory.topology import Topology
 

@@ -597,6 +597,9 @@ def parse_dump_text(
         rank: the caller's rank for these processes (e.g. from the file name); ranks stated inside the
             dump (``RANK=N``, a record's ``rank``) take precedence.
 
+    Returns:
+        The processes found, in the dump's order.
+
     Raises:
         DumpParseError: garbage, invalid or truncated JSON, or JSON of another shape.
     """
@@ -627,6 +630,13 @@ def read_regular_file(path: str | Path, limit: int) -> bytes:
 
     The file is opened with :func:`robustctl.inputfile.open_regular`, so a FIFO (whose ``open`` would
     wait for a writer, forever) or a device (``/dev/zero``) is refused at once.
+
+    Args:
+        path: the file to read.
+        limit: the most bytes read.
+
+    Returns:
+        The first ``limit`` bytes of the file (all of it when it is shorter).
 
     Raises:
         DumpParseError: the file cannot be opened or read, or is not a regular file; the message
@@ -668,6 +678,12 @@ def parse_dump_file(path: str | Path) -> tuple[ProcessDump, ...]:
     An empty file named for a rank (``rank5.txt``) is that rank's failed dump
     (:func:`empty_rank_dump`), not garbage.
 
+    Args:
+        path: the dump file; its name gives the rank when the dump does not state one.
+
+    Returns:
+        The processes of the dump, in the dump's order.
+
     Raises:
         DumpParseError: the file cannot be read, is not a regular file, is binary or too large, or
             is not a py-spy dump; the message starts with the path.
@@ -683,6 +699,10 @@ def parse_dump_data(data: bytes, *, source: str, name: str) -> tuple[ProcessDump
         data: the content, at most ``MAX_DUMP_BYTES + 1`` bytes read (more is over the bound).
         source: what messages and each process's ``source`` call it (a path, ``ARCHIVE:MEMBER``).
         name: the file's own name, the rank's fallback (:func:`rank_from_name`).
+
+    Returns:
+        The processes of the dump, in the dump's order (one unreadable process for an empty rank
+        file).
 
     Raises:
         DumpParseError: binary, too large, or not a py-spy dump; the message starts with ``source``.

@@ -413,7 +413,11 @@ def analyze_stacks(
             stack since, the job is progressing and no suspect is named (OK).
         expected_ranks: ranks that were asked for (default: every rank of the layout); those
             without a main-process dump are reported "not collected".
-        cluster_options, blame_options: thresholds.
+        cluster_options: how stacks are normalized and classes judged (None: the defaults).
+        blame_options: the thresholds of the blame (None: the defaults).
+
+    Returns:
+        The report: status, suspects, classes and the progress against ``previous``.
 
     Raises:
         UsageError: the dumps' ranks do not fit the layout, or hosts cannot hold the layout.

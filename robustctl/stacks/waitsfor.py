@@ -159,6 +159,11 @@ def describe_wait(frames: Sequence[Frame], category: Category | None = None) -> 
     Args:
         frames: the main thread's frames, innermost first.
         category: the thread's :class:`~robustctl.stacks.cluster.Category` when already known.
+
+    Returns:
+        The wait: a p2p call (with the directions its caller names, both when none), a collective
+        (with the group kind its callers name, when one does), or kind ``"none"`` with the
+        dataloader, checkpoint or I/O frame it is in, else its innermost function.
     """
     parts = [(f.function, normalize_path(f.short_file or f.file)) for f in frames]
     cat = category.value if category is not None else "unknown"
@@ -531,7 +536,8 @@ def _with_layout(
     Args:
         ranks: every rank taking part (readable, unreadable ``cls == -1``, missing ``cls == -2``).
         waits: what each main class waits in.
-        waiting: the ranks in a communication call. idle: the readable ranks outside one.
+        waiting: the ranks in a communication call.
+        idle: the readable ranks outside one.
         topo: the job's topology.
         max_suspects: more ends than this is undecided.
 
@@ -599,7 +605,8 @@ def _build_graph(
     world size for a DP group.
 
     Args:
-        ranks: every rank taking part. waits: what each main class waits in.
+        ranks: every rank taking part.
+        waits: what each main class waits in.
         waiting: the ranks in a communication call (the graph's sources, in this order).
         topo: the job's topology.
 
@@ -663,7 +670,9 @@ def _class_groups(
     several groups (``"layout, ambiguous"``) or none (``"complete"``).
 
     Args:
-        waits: what each main class waits in. in_class: each class's ranks. topo: the topology.
+        waits: what each main class waits in.
+        in_class: each class's ranks.
+        topo: the topology.
 
     Returns:
         ``(class → kinds, class → how found)`` for the collective classes that have ranks.
@@ -754,7 +763,8 @@ def _walk(graph: _Graph, ranks: Mapping[int, _Rank], max_suspects: int) -> _Ends
     or more ends than ``max_suspects``.
 
     Args:
-        graph: from :func:`_build_graph`. ranks: every rank taking part.
+        graph: from :func:`_build_graph`.
+        ranks: every rank taking part.
         max_suspects: the most ends named.
 
     Returns:
@@ -810,8 +820,10 @@ def _explain(
     :data:`MAX_CHAINS`); a deadlock gets one chain that goes round the cycle.
 
     Args:
-        graph: from :func:`_build_graph`. ends: from :func:`_walk` (decided).
-        ranks: every rank taking part. world: the world size (for "no dump for rank 5 of 16").
+        graph: from :func:`_build_graph`.
+        ends: from :func:`_walk` (decided).
+        ranks: every rank taking part.
+        world: the world size (for "no dump for rank 5 of 16").
 
     Returns:
         ``(suspects, chains)``.
