@@ -329,6 +329,12 @@ class WatchMemory:
     def with_run_id(self, run_id: int) -> WatchMemory:
         """This memory with the journal id of the run in progress set (once the caller began it).
 
+        Args:
+            run_id: the playbook run's journal id.
+
+        Returns:
+            A copy of this memory whose :attr:`running` carries ``run_id``.
+
         Raises:
             ValueError: no run is in progress.
         """
@@ -345,6 +351,12 @@ class WatchMemory:
         :data:`MAX_MEMORY_ID_CHARS` characters, a pause reason at most :data:`MAX_REASON_CHARS`, an
         incident class one of :class:`~robustctl.watch.rules.SignalClass`'s actionable classes
         (:data:`PRIORITY`), a run id and the incident count non-negative integers.
+
+        Args:
+            doc: the decoded JSON document (an object; a missing key takes the field's default).
+
+        Returns:
+            The memory the document describes.
 
         Raises:
             ConfigError: ``doc`` is not such a document; the message names the field at fault.

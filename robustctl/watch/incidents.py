@@ -129,8 +129,11 @@ def fill_incident(
     (else ``newest_step_s`` when later than that end). Forward only: a field set keeps its value.
 
     Args:
-        store: the open store. engine: the journal's reader. job: the job. incident_id: the store's
-            id of the job's open incident (nothing is done when it is not the open one or has no run).
+        store: the open store.
+        engine: the journal's reader.
+        job: the job.
+        incident_id: the store's id of the job's open incident (nothing is done when it is not the
+            open one or has no run).
         newest_step_s: UNIX s of the job's newest step (None: unknown).
 
     Raises:
@@ -177,9 +180,15 @@ def sync_incident(
     memory holds one and none is open; one opened meanwhile by another watcher is taken as it.
 
     Args:
-        store: the open store. job: the job. before: the memory before the decision. incident_id: the
-            store's id of the open incident before it (None: none). last_step: the newest step judged
-            before it. decision: the decision. reading: the reading decided on. now: UNIX s.
+        store: the open store.
+        job: the job.
+        before: the memory before the decision.
+        incident_id: the store's id of the open incident before it (None: none).
+        last_step: the newest step judged before it (None: none yet); a new incident records it as
+            its last step.
+        decision: the decision.
+        reading: the reading decided on.
+        now: UNIX s of the evaluation.
 
     Returns:
         The store's id of the job's open incident after the decision (None: none).

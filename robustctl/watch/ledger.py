@@ -873,6 +873,14 @@ def _incident_phases(
     """Each incident's phases (module docstring), its times clipped to the window and raised to the
     end of the incident before it.
 
+    Args:
+        checked: the incidents checked, sorted by onset (:func:`_read_incidents`).
+        fns: each incident's first new step, UNIX s, in ``checked``'s order (None: none;
+            :func:`_first_new_steps`).
+        start: the window's start, UNIX s.
+        end: the window's end, UNIX s.
+        notes: the ledger's notes; a note is appended for each incident whose times are raised.
+
     Returns:
         The phase claims, and each incident's effective onset and first new step (None: none).
     """
@@ -1050,6 +1058,11 @@ def ettr_at(ledger: EttrLedger, at_s: float, window_s: float | None = None) -> f
     """ETTR at ``at_s`` (clipped to the window): cumulative since the window's start, or over the last
     ``window_s`` seconds (sliding; the span starts no earlier than the window).
 
+    Args:
+        ledger: the ledger.
+        at_s: the time, UNIX s (clipped to the ledger's window).
+        window_s: the sliding window, seconds (> 0; None: cumulative since the window's start).
+
     Returns:
         A ratio in [0, 1]; None when no time has elapsed (``at_s`` at or before the window's start).
 
@@ -1066,8 +1079,12 @@ def ettr_series(ledger: EttrLedger, window_s: float, points: int) -> tuple[EttrP
     end (a chart's data, like ByteRobust's ETTR curves).
 
     Args:
-        ledger: the ledger. window_s: the sliding window, seconds (> 0).
+        ledger: the ledger.
+        window_s: the sliding window, seconds (> 0).
         points: how many, 1 to :data:`MAX_SERIES_POINTS`.
+
+    Returns:
+        The points, in time order, the last at the window's end (:class:`EttrPoint`).
 
     Raises:
         LedgerInputError: ``window_s`` not finite or ≤ 0; ``points`` out of range.

@@ -89,7 +89,8 @@ def notify(argv: Sequence[str], decision: Decision) -> dict[str, Any]:
     """Run ``watch.notify`` with the decision's JSON on stdin (bounded by :data:`NOTIFY_TIMEOUT_S`).
 
     Args:
-        argv: the notifier's command. decision: the ``stop`` decision.
+        argv: the notifier's command.
+        decision: the ``stop`` decision.
 
     Returns:
         ``{argv, exit_code, error}``: exit_code None when it could not run or timed out; error the
@@ -283,11 +284,15 @@ def evaluate_job(
     (and its incident handled), and never decides it again.
 
     Args:
-        inv: the inventory (it holds the job). job_name: the job. path: the store file.
-        engine: the playbook engine (the command layer's). advise: decide and record, act on nothing.
-        resume: a person clears the pause. pool: the transports (None: a new pool, closed after the
-        reading). clock: the control side's UNIX clock. reader: the signal reader (None:
-        :func:`robustctl.watch.signals.read_job`).
+        inv: the inventory (it holds the job).
+        job_name: the job.
+        path: the store file.
+        engine: the playbook engine (the command layer's).
+        advise: decide and record, act on nothing.
+        resume: a person clears the pause.
+        pool: the transports (None: a new pool, closed after the reading).
+        clock: the control side's UNIX clock.
+        reader: the signal reader (None: :func:`robustctl.watch.signals.read_job`).
 
     Returns:
         The :class:`Evaluation`.
@@ -349,9 +354,12 @@ def evaluate_every(
     ``stop`` is checked before each evaluation and after it.
 
     Args:
-        interval_s: seconds between evaluations. evaluate: one evaluation, given how many were made
-            before it. ended: whether an evaluation says the job ended. stop: the stop event.
-        wait: called with ``interval_s`` between evaluations. on_result: given each evaluation.
+        interval_s: seconds between evaluations.
+        evaluate: one evaluation, given how many were made before it.
+        ended: whether an evaluation says the job ended.
+        stop: the stop event.
+        wait: called with ``interval_s`` between evaluations.
+        on_result: given each evaluation (None: nothing is).
 
     Returns:
         ``(evaluations made, the last one (None: none), why it ended: "job-ended" or "stopped")``.

@@ -73,7 +73,8 @@ class PlaybookEngine(Protocol):
         """Run playbook ``name`` with ``params`` (unattended: its policy decides destructive steps).
 
         Args:
-            name: the playbook. params: its parameters.
+            name: the playbook.
+            params: its parameters, by name.
 
         Returns:
             ``{run_id, playbook, status, message}``; ``run_id`` None and status ``refused`` when the
@@ -98,7 +99,8 @@ class PlaybookEngine(Protocol):
         """Journal run ``run_id`` with its steps (None: no such run).
 
         Args:
-            store: the open store. run_id: the run.
+            store: the open store.
+            run_id: the run's journal id.
 
         Returns:
             The run, or None.
@@ -108,7 +110,9 @@ class PlaybookEngine(Protocol):
         """The job's newest ``limit`` journal runs whose status is still ``running``, newest first.
 
         Args:
-            store: the open store. job: the job. limit: how many runs are read.
+            store: the open store.
+            job: the job.
+            limit: how many runs are read.
 
         Returns:
             Those of them still ``running``.
@@ -129,7 +133,8 @@ class PlaybookEngine(Protocol):
         kernel when its process dies).
 
         Args:
-            store: the open store. job: the job.
+            store: the open store.
+            job: the job.
 
         Returns:
             True when another process holds it.
@@ -141,7 +146,9 @@ def run_ended(store: Store, engine: PlaybookEngine, memory: WatchMemory) -> floa
     watcher died between deciding and beginning it) counts as ended when it was decided.
 
     Args:
-        store: the open store. engine: the journal's reader. memory: the decision memory.
+        store: the open store.
+        engine: the journal's reader.
+        memory: the decision memory.
 
     Returns:
         UNIX s, or None while no run is in progress or it still runs.
@@ -162,7 +169,10 @@ def run_alive(store: Store, engine: PlaybookEngine, job: str, pid: int) -> bool:
     job's playbook lock (so a pid reused since does not count).
 
     Args:
-        store: the open store. engine: the journal's lock. job: the job. pid: the run's process.
+        store: the open store.
+        engine: the journal's lock.
+        job: the job.
+        pid: the id of the run's process (the journal's).
 
     Returns:
         True while the run's process lives.
@@ -249,8 +259,12 @@ def resume_orphaned(
     :data:`ADOPT_SLACK_S`). Nothing is resumed with ``advise`` or while the run's process lives.
 
     Args:
-        store: the open store. engine: the playbook engine. job: the job. st: the stored state.
-        now: UNIX s. advise: ``--advise`` (nothing is resumed).
+        store: the open store.
+        engine: the playbook engine.
+        job: the job.
+        st: the stored state.
+        now: UNIX s of the evaluation.
+        advise: ``--advise`` (nothing is resumed).
 
     Returns:
         The state (with the adopted id) and the resumed run's summary ``{run_id, playbook, status,

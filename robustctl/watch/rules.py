@@ -247,6 +247,9 @@ def p99(step_times: Sequence[float]) -> float | None:
     Args:
         step_times: seconds per step, oldest first; NaN, infinite, non-positive and absurd values
             (> :data:`MAX_STEP_TIME_S`) are ignored.
+
+    Returns:
+        The 99th-percentile step time, seconds (one of the usable values); None when none is usable.
     """
     valid = _valid_step_times(step_times[-MAX_STEP_TIME_SAMPLES:])
     if not valid:
@@ -542,12 +545,18 @@ class FailSlowState:
     def from_json(cls, doc: object) -> FailSlowState:
         """Read a state written by :meth:`to_json` (e.g. kept in the store between ``watch --once`` runs).
 
+        Args:
+            doc: the decoded JSON document (an object with every key :meth:`to_json` writes).
+
+        Returns:
+            The state. A state it accepts can be fed further samples without error. The run-length
+            posterior is renormalised when its total is off.
+
         Raises:
             ConfigError: ``doc`` is not such a state (wrong version, a missing or extra key, a value of
                 the wrong type, a non-finite number or one outside what the rule can produce, arrays of
                 different lengths or longer than :data:`RUN_LENGTH_MAX`): one line saying which field
-                and why. A state it accepts can be fed further samples without error. The run-length
-                posterior is renormalised when its total is off.
+                and why.
         """
         if not isinstance(doc, Mapping):
             raise ConfigError(f"fail-slow state: not a JSON object but {type(doc).__name__}")
@@ -729,6 +738,9 @@ def rolling_median_ratio(samples: Sequence[float], persist_steps: int) -> float 
     Args:
         samples: usable step times (seconds), oldest first (the state's window).
         persist_steps: how many newest samples form the recent segment (≥ 1).
+
+    Returns:
+        The ratio (recent lower median / earlier median; > 1: slower), or None as said above.
     """
     if persist_steps < 1 or len(samples) - persist_steps < MIN_BASELINE_STEPS:
         return None
@@ -846,7 +858,8 @@ def after_recovery(state: FailSlowState, params: FailSlowParams | None = None) -
     slowdown that outlives the recovery is a new change point, declared after ``persist_steps``.
 
     Args:
-        state: the state when the recovery ended. params: the rule's parameters (defaults: None).
+        state: the state when the recovery ended.
+        params: the rule's parameters (None: the defaults, :class:`FailSlowParams`).
 
     Returns:
         A state with no candidate and no episode, ``skipped`` kept. O(:data:`RUN_LENGTH_MAX`²) time.

@@ -356,7 +356,8 @@ def merge_samples(
     restart) must be dropped by the caller before merging: their steps would merge with the new run's.
 
     Args:
-        old: the series kept so far. new: the new reading's samples (:attr:`ProgressSignal.samples`).
+        old: the series kept so far.
+        new: the new reading's samples (:attr:`ProgressSignal.samples`).
         limit: most samples kept (the newest steps), at least 1.
 
     Returns:
@@ -392,7 +393,8 @@ def parse_training_line(line: str, source: str = "") -> StepSample | None:
     A line is read up to :data:`~robustctl.watch.logscan.MAX_LINE_CHARS` characters.
 
     Args:
-        line: one log line. source: recorded as the sample's ``source``.
+        line: one log line.
+        source: recorded as the sample's ``source`` (the callers pass ``"HOST PATH"`` of the log).
 
     Returns:
         A :class:`StepSample` with ``at`` None (a log line's time is not trusted), or None. Never raises.
@@ -497,7 +499,9 @@ def parse_progress_output(
     host's clock.
 
     Args:
-        host: inventory name. stdout: what the reader printed. spec: the job's ``progress:`` section.
+        host: inventory name.
+        stdout: what the reader printed.
+        spec: the job's ``progress:`` section.
         pattern: ``spec.pattern`` compiled (None for heartbeat files).
 
     Returns:
@@ -629,7 +633,9 @@ def read_progress_signal(
     after a connection error, as :func:`~robustctl.jobcode.progress.read_progress` does).
 
     Args:
-        pool: the transports. job: the inventory job. hosts: its machines, rank order.
+        pool: the transports.
+        job: the inventory job.
+        hosts: its machines, rank order.
         diagnose: fan-out settings (concurrency, retries); None: 64 hosts at once, one retry.
         clock: the control side's UNIX clock.
 
@@ -755,7 +761,9 @@ def parse_tail_output(
     """The tail reader's output (:data:`TAIL_READER`) on ``host``, parsed.
 
     Args:
-        host: inventory name. stdout: what the reader printed. paths: the paths asked, in order.
+        host: inventory name.
+        stdout: what the reader printed.
+        paths: the paths asked, in order.
         nbytes: the most bytes asked per file.
 
     Returns:
@@ -1076,8 +1084,17 @@ def slurm_job_liveness(
     OUT_OF_MEMORY, PREEMPTED, TIMEOUT: dead (the job left the running state). Anything else: unknown.
 
     Args:
-        job_id: Slurm job id. state: its state (``CANCELLED by 0`` is read as CANCELLED).
-        exit_code: its ``ExitCode`` text. ranks: the job's world size. reason: Slurm's state reason.
+        job_id: Slurm job id.
+        state: its state (``CANCELLED by 0`` is read as CANCELLED).
+        exit_code: its ``ExitCode`` text (``CODE:SIGNAL``).
+        ranks: the job's world size.
+        reason: Slurm's state reason (empty, ``None`` or ``(null)``: none).
+
+    Returns:
+        A ``slurm`` :class:`LivenessSignal` whose ``detail`` names the job and its state: ``ALIVE``
+        with every rank running; ``DEAD`` with one :class:`RankExit` for the job; ``ENDED`` or
+        ``WAITING`` with no rank running; ``UNKNOWN`` (a state robustctl does not know) with the
+        running ranks not known.
     """
     words = state.strip().upper().split()
     base = words[0].rstrip("+") if words else ""
@@ -1468,6 +1485,10 @@ def findings_from_states(
 def read_findings(store: Store | None, hosts: Sequence[str]) -> FindingsSignal:
     """The latest sweep/diagnose verdict of each of ``hosts`` from ``store`` (module docstring, item 4).
 
+    Args:
+        store: the open store (None: none, the findings are ``unknown``).
+        hosts: the job's machines, inventory names.
+
     Returns:
         The :class:`FindingsSignal`; ``unknown`` set (nothing raised) when there is no store or it
         cannot be read (a damaged row is a :class:`~robustctl.store.StoreError`, said in one line).
@@ -1807,10 +1828,13 @@ def read_job(
     :data:`LOG_READ_TIMEOUT_S` per host, a scheduler by its ``timeout_s`` per command or request.
 
     Args:
-        job: the inventory job. pool: the transports. hosts: its current machines in rank order (after
-            standby swaps; None: the inventory's list). scheduler: the back end (None or ``inventory``:
-            the job's processes through the transports). store: for host findings (None: unknown).
-        diagnose: fan-out settings (concurrency, retries). clock: the control side's UNIX clock.
+        job: the inventory job.
+        pool: the transports.
+        hosts: its current machines in rank order (after standby swaps; None: the inventory's list).
+        scheduler: the back end (None or ``inventory``: the job's processes through the transports).
+        store: for host findings (None: unknown).
+        diagnose: fan-out settings (concurrency, retries).
+        clock: the control side's UNIX clock.
 
     Returns:
         The :class:`JobReading`. Never raises for a host, a file, the scheduler or the store that

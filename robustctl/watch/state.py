@@ -46,7 +46,8 @@ class WatchState:
         """Read back a stored document (None: a new job's empty state).
 
         Args:
-            doc: the stored document. where: the store and job, for the error.
+            doc: the stored document (None: none stored yet).
+            where: the store and job, for the error.
 
         Returns:
             The state.

@@ -176,8 +176,10 @@ def reading_verdicts(
     speaks for the progress signal). Pure.
 
     Args:
-        reading: the job's reading. state_fail_slow: the fail-slow detector's state before it.
-        last_step: the newest step judged before (None: none). settings: the ``watch:`` section.
+        reading: the job's reading.
+        state_fail_slow: the fail-slow detector's state before it.
+        last_step: the newest step judged before (None: none).
+        settings: the ``watch:`` section.
 
     Returns:
         ``(verdicts, fail-slow state after, newest step judged)``.
@@ -228,9 +230,12 @@ def judged_from(
     ones, unchanged.
 
     Args:
-        reading: the job's reading. memory: the decision memory before it. fail_slow, last_step: the
-            stored fail-slow state and newest step judged. run_ended_s: when the run in progress ended
-            (None: none or still running). settings: the ``watch:`` section.
+        reading: the job's reading.
+        memory: the decision memory before it.
+        fail_slow: the stored fail-slow state.
+        last_step: the stored newest step judged (None: none).
+        run_ended_s: when the run in progress ended, UNIX s (None: none or still running).
+        settings: the ``watch:`` section.
 
     Returns:
         ``(fail-slow state, newest step judged)`` to pass to :func:`reading_verdicts`.
