@@ -43,7 +43,14 @@ class ActionContext:
     def lock(self, action: str, timeout_s: float | None = None) -> None:
         """Take the store's action lock for ``action``, waiting ``timeout_s`` (default: policy).
 
-        Raises: StoreLocked when another process holds it past the timeout.
+        Args:
+            action: the action taking it (written into the lock file for a waiting process's message).
+            timeout_s: how long to wait for another holder, seconds (None: the policy's
+                ``lock_timeout_s``).
+
+        Raises:
+            StoreLocked: another process holds it past the timeout.
+            StoreError: the lock file cannot be created.
         """
         self.store.lock(action, timeout_s=self.policy.lock_timeout_s if timeout_s is None else timeout_s)
 
@@ -54,7 +61,14 @@ class ActionContext:
     def resolve_hosts(self, pattern: str) -> list[str]:
         """The inventory hosts ``pattern`` names (:func:`robustctl.actions.hosts.resolve_hosts`).
 
-        Raises: UsageError for a malformed range or an unknown host.
+        Args:
+            pattern: a host or range (``node017``, ``'node[001-004],spare1'``).
+
+        Returns:
+            The host names, inventory order.
+
+        Raises:
+            UsageError: a malformed range or an unknown host.
         """
         return resolve_hosts(self.inventory, pattern)
 
@@ -62,7 +76,15 @@ class ActionContext:
         """The job's current machines: scheduler, else the store's record, else the inventory
         (:func:`robustctl.actions.hosts.job_hosts`, where the order is documented).
 
-        Raises: UsageError for a job not in the inventory.
+        Args:
+            job: the job's name.
+
+        Returns:
+            The job's machines in rank order and where they came from.
+
+        Raises:
+            UsageError: a job not in the inventory.
+            SchedulerError: the scheduler failed and no later source knows the job.
         """
         return job_hosts(job, scheduler=self.scheduler, store=self.store, inventory=self.inventory)
 
@@ -75,8 +97,17 @@ def open_context(
 ) -> ActionContext:
     """Load the inventory and its action settings, open the store and the scheduler back end.
 
+    Args:
+        inventory_path: the inventory file (None: ``$ROBUSTCTL_INVENTORY``, else the embedded default).
+        state_path: the store file (None: ``$ROBUSTCTL_STATE``, else the user's state directory).
+        clock: UNIX seconds (tests pass a fake).
+
+    Returns:
+        The context; the caller closes it (:meth:`ActionContext.close`).
+
     Raises:
-        ConfigError / InventoryError: the inventory is invalid. StoreError: the store cannot be opened.
+        ConfigError / InventoryError: the inventory is invalid.
+        StoreError: the store cannot be opened.
     """
     inventory = resolve_inventory(inventory_path)
     store = Store.open(state_path, clock=clock)

@@ -109,6 +109,12 @@ def load_report(path: Path) -> ReportTargets:
     without blocking, :func:`robustctl.yamlsrc.read_regular_file`). Errors in the file are configuration
     errors (exit 78, like an inventory's), not usage errors: the flag was fine, the file it names is not.
 
+    Args:
+        path: the ``--from-report`` file.
+
+    Returns:
+        The report's kind, suspects, and (a stacks report) its over-eviction set and group.
+
     Raises:
         ConfigError: missing, unreadable or special file, over the size cap, not JSON, not one of these
             two kinds, an unknown ``schema_version``, or a host list that is not a list of names; the
@@ -166,6 +172,17 @@ def expand_over_eviction(
 
     The job's machines are its current ones (:meth:`ActionContext.job_hosts`: the scheduler's, else
     robustctl's record, else the inventory's), or ``hosts`` when the caller already has them.
+
+    Args:
+        ctx: the action context (inventory, scheduler, store).
+        job: the inventory job whose layout defines the groups.
+        suspects: the suspect machines, names of the job's hosts.
+        mode: one of :data:`OVER_EVICT_MODES`.
+        hosts: the job's current machines, rank order (None: asked of :meth:`ActionContext.job_hosts`).
+
+    Returns:
+        ``(machines, group)``: the machines of the group(s) holding a suspect rank, rank order (empty
+        when there is no suspect), and one line naming the group(s) (``"no suspect"`` when none).
 
     Raises:
         UsageError: unknown job or mode, a suspect not in the job, or a layout that does not match the
@@ -225,7 +242,16 @@ def _check_spec(req: EvictSpec) -> None:
 def _suspects(req: EvictSpec, ctx: ActionContext) -> tuple[list[str], ReportTargets | None]:
     """The hosts named bad (the named hosts, then the report's suspects) and the report read, if any.
 
-    Raises: UsageError (a bad range, a host the inventory lacks), ConfigError (the report).
+    Args:
+        req: the eviction spec.
+        ctx: the action context.
+
+    Returns:
+        ``(suspects, report)``: the suspect host names and the report read (None: no ``--from-report``).
+
+    Raises:
+        UsageError: a bad range, a host the inventory lacks.
+        ConfigError: the report (:func:`load_report`).
     """
     suspects: list[str] = []
     report: ReportTargets | None = None
@@ -248,8 +274,19 @@ def _targets(
 ) -> tuple[tuple[str, ...], str | None]:
     """The hosts to evict (the suspects, over-evicted as asked) and the group chosen (one line or None).
 
-    Raises: UsageError (``--over-evict`` without ``--job`` outside a stacks report's ``auto``; see
-    :func:`expand_over_eviction`).
+    Args:
+        req: the eviction spec.
+        ctx: the action context.
+        suspects: the hosts named bad (:func:`_suspects`).
+        report: the report read (None: no ``--from-report``).
+        notes: the plan's notes; a line is appended when the job's hosts came from a fallback.
+
+    Returns:
+        ``(targets, group)``: the hosts to evict and one line on the group chosen (None: no over-eviction).
+
+    Raises:
+        UsageError: ``--over-evict`` without ``--job`` outside a stacks report's ``auto``; see
+            :func:`expand_over_eviction`.
     """
     if req.over_evict is None:
         return _ordered(ctx, suspects), None
@@ -268,7 +305,16 @@ def _evict_steps(
     ctx: ActionContext, targets: tuple[str, ...], notes: list[str]
 ) -> tuple[list[Step], list[str]]:
     """Per target, ``drain`` then ``mark evicted`` (each a no-op when already so); and the targets not
-    evicted yet (what the rails count)."""
+    evicted yet (what the rails count).
+
+    Args:
+        ctx: the action context.
+        targets: the hosts to evict.
+        notes: the plan's notes; a line is appended for each target that is a standby.
+
+    Returns:
+        ``(steps, new)``: the plan's steps and the targets not evicted yet.
+    """
     node_states = ctx.scheduler.state(list(targets)) if targets else {}
     steps: list[Step] = []
     new: list[str] = []
@@ -291,6 +337,13 @@ def plan_evict(req: EvictSpec, ctx: ActionContext) -> Plan:
 
     A plan that breaks a rail is still returned (``plan.refused``); :func:`~robustctl.actions.plan.apply_plan`
     refuses it, and the CLI prints it with the rule that fired.
+
+    Args:
+        req: what to evict.
+        ctx: the action context.
+
+    Returns:
+        The eviction plan (``plan.refused`` when a rail failed that ``--force`` did not override).
 
     Raises:
         UsageError: no targets given, both or neither of hosts/report, a bad host range or unknown host,
@@ -343,6 +396,14 @@ def plan_evict(req: EvictSpec, ctx: ActionContext) -> Plan:
 
 def plan_return(hosts: str, reason: str, ctx: ActionContext) -> Plan:
     """Plan putting evicted hosts back in service: ``resume`` (scheduler), then ``mark active`` (store).
+
+    Args:
+        hosts: a host or range (``node017``, ``'node[001-004]'``).
+        reason: why (recorded in the audit log).
+        ctx: the action context.
+
+    Returns:
+        The return plan.
 
     Raises:
         UsageError: a bad host range or unknown host.

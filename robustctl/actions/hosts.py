@@ -40,6 +40,13 @@ def resolve_hosts(inventory: Inventory, pattern: str) -> list[str]:
     """The inventory hosts ``pattern`` names (``node017``, ``'node[001-004],spare1'``), inventory order,
     whatever their state.
 
+    Args:
+        inventory: the resolved inventory.
+        pattern: a host or range (``node017``, ``'node[001-004],spare1'``).
+
+    Returns:
+        The host names, inventory order.
+
     Raises:
         UsageError: a malformed range or a host that is not in the inventory (the message names it).
     """
@@ -74,6 +81,9 @@ class JobHosts:
     def require_scheduler(self) -> tuple[str, ...]:
         """``hosts`` when the scheduler gave them.
 
+        Returns:
+            The job's machines, rank order.
+
         Raises:
             SchedulerError: the scheduler's own error when the hosts came from a fallback.
         """
@@ -98,6 +108,15 @@ def job_hosts(
 
     See the module docstring for the order and why. ``inventory`` None (the plan engine, which holds
     no inventory) stops after the store.
+
+    Args:
+        job: the job's name.
+        scheduler: the back end asked first.
+        store: the state store whose record is asked second.
+        inventory: the inventory asked last, and checked to know ``job`` (None: not asked).
+
+    Returns:
+        The job's machines in rank order, their source, and the scheduler's error when it fell back.
 
     Raises:
         UsageError: ``inventory`` is given and has no job ``job``.
@@ -131,15 +150,19 @@ def current_job(inventory: Inventory, name: str, *, state: Path | None) -> tuple
     record, else the inventory) with the store at ``state``.
 
     Args:
-        inventory: the resolved inventory. name: the job. state: the store file (None: the default).
+        inventory: the resolved inventory.
+        name: the job.
+        state: the store file (None: the default).
 
     Returns:
         ``(job, found)``: the job with ``hosts`` replaced by the current ones (inventory hosts, rank
         order) and where they came from.
 
     Raises:
-        UsageError: no such job. ConfigError: a current host is not in the inventory, or the count of
-            current hosts does not fit the job's layout. StoreError: the store cannot be read.
+        UsageError: no such job.
+        ConfigError: a current host is not in the inventory, or the count of current hosts does not
+            fit the job's layout.
+        StoreError: the store cannot be read.
         SchedulerError: the scheduler failed and no later source knows the job.
     """
     from robustctl.schedulers import make_scheduler

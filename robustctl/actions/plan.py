@@ -328,6 +328,13 @@ def audit_refusal(plan: Plan, store: Store) -> int | None:
     """Record the refusal of ``plan`` in the audit log (status ``refused``, no step); return its id.
 
     Best effort: a store that cannot be written returns None (the refusal stands either way).
+
+    Args:
+        plan: the refused plan.
+        store: the store whose audit log records it.
+
+    Returns:
+        The audit record's id, or None when the store could not be written.
     """
     try:
         return store.audit_begin(
@@ -350,6 +357,15 @@ def apply_plan(
 
     ``runners`` run the steps of the kinds they name (the job steps of ``restart``: stop, pick the
     checkpoint, launch, wait running); every other step goes to the scheduler or the store.
+
+    Args:
+        plan: the plan to apply.
+        scheduler: the back end that runs the scheduler steps (drain, resume, replace, requeue, ...).
+        store: the state store: the audit record, and the steps that mark hosts or record job hosts.
+        runners: the runners of the step kinds they name (None: none).
+
+    Returns:
+        What each step did and the final status (the audit record's), ``failed`` when a step failed.
 
     Raises:
         ActionRefused: a rail failed and the plan is not forced (audited as ``refused``).

@@ -71,8 +71,11 @@ def evaluate_rails(
     Args:
         new_evictions: hosts the plan evicts that are not evicted yet.
         suspects: hosts named bad by the operator or a report (before over-eviction).
-        cluster_hosts: every host of the inventory. jobs: each job's current hosts.
-        store: eviction history and current states. now: UNIX seconds.
+        cluster_hosts: every host of the inventory.
+        jobs: each job's current hosts, by job name.
+        store: eviction history and current states.
+        policy: the inventory's ``policy:`` limits (per hour, fractions, window, circuit breaker).
+        now: UNIX seconds.
 
     Returns:
         One check per rule (``max-evictions-per-hour``, ``max-cluster-fraction``, one

@@ -94,6 +94,12 @@ class RestartFailed(RobustctlError):
 def parse_from_checkpoint(text: str) -> Want:
     """``--from-checkpoint`` parsed: ``latest-complete``, ``none`` or an iteration (0 … 10^12).
 
+    Args:
+        text: the flag's value (case and surrounding blanks ignored).
+
+    Returns:
+        :data:`FROM_LATEST`, :data:`FROM_NONE`, or the iteration as an int.
+
     Raises:
         UsageError: anything else (the message lists what is accepted).
     """
@@ -165,8 +171,18 @@ def _record_version(
     (A start time taken once the ranks run would drop the new run's first steps, and its first reading
     after that could become both the base and the last step of the version: never stable.)
 
-    Returns one line for the step's detail; a work tree that cannot be read, or hosts that disagree,
-    are said there (the restart itself succeeded) and nothing is recorded.
+    Args:
+        ctx: the action context (inventory, store, clock).
+        job: the restarted job (nothing is recorded without a ``code:`` section).
+        hosts: its machines, rank order, whose work trees are read.
+        base_step: the checkpoint iteration the job restarted from (None: none).
+        pool: the transports to the hosts.
+        started: when the launch began, UNIX s.
+
+    Returns:
+        A tail for the step's detail (``"; runs COMMIT"``, empty without a ``code:`` section); a work
+        tree that cannot be read, or hosts that disagree, are said there (the restart itself
+        succeeded) and nothing is recorded.
     """
     if job.code is None:
         return ""
@@ -196,7 +212,17 @@ def last_start(store: Store, job: str) -> float | None:
     The start of the newest ``restart`` of ``job`` whose launch (inventory) or requeue (Slurm,
     Kubernetes) step finished ``done``: every progress entry older than it was written by a run that
     had been stopped by then. Looks through the newest :data:`LAST_START_SCAN` ``restart`` records
-    (restarts of other jobs included). Raises StoreError.
+    (restarts of other jobs included).
+
+    Args:
+        store: the state store whose audit log is read.
+        job: the job's name.
+
+    Returns:
+        The launch or requeue step's start, UNIX s; None when none finished ``done`` in those records.
+
+    Raises:
+        StoreError: the audit log cannot be read.
     """
     import json
 
@@ -247,6 +273,15 @@ def _pick_checkpoint(ctx: ActionContext, job: Job, hosts: Sequence[Host], want: 
     each shard on the host that loads it (:func:`robustctl.ckpt.stage.plan_staging`). Without a
     ``ckpt:`` section nothing can be checked: an asked-for iteration is passed as it is,
     ``latest-complete`` gives no iteration ("job has no ckpt section").
+
+    Args:
+        ctx: the action context.
+        job: the job to restart.
+        hosts: its current machines, rank order.
+        want: what ``--from-checkpoint`` asked (:data:`Want`).
+
+    Returns:
+        The iteration (None: start without one), one line on why, and the shard copies to stage.
 
     Raises:
         CheckpointError (exit 2) / CheckpointUnknown (exit 3): no complete iteration (or not the one
@@ -369,6 +404,13 @@ def _stop_step(job: Job, hosts: Sequence[Host], grace_s: float) -> Step:
 def plan_restart(spec: RestartSpec, ctx: ActionContext) -> Plan:
     """The restart plan of ``spec.job`` on ``ctx``'s back end (module docstring).
 
+    Args:
+        spec: the job, the checkpoint asked for and the reason.
+        ctx: the action context.
+
+    Returns:
+        The restart plan (targets: the job's current machines).
+
     Raises:
         UsageError: unknown job, no hosts, ``--from-checkpoint`` that cannot take effect on the back end.
         ConfigError: the inventory back end and a job without ``launch:`` (or ``process:``), a host
@@ -474,9 +516,17 @@ def _plan_requeue(spec: RestartSpec, ctx: ActionContext) -> Plan:
 def plan_stop(spec: RestartSpec, ctx: ActionContext) -> Plan:
     """The stop plan of ``spec.job``: one ``stop_job`` step (the inventory back end only).
 
+    Args:
+        spec: the job and the reason (``want`` is not used).
+        ctx: the action context.
+
+    Returns:
+        The stop plan (targets: the job's current machines).
+
     Raises:
-        UsageError: unknown job. ConfigError: another back end (stop the job through the scheduler),
-            a job without ``process:``.
+        UsageError: unknown job.
+        ConfigError: another back end (stop the job through the scheduler), a job without
+            ``process:``.
     """
     kind = ctx.scheduler.name
     if kind != "inventory":
@@ -627,6 +677,15 @@ def restart_runners(
 
     They share one state: the iteration ``pick_checkpoint`` chose is the ``{ckpt_iter}`` of ``launch``.
     Each raises :class:`RestartFailed` (one line per machine that failed) when its step failed.
+
+    Args:
+        ctx: the action context.
+        spec: the restart's job and checkpoint asked for.
+        pool: the transports to the job's hosts.
+        sleep: how the waits sleep, seconds (tests pass a fake).
+
+    Returns:
+        The runner of each restart/stop step kind (stop, update, pick, stage, launch, wait).
     """
     run = _Runners(ctx, spec, pool, sleep)
     return {

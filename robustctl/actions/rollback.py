@@ -221,8 +221,17 @@ def _target(ctx: ActionContext, spec: RollbackSpec) -> _Target:
     The job may already run the last stable version: it ran stably and then failed (ByteRobust §4.2
     rolls back from a version, never to the one that just failed), so the stable one before it.
 
-    Raises: ActionRefused (no stable version; only the running one; a dirty work tree), UsageError /
-    ConfigError / HostError (:func:`robustctl.jobcode.git.common_commit`).
+    Args:
+        ctx: the action context.
+        spec: what was asked (the job, ``--to``).
+
+    Returns:
+        The stable version gone to (None with ``--to``), the hosts' work trees, the target commit and
+        the commit the hosts run now.
+
+    Raises:
+        ActionRefused: no stable version; only the running one; a dirty work tree.
+        UsageError / ConfigError / HostError: see :func:`robustctl.jobcode.git.common_commit`.
     """
     stable, ref = _first_ref(ctx, spec)
     found = _read(ctx, spec.job, stable, ref)
@@ -330,15 +339,16 @@ def plan_rollback(ctx: ActionContext, spec: RollbackSpec) -> PlannedRollback:
     """Resolve the target on every host and build the plan (reads only).
 
     Args:
-        ctx: the open action context (the store's lock taken unless dry run). spec: what was asked.
+        ctx: the open action context (the store's lock taken unless dry run).
+        spec: what was asked.
 
     Returns:
         The document and the executor's plan (:class:`PlannedRollback`).
 
     Raises:
         ActionRefused: no stable version and no ``--to``; only the running version ran stably; a
-            dirty work tree. UsageError / ConfigError / HostError: see
-            :func:`robustctl.jobcode.git.common_commit`.
+            dirty work tree.
+        UsageError / ConfigError / HostError: see :func:`robustctl.jobcode.git.common_commit`.
     """
     target = _target(ctx, spec)
     doc = _document(ctx, spec, target)
@@ -386,8 +396,10 @@ def rollback_runners(
     """The runners of the rollback's steps for :func:`~robustctl.actions.plan.apply_plan`.
 
     Args:
-        ctx: the session's context. planned: from :func:`plan_rollback`. restart: see
-            :data:`RestartCall`. run: filled in as the steps run.
+        ctx: the session's context.
+        planned: from :func:`plan_rollback`.
+        restart: see :data:`RestartCall`.
+        run: filled in as the steps run.
 
     Returns:
         One runner per step kind (``checkout``, ``record_change``, ``restart_job``); each records what
@@ -474,16 +486,22 @@ def rollback(
 
     Args:
         open_session: builds the ``rollback`` session from the plan hooks it is given (the caller's
-            inventory, state, dry run and lock wait). spec: what was asked. restart: see
-            :data:`RestartCall`. confirm / show: the hooks, given the :class:`RollbackPlan`
-            (``confirm`` None: nobody can confirm, a UsageError unless dry run).
+            inventory, state, dry run and lock wait).
+        spec: what was asked.
+        restart: see :data:`RestartCall`.
+        confirm: the confirmation hook, given the :class:`RollbackPlan` (None: nobody can confirm, a
+            UsageError unless dry run).
+        show: the display hook, given the :class:`RollbackPlan` once built (None: not shown).
 
     Returns:
         The :class:`RollbackResult`.
 
     Raises:
-        ActionRefused: see :func:`plan_rollback`; StoreLocked (the lock). UsageError, ConfigError,
-        HostError (a host could not be read: nothing switched), StoreError; the restart's own errors.
+        ActionRefused: see :func:`plan_rollback`.
+        StoreLocked: the store's lock is held by another process.
+        UsageError / ConfigError / StoreError: as planning or a step met them.
+        HostError: a host could not be read (nothing switched).
+        RobustctlError: the restart's own errors, as ``restart`` raised them.
     """
     planned: list[PlannedRollback] = []
 

@@ -152,15 +152,20 @@ class ActionSession:
 
     Args:
         action: the action's name, recorded with the lock (``evict``, ``standby-check``, ...).
-        inventory / state: paths (None: ``$ROBUSTCTL_INVENTORY`` / ``$ROBUSTCTL_STATE`` / defaults).
-        dry_run: plan only: no lock, nothing written. lock: take the store's lock (False for commands
-            that only read, e.g. ``standby list``). lock_timeout_s: how long to wait for another
-            robustctl (None: the inventory's ``policy.lock_timeout_s``).
-        confirm / show: the hooks (see the module docstring). opener: builds the context (tests).
+        inventory: the inventory path (None: ``$ROBUSTCTL_INVENTORY``, else the embedded default).
+        state: the store path (None: ``$ROBUSTCTL_STATE``, else the user's state directory).
+        dry_run: plan only: no lock, nothing written.
+        lock: take the store's lock (False for commands that only read, e.g. ``standby list``).
+        lock_timeout_s: how long to wait for another robustctl, seconds (None: the inventory's
+            ``policy.lock_timeout_s``).
+        confirm: asked before a plan that changes something is applied (see the module docstring;
+            None: nobody can confirm).
+        show: called with every plan once built (see the module docstring; None: not shown).
+        opener: builds the context from the two paths (tests pass their own).
 
-    Raises (on enter):
-        ConfigError / InventoryError / StoreError: the inventory or the store cannot be used.
-        StoreLocked: another robustctl holds the lock past the wait.
+    Raises:
+        ConfigError / InventoryError / StoreError: on enter, the inventory or the store cannot be used.
+        StoreLocked: on enter, another robustctl holds the lock past the wait.
     """
 
     def __init__(
@@ -220,6 +225,14 @@ class ActionSession:
     ) -> ActionResult:
         """Plan with ``planner(ctx)``, then :meth:`settle` the plan.
 
+        Args:
+            planner: builds the plan from the open context.
+            runners: the runners of the step kinds the scheduler does not handle (see
+                :func:`~robustctl.actions.plan.apply_plan`; None: none).
+
+        Returns:
+            The action's outcome, its plan and, when apply ran, what it did.
+
         Raises:
             UsageError: from the planner (bad input), or a plan that needs confirming without ``confirm``.
             StoreError: the store cannot be written.
@@ -227,8 +240,21 @@ class ActionSession:
         return self.settle(planner(self.ctx), runners=runners)
 
     def settle(self, plan: Plan, *, runners: Mapping[StepKind, StepRunner] | None = None) -> ActionResult:
-        """Show ``plan``, then refuse, confirm and apply it as the module docstring says (``runners``:
-        see :func:`~robustctl.actions.plan.apply_plan`)."""
+        """Show ``plan``, then refuse, confirm and apply it as the module docstring says.
+
+        Args:
+            plan: the plan to settle.
+            runners: the runners of the step kinds the scheduler does not handle (see
+                :func:`~robustctl.actions.plan.apply_plan`; None: none).
+
+        Returns:
+            The action's outcome, its plan and, when apply ran, what it did (the refusal's message
+            and audit record when refused).
+
+        Raises:
+            UsageError: a plan that needs confirming without ``confirm`` (:data:`NO_CONFIRMATION`).
+            StoreError: the store cannot be written.
+        """
         ctx = self.ctx
         if self._show is not None:
             self._show(plan)

@@ -58,6 +58,14 @@ def binomial_cdf(k: int, n: int, p: float) -> float:
     """``P[X ≤ k]`` for ``X ~ Binomial(n, p)``, summed in log space (``math.lgamma``) so n in the
     hundreds of thousands neither overflows nor underflows.
 
+    Args:
+        k: the most successes counted (below 0: the probability is 0).
+        n: the trials.
+        p: the probability of one success.
+
+    Returns:
+        The probability, within [0, 1].
+
     Raises:
         ValueError: ``n < 0`` or ``p`` outside [0, 1].
     """
@@ -90,8 +98,18 @@ def pool_size(
     The smallest ``k`` with ``binomial_cdf(k, machines, daily_failure_rate × window_days) ≥ quantile``;
     ``pool_size(1024, 0.0012) == 4`` (ByteRobust Table 5: 2, 2, 3, 4 for 128 … 1,024 machines).
 
+    Args:
+        machines: the machines the pool covers (0 … :data:`MAX_POOL_MACHINES`).
+        daily_failure_rate: failures per machine per day.
+        window_days: the repair window, days (how long a failed machine is out).
+        quantile: the probability the pool covers the failures of one window, in (0, 1).
+
+    Returns:
+        The standby machines ``k`` (0 when the rate is 0, ``machines`` when a failure is certain).
+
     Raises:
-        UsageError: machines outside 0-:data:`MAX_POOL_MACHINES`, a rate outside [0, 1] per window, a quantile outside (0, 1).
+        UsageError: machines outside 0-:data:`MAX_POOL_MACHINES`, a rate outside [0, 1] per window, a
+            quantile outside (0, 1).
     """
     if not 0 <= machines <= MAX_POOL_MACHINES:
         raise UsageError(f"--machines must be within 0-{MAX_POOL_MACHINES:,}, got {machines}")
@@ -122,8 +140,14 @@ def observed_daily_rate(ctx: ActionContext, machines: int, days: float) -> tuple
     The observed span is ``days`` back from now, or less when the store's history starts later (at
     least one hour, so a fresh store does not divide by zero).
 
+    Args:
+        ctx: the action context (its store's eviction history and clock).
+        machines: the machines the evictions are spread over.
+        days: how far back the history is read, days.
+
     Returns:
-        ``(rate, evictions, span_days)``.
+        ``(rate, evictions, span_days)``: failures per machine per day, the evictions counted, and
+        the days observed.
 
     Raises:
         UsageError: ``machines`` < 1 or ``days`` <= 0.
@@ -281,6 +305,16 @@ def plan_add(
 
     Rail ``not-in-a-job``: a host that runs a job (is in a job's current host list) is refused unless forced.
 
+    Args:
+        hosts: a host or range (``spare1``, ``'spare[1-4]'``).
+        reason: why (recorded in the scheduler and the audit log).
+        ctx: the action context.
+        force: override the ``not-in-a-job`` rail.
+        force_reason: why it is forced (required with ``force``; recorded in the audit log).
+
+    Returns:
+        The plan (``plan.refused`` when a target runs a job and it is not forced).
+
     Raises:
         UsageError: bad host range or unknown host; ``--force`` without a reason.
     """
@@ -355,6 +389,14 @@ def check_standbys(ctx: ActionContext, pool: TransportPool, *, hosts: str | None
     Standbys the store holds but the inventory no longer has are skipped (there is no address to
     reach them) and listed in ``not_in_inventory``.
 
+    Args:
+        ctx: the action context (the store's lock held: the readiness changes are written).
+        pool: the transports that run the checks on the hosts.
+        hosts: a host or range of standbys to check (None: every standby in the inventory).
+
+    Returns:
+        Each host's readiness and one line, the diagnose report, and the audit record.
+
     Raises:
         UsageError: no standby to check (the message names store-only standbys, if any), or
             ``hosts`` names a host that is not a standby.
@@ -420,7 +462,17 @@ def _choose_standby(
     """The standby to swap in (``standby``, else the first ready one that is no lemon when
     ``sweep.lemon_no_standby`` is set) and its ``ready-standby`` rail.
 
-    Raises: UsageError (``standby`` is not in the pool).
+    Args:
+        ctx: the action context.
+        pool: the standbys (:func:`list_standbys`), inventory order.
+        standby: the standby asked for (None: the first ready one).
+        notes: the plan's notes; a line is appended when lemons were passed over.
+
+    Returns:
+        ``(chosen, rail)``: the standby (None: no ready one) and its ``ready-standby`` rail.
+
+    Raises:
+        UsageError: ``standby`` is not in the pool.
     """
     ready = [s for s in pool if s.readiness is Readiness.READY]
     if standby is None and ctx.inventory.sweep.lemon_no_standby:
@@ -488,8 +540,23 @@ def plan_activate(
     suspect: not overridable), ``ready-standby`` (a standby exists; a chosen one that is not ready
     needs ``--force``).
 
+    Args:
+        ctx: the action context.
+        for_host: the job's machine the standby replaces.
+        job: the inventory job.
+        standby: the standby to swap in (None: the first ready one).
+        reason: why (empty: ``replace FOR_HOST in job JOB``).
+        requeue: requeue the job once the standby is in.
+        force: override the overridable rails (a chosen standby that is not ready).
+        force_reason: why it is forced (required with ``force``; recorded in the audit log).
+
+    Returns:
+        The plan (``plan.refused`` when a rail failed that ``--force`` did not override).
+
     Raises:
         UsageError: unknown job or host, ``for_host`` not in the job, ``--force`` without a reason.
+        SchedulerError: the scheduler cannot say the job's hosts (activation changes the scheduler's
+            job, so it takes the scheduler's view only).
     """
     if force and not (force_reason or "").strip():
         raise UsageError('--force needs --force-reason "why"')

@@ -175,15 +175,24 @@ def stage_change(
     The store's lock (``update-stage``) is taken after the hosts were read, only to record.
 
     Args:
-        ctx: an open action context (not locked). job / ref (checked) / reason / urgent: as asked.
-        dry_run: read only. lock_timeout_s: the lock's wait (None: the policy's).
+        ctx: an open action context (not locked).
+        job: the inventory job, as asked.
+        ref: the git ref to stage, as asked (checked).
+        reason: why, as asked (recorded with the change).
+        urgent: as asked (recorded with the change; the command restarts the job at once for an
+            urgent one).
+        dry_run: read only.
+        lock_timeout_s: the lock's wait, seconds (None: the policy's).
 
     Returns:
         The :class:`StagedChange`.
 
     Raises:
-        UsageError (unknown job, ref missing on a host), ConfigError (no ``code:``; not a work tree),
-        HostError (a host could not be read), StoreError, StoreLocked.
+        UsageError: unknown job, ref missing on a host.
+        ConfigError: no ``code:``; not a work tree.
+        HostError: a host could not be read.
+        StoreError: the store cannot be written.
+        StoreLocked: another robustctl holds the store's lock past the wait.
     """
     spec, hosts, codes = inspect_job(ctx, job, ref)
     commit = common_commit(codes, ref)
@@ -234,13 +243,16 @@ def due_update(ctx: ActionContext, job: str) -> DueUpdate:
     """Whether ``job``'s pending code change is due now (:func:`~robustctl.jobcode.records.pending_update`).
 
     Args:
-        ctx: an open action context. job: the inventory job.
+        ctx: an open action context.
+        job: the inventory job.
 
     Returns:
         The :class:`DueUpdate`.
 
     Raises:
-        UsageError (unknown job), ConfigError (no ``code:`` section), StoreError.
+        UsageError: unknown job.
+        ConfigError: no ``code:`` section.
+        StoreError: the store cannot be read.
     """
     job_code_hosts(ctx, job)
     commit, ids, due = pending_update(ctx.store, job, ctx.clock())
@@ -265,7 +277,16 @@ class CodeHistory:
 
 def _fold_progress(ctx: ActionContext, job: str, read: bool) -> str:
     """Read the job's progress (when ``read`` and it has a ``progress:`` section) and fold it into its
-    newest version's stability; returns the one-line note of :class:`UpdateListResult`."""
+    newest version's stability.
+
+    Args:
+        ctx: an open action context.
+        job: the inventory job.
+        read: read the progress signal (False: ``--no-progress``).
+
+    Returns:
+        The one-line ``progress_note`` of :class:`UpdateListResult`.
+    """
     from robustctl.jobcode.progress import read_progress
     from robustctl.transport.pool import TransportPool
 
@@ -290,14 +311,17 @@ def code_history(ctx: ActionContext, job: str, *, read_progress: bool) -> CodeHi
     """The job's changes and versions, stability evaluated first from a progress reading.
 
     Args:
-        ctx: an open action context. job: the inventory job. read_progress: read the progress signal
-            first (when the job has a ``progress:`` section).
+        ctx: an open action context.
+        job: the inventory job.
+        read_progress: read the progress signal first (when the job has a ``progress:`` section).
 
     Returns:
         The :class:`CodeHistory`.
 
     Raises:
-        UsageError (unknown job), ConfigError (bad inventory, no ``code:``), StoreError.
+        UsageError: unknown job.
+        ConfigError: bad inventory, no ``code:``.
+        StoreError: the store cannot be read or written.
     """
     note = _fold_progress(ctx, job, read_progress)
     commit, ids, forced = pending_update(ctx.store, job, ctx.clock())
