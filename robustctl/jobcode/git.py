@@ -169,6 +169,12 @@ _COMMIT = re.compile(r"^(?:[0-9a-f]{40}|[0-9a-f]{64})$")
 def check_ref(ref: str) -> str:
     """``ref`` when it can be handed to git as a revision (a branch, tag, commit, ``HEAD~1``, ``v1.2``).
 
+    Args:
+        ref: the ``--ref`` value, as given.
+
+    Returns:
+        ``ref`` itself, unchanged.
+
     Raises:
         UsageError: empty, longer than :data:`MAX_REF_CHARS`, starting with ``-`` (git would read an
             option), or holding a character outside ``A-Za-z0-9_./@{}^~+-`` (spaces, ``:``, control
@@ -247,6 +253,17 @@ def _run_git(
     """Run ``git -C path ARGS`` on ``host`` (:data:`GIT_ENV`, :data:`GIT_NO_EXEC`); (exit status,
     stdout as sent, last stderr line).
 
+    Args:
+        pool: transports to the hosts.
+        host: the host to run git on.
+        path: the work tree on ``host`` (``git -C``).
+        args: git's arguments after ``-C path``.
+        deadline: the :func:`time.monotonic` time by which the host's work must end; the command's
+            timeout is what is left of it, at least 0.5 s and at most :data:`GIT_TIMEOUT_S`.
+
+    Returns:
+        ``(exit status, stdout decoded as UTF-8 with bad bytes replaced, last stderr line)``.
+
     Raises:
         _GitFailed: ``refused``, git refused the repository as owned by another user (its own advice,
             to add the path to ``safe.directory``, is never passed on).
@@ -296,6 +313,15 @@ def _own_config(
 ) -> list[tuple[str, str, str | None]]:
     """The work tree's own configuration, includes followed: ``.git/config``, and ``config.worktree``
     when ``extensions.worktreeConfig`` is on (the login user's and the system's are left out).
+
+    Args:
+        pool: transports to the hosts.
+        host: the host of the work tree.
+        path: the work tree on ``host``.
+        deadline: the :func:`time.monotonic` time by which the host's work must end.
+
+    Returns:
+        ``(origin, key, value)`` of every entry, in git's order (:func:`parse_config_list`).
 
     Raises:
         _GitFailed: ``refused``, git could not list it (a malformed file, a git without
@@ -390,12 +416,16 @@ def inspect_hosts(
     """Read every host's work tree (and resolve ``ref`` there), in the order given.
 
     Args:
+        pool: transports to the hosts.
+        hosts: the hosts to read.
+        spec: the job's ``code:`` section (the work tree's path, :func:`work_tree`).
         ref: a ref to resolve on each host (already passed through :func:`check_ref`), or None.
-        concurrency: hosts at once. timeout_s: per host budget (each git command at most
-            :data:`GIT_TIMEOUT_S`).
+        concurrency: hosts at once.
+        timeout_s: per host budget (each git command at most :data:`GIT_TIMEOUT_S`).
 
-    Returns one :class:`HostCode` per host; an unreadable host or missing ref is an entry with
-    ``error`` set (nothing is raised for a host).
+    Returns:
+        One :class:`HostCode` per host; an unreadable host or missing ref is an entry with
+        ``error`` set (nothing is raised for a host).
     """
     by_name = {h.name: h for h in hosts}
 
@@ -426,12 +456,20 @@ def _first_problem(codes: Sequence[HostCode]) -> str:
 def common_commit(codes: Sequence[HostCode], ref: str) -> str:
     """The one commit ``ref`` names on every host.
 
+    Each error's message is one line naming the first host concerned.
+
+    Args:
+        codes: every host's reading (:func:`inspect_hosts` with ``ref``).
+        ref: the ref that was resolved, for the message.
+
+    Returns:
+        The full commit id ``ref`` names on every host.
+
     Raises:
         ConfigError: a host's path is not a git work tree (fix the inventory's ``code.path``), or
             robustctl refuses it (owned by another user; its own git configuration names a command).
         UsageError: the ref is missing on a host, or names different commits on different hosts.
         HostError: a host could not be reached or timed out (exit 3: could not check).
-        (Each message is one line naming the first host concerned.)
     """
     bad = [c for c in codes if not c.ok]
     if bad:
@@ -455,6 +493,9 @@ def common_commit(codes: Sequence[HostCode], ref: str) -> str:
 def require_clean(codes: Sequence[HostCode]) -> None:
     """Refuse a switch when a host's work tree has local changes to tracked files.
 
+    Args:
+        codes: every host's reading (:func:`inspect_hosts`).
+
     Raises:
         ActionRefused: naming the first dirty host (exit 2; nothing was switched).
     """
@@ -469,6 +510,9 @@ def require_clean(codes: Sequence[HostCode]) -> None:
 
 def current_versions(codes: Sequence[HostCode]) -> tuple[str | None, tuple[str, ...]]:
     """The commit every readable host runs, and the hosts that disagree with the majority.
+
+    Args:
+        codes: every host's reading (:func:`inspect_hosts`), in inventory order.
 
     Returns:
         ``(commit, disagreeing hosts)``: ``commit`` is the most common ``head`` among readable hosts
@@ -575,8 +619,14 @@ def switch_work_trees(
     """Check ``commit`` out on every host's work tree, all or none (see the module docstring).
 
     Args:
+        pool: transports to the hosts.
+        hosts: the hosts to switch.
+        spec: the job's ``code:`` section (the work tree's path, :func:`work_tree`).
         commit: a full commit id (40 or 64 hex digits), e.g. from :func:`common_commit`.
         codes: the hosts' :func:`inspect_hosts` reading with ``ref=commit`` (None: read now).
+        concurrency: hosts at once.
+        timeout_s: per host budget of the checkout, and of the restore (each git command at most
+            :data:`GIT_TIMEOUT_S`).
 
     Returns:
         A :class:`SwitchResult`; ``ok`` False when a host could not be read, the commit is missing on
@@ -662,9 +712,17 @@ def code_hosts(
     """The job's ``code:`` section and its hosts (``hosts`` names, else its current machines:
     :meth:`ActionContext.job_hosts`), as inventory :class:`~robustctl.inventory.Host` s.
 
+    Args:
+        ctx: the open action context.
+        job: the inventory job's name.
+        hosts: the hosts' names (None: the job's current machines).
+
+    Returns:
+        The job's ``code:`` section and its hosts (``hosts``' order, else rank order).
+
     Raises:
-        UsageError: the job is not in the inventory. ConfigError: the job has no ``code:`` section, or
-        a host of the job is not in the inventory.
+        UsageError: the job is not in the inventory.
+        ConfigError: the job has no ``code:`` section, or a host of the job is not in the inventory.
     """
     names = list(hosts) if hosts is not None else list(ctx.job_hosts(job).hosts)
     spec = ctx.inventory.job(job).code
@@ -680,14 +738,15 @@ def job_code_hosts(ctx: ActionContext, job: str) -> tuple[CodeSpec, list[Host]]:
     current machines.
 
     Args:
-        ctx: the open action context. job: the inventory job's name, as given.
+        ctx: the open action context.
+        job: the inventory job's name, as given.
 
     Returns:
         The job's ``code:`` section and its hosts (rank order).
 
     Raises:
-        UsageError: the job is not in the inventory (bad input, exit 64). ConfigError: the job has no
-            ``code:`` section, or a host of the job is not in the inventory.
+        UsageError: the job is not in the inventory (bad input, exit 64).
+        ConfigError: the job has no ``code:`` section, or a host of the job is not in the inventory.
     """
     try:
         ctx.inventory.job(job)
@@ -703,7 +762,8 @@ def inspect_job(
     with the inventory's fan-out settings and a pool of its own.
 
     Args:
-        ctx: the open action context. job: the inventory job (see :func:`job_code_hosts`).
+        ctx: the open action context.
+        job: the inventory job (see :func:`job_code_hosts`).
         ref: a checked ref (:func:`check_ref`) to resolve on every host, or None.
 
     Returns:
@@ -742,8 +802,17 @@ def switch_code(
     """Check ``commit`` out on every host of ``job`` (``hosts``: names, None: the job's current machines),
     all or none (:func:`switch_work_trees`), with the inventory's fan-out settings.
 
-    ``codes``: the hosts' reading with ``ref=commit`` taken when the switch was planned (None: read
-    now); the heads it holds are what a failed switch puts back.
+    Args:
+        ctx: the open action context.
+        job: the inventory job's name.
+        hosts: the hosts' names (None: the job's current machines).
+        commit: a full commit id (40 or 64 hex digits).
+        pool: transports to the hosts (None: a pool of its own, closed at the end).
+        codes: the hosts' reading with ``ref=commit`` taken when the switch was planned (None: read
+            now); the heads it holds are what a failed switch puts back.
+
+    Returns:
+        The :class:`SwitchResult` of :func:`switch_work_trees`.
 
     Raises:
         UsageError / ConfigError: see :func:`code_hosts`, and a ``commit`` that is not a full id.

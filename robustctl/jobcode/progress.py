@@ -221,6 +221,14 @@ def parse_heartbeat(
 ) -> tuple[RankProgress | None, str | None]:
     """One heartbeat file's entry, or why it has none.
 
+    Args:
+        host: the inventory name of the host the file is on.
+        path: the file's path there (the entry's ``source``, and the start of a problem line).
+        text: the file's content.
+        mtime: the file's modification time (UNIX seconds, host clock): the step's time when the
+            document gives none under ``spec.time_field``.
+        spec: the job's ``progress:`` section (the step and time keys).
+
     Returns:
         ``(entry, None)``, or ``(None, "PATH: why")`` for a file that is not a JSON object, has no
         integer step in ``spec.step_field`` (0 … :data:`MAX_STEP`), or was cut at the read bound.
@@ -284,6 +292,15 @@ def reader_files(
     problem line for a file that could not be read (error, unreadable, a heartbeat past
     :data:`MAX_HEARTBEAT_BYTES`). The one parse of the reader's files (:func:`read_progress` and the
     watch's progress signal both read through it).
+
+    Args:
+        host: the inventory name of the host the reader ran on.
+        doc: the reader's JSON document, as parsed.
+        spec: the job's ``progress:`` section (at most ``spec.max_files`` files are read).
+        pattern: the log pattern (a ``step`` group), or None for heartbeat files.
+
+    Yields:
+        A :class:`ReaderFile` per file read, or a ``"PATH: why"`` line for a file that could not be.
 
     Raises:
         HostError: ``doc`` is not the reader's document.
@@ -375,8 +392,12 @@ def read_progress(
     """Read the progress signal on every host (see the module docstring).
 
     Args:
-        pool: the transports. job: its name (for the reading). hosts: the job's hosts.
-        spec: the job's ``progress:`` section. concurrency: hosts at once. clock: UNIX seconds.
+        pool: the transports.
+        job: its name (for the reading).
+        hosts: the job's hosts.
+        spec: the job's ``progress:`` section.
+        concurrency: hosts at once.
+        clock: UNIX seconds.
 
     Returns:
         A :class:`ProgressReading`; a host that could not be read has ``error`` set (nothing raised).
