@@ -225,6 +225,14 @@ def resolve_inventory_if_given(
 def load_inventory(path: Path, *, environ: dict[str, str] | None = None) -> Inventory:
     """Load and validate an inventory file.
 
+    Args:
+        path: the inventory file (YAML).
+        environ: the environment whose ``ROBUSTCTL_*`` variables override the file's settings
+            (None: ``os.environ``).
+
+    Returns:
+        The validated inventory: hosts in file order, jobs, settings, and ``source`` the path.
+
     Raises:
         ConfigError: YAML syntax, unknown key, wrong type (message ``FILE:LINE: key.path: why``).
         InventoryError: bad host range, hostile name, duplicate host, address count mismatch.
@@ -274,6 +282,11 @@ def _playbook_paths(model: InventoryFile, path: Path, smap: SourceMap) -> tuple[
 
 def _refuse_unusable(model: InventoryFile, hosts: Sequence[Host], smap: SourceMap) -> None:
     """Refuse a setting no host of the inventory can act on (it would be silently ignored).
+
+    Args:
+        model: the validated inventory file.
+        hosts: every host of the inventory, expanded.
+        smap: the file's line numbers, for the message.
 
     Raises:
         ConfigError: ``FILE:LINE: key.path: why``.
@@ -350,6 +363,13 @@ def _merge_ssh(base: SshSettings, over: Any) -> SshSettings:
 
 def _resolve_hosts(model: InventoryFile, smap: SourceMap) -> list[Host]:
     """Every entry's hosts, in file order; at most :data:`MAX_EXPANSION` in all, counted before expanding.
+
+    Args:
+        model: the validated inventory file.
+        smap: the file's line numbers, for the messages.
+
+    Returns:
+        The hosts of every ``hosts:`` entry, ranges expanded, in file order.
 
     Raises:
         InventoryError: a bad range or name, a duplicate host, or more than MAX_EXPANSION hosts.

@@ -63,6 +63,9 @@ def parse_layout(text: str, *, world_size: int | None = None) -> ParallelLayout:
         world_size: the number of ranks the layout must cover, when known (e.g. the highest rank in
             the dumps + 1, or a job's world size).
 
+    Returns:
+        The validated layout (sizes absent from ``text`` are 1; ``dp`` derived as above).
+
     Raises:
         UsageError: empty text, an unknown key, a repeated key, a value that is not a positive
             integer, a bad order, or sizes whose product differs from ``world_size``; the message says
@@ -449,6 +452,9 @@ class GroupFinder:
             kind: a group kind (``"pp"``, ``"tp-pp"``, ``"job"``).
             index: Megatron's index of the group among the groups of its kind.
 
+        Returns:
+            The group's ranks, ascending.
+
         Raises:
             UsageError: an unknown kind or an index out of range.
         """
@@ -460,6 +466,13 @@ class GroupFinder:
 
     def group_of(self, rank: int, kind: str) -> tuple[int, ...]:
         """The ranks of the ``kind`` group containing ``rank`` (:meth:`Topology.group_of`, remembered).
+
+        Args:
+            rank: a rank of the layout.
+            kind: a group kind (``"pp"``, ``"tp-pp"``, ``"job"``).
+
+        Returns:
+            The group's ranks, ascending.
 
         Raises:
             UsageError: a rank outside the layout or an unknown kind.

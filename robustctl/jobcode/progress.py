@@ -397,7 +397,7 @@ def read_progress(
         hosts: the job's hosts.
         spec: the job's ``progress:`` section.
         concurrency: hosts at once.
-        clock: UNIX seconds.
+        clock: a callable giving the reading's time, UNIX seconds.
 
     Returns:
         A :class:`ProgressReading`; a host that could not be read has ``error`` set (nothing raised).
