@@ -158,6 +158,13 @@ def group_members(phase: int, index: int, m: int, n: int) -> tuple[int, ...]:
 def replica_unit(layout: ParallelLayout, ranks_per_machine: int) -> Unit:
     """The unit of ``layout`` on machines of ``ranks_per_machine`` ranks (see the module docstring).
 
+    Args:
+        layout: the job's parallel layout (``R = W/DP`` ranks per replica).
+        ranks_per_machine: G.
+
+    Returns:
+        The unit: ``u`` machines holding ``d`` replicas of ``R`` ranks.
+
     Raises:
         UsageError: ``ranks_per_machine`` < 1.
     """
@@ -184,6 +191,10 @@ def k_problems(machines: int, unit: Unit, k: int) -> str | None:
 
 def choose_k(machines: int, unit: Unit) -> tuple[int | None, list[str]]:
     """The default ``k`` (module docstring) and, when there is none, why each divisor fails.
+
+    Args:
+        machines: M, the job's machines.
+        unit: the layout's unit (:func:`replica_unit`).
 
     Returns:
         ``(k, [])`` or ``(None, ["k=1: m=4 machines per group > n=2 groups", …])``.
@@ -213,8 +224,13 @@ def plan_grouping(
     """The two phases' groups for ``machines`` machines running ``layout``.
 
     Args:
-        machines: M, the job's machines in rank order. layout: its parallel layout.
-        ranks_per_machine: G. k: ``--k`` (None: :func:`choose_k`).
+        machines: M, the job's machines in rank order.
+        layout: its parallel layout.
+        ranks_per_machine: G.
+        k: ``--k`` (None: :func:`choose_k`).
+
+    Returns:
+        The plan: ``k``, ``m``, ``n`` and the ``n`` groups of each phase.
 
     Raises:
         UsageError: M out of range, ``M·G`` differs from the layout's world size, ``k`` invalid, or no

@@ -167,6 +167,9 @@ def command_argv(spec: ReplaySpec, host: Host, *, node_rank: int, master: str, p
 def parse_result_line(stdout: bytes) -> tuple[tuple[str, ...], str] | str | None:
     """The ``(loss as float.hex strings, digest)`` of the last result line in ``stdout``.
 
+    Args:
+        stdout: the replay's standard output, as sent (decoded as UTF-8, bad bytes replaced).
+
     Returns:
         the pair; a string saying why the line is malformed; None when no line carries the marker.
     """
