@@ -86,6 +86,13 @@ _PASSED = frozenset({Status.OK, Status.WARNING, Status.NOT_APPLICABLE, Status.SK
 def node_name(explicit: str | None = None, environ: Mapping[str, str] | None = None) -> str:
     """This node's Slurm name: ``explicit``, else ``$SLURMD_NODENAME``, else the short host name.
 
+    Args:
+        explicit: the ``--node`` value (None or empty: not given).
+        environ: the environment to read (None: ``os.environ``).
+
+    Returns:
+        The node name (a letter or digit, then at most 127 of letters, digits, ``.``, ``_``, ``-``).
+
     Raises:
         UsageError: the name is empty or not a plain node name.
     """
@@ -137,9 +144,11 @@ def local_request(
 
     Args:
         node: ``--node`` (None: ``$SLURMD_NODENAME``, else the short host name; :func:`node_name`).
-        slurm: ``--slurm``. gpus: ``--gpus`` (None: 0). state: ``--state`` (None: ``$ROBUSTCTL_STATE``,
-            else none: this mode records history only when asked). environ: the environment (None:
-            the process's).
+        slurm: ``--slurm``.
+        gpus: ``--gpus`` (None: 0).
+        state: ``--state`` (None: ``$ROBUSTCTL_STATE``, else none: this mode records history only
+            when asked).
+        environ: the environment (None: the process's).
 
     Returns:
         The request.
@@ -314,13 +323,19 @@ def run_local_check(
 ) -> LocalCheckResult:
     """Check this node once and, with ``request.slurm``, drain or resume it (module docstring).
 
-    Args:
-        pool: the transports (tests: a fake); None: a local one. slurm: the Slurm back end (tests: a
-            fake runner); None: ``scontrol``/``sinfo`` from ``PATH``, ``$SLURM_CONF``, each command
-            under :data:`SLURM_TIMEOUT_S`. settings: the debounce (None: defaults). clock: UNIX s.
-
     Never raises for the node's state: a probe that cannot run is UNKNOWN, a Slurm command that
     fails is ``error`` (exit 3), a store that cannot be opened a warning.
+
+    Args:
+        request: what to do (:func:`local_request`).
+        pool: the transports (tests: a fake); None: a local one.
+        slurm: the Slurm back end (tests: a fake runner); None: ``scontrol``/``sinfo`` from ``PATH``,
+            ``$SLURM_CONF``, each command under :data:`SLURM_TIMEOUT_S`.
+        settings: the debounce (None: defaults).
+        clock: the UNIX clock, seconds (the run's times and the history's).
+
+    Returns:
+        The node's verdict and what was done about it (:class:`LocalCheckResult`).
     """
     from robustctl.config import SweepSettings
 

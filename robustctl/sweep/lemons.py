@@ -64,6 +64,12 @@ class Lemon:
 def find_lemons(store: Store, *, since: float, min_failures: int, min_returns: int) -> list[Lemon]:
     """Hosts with ≥ ``min_failures`` failures or ≥ ``min_returns`` returns at or after ``since``.
 
+    Args:
+        store: the open state store.
+        since: the window's start, UNIX s (failures and returns before it are not counted).
+        min_failures: the failures rule's threshold (``lemon_failures``).
+        min_returns: the returns rule's threshold (``lemon_returns``).
+
     Returns:
         Lemons, most failures (then returns) first, then by name.
 

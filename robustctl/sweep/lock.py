@@ -35,6 +35,12 @@ def lock_path(state: Path) -> Path:
 def sweep_lock(state: Path) -> Iterator[Path]:
     """Hold the sweep lock of ``state`` for the ``with`` block; yields the lock file's path.
 
+    Args:
+        state: the state store's file (the lock is :func:`lock_path` beside it).
+
+    Yields:
+        The lock file's path, while the lock is held.
+
     Raises:
         SweepBusy: another process holds it (the message names its pid and start time).
         StoreError: the lock file cannot be created (the store's directory is missing or read-only).

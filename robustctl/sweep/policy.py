@@ -147,7 +147,9 @@ def decide(
 
     Args:
         states: ``check_state`` rows by (host, check) (:func:`robustctl.sweep.history.check_states`).
-        now: the time the sweep was recorded at (UNIX s). settings: the ``sweep:`` section.
+        hosts: the hosts to decide on, in the order the decisions are returned.
+        now: the time the sweep was recorded at (UNIX s).
+        settings: the ``sweep:`` section.
 
     Returns:
         One :class:`Decision` per host that has a CRITICAL check, in ``hosts`` order.
@@ -207,8 +209,12 @@ def record_sweep(
     ``robustctl_host_failures_total``) are then the times the policy named it, never a pending flap.
 
     Args:
+        store: the open store (its clock dates the rows).
         observations: per (host, check), as :func:`robustctl.sweep.history.observations_of` gives them.
-        settings: the ``sweep:`` section. started_at / sweep / hosts_swept: as
+        settings: the ``sweep:`` section.
+        started_at: when the sweep started (UNIX s; None: now), as :func:`robustctl.sweep.history.record`.
+        sweep: also write a ``sweeps`` row, as :func:`robustctl.sweep.history.record`.
+        hosts_swept: the host count of the ``sweeps`` row (None: the hosts observed), as
             :func:`robustctl.sweep.history.record`.
 
     Returns:
@@ -241,9 +247,10 @@ def sweep_exit_code(*, named: bool, unchecked: bool, pending: bool) -> ExitCode:
     """The exit code of a sweep or a node's health check, from what it found (the design's table).
 
     Args:
-        named: the policy names a host (a confirmed finding). unchecked: a host could not be checked
-            (or, for ``sweep --local``, Slurm could not be read or changed). pending: a CRITICAL
-            finding waits on its rule, or a check warns.
+        named: the policy names a host (a confirmed finding).
+        unchecked: a host could not be checked (or, for ``sweep --local``, Slurm could not be read or
+            changed).
+        pending: a CRITICAL finding waits on its rule, or a check warns.
 
     Returns:
         2 (CRITICAL) when ``named``, else 3 (UNKNOWN) when ``unchecked``, else 1 (WARNING) when

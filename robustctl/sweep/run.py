@@ -176,8 +176,9 @@ def with_transport(inventory: Inventory, transport: str) -> Inventory:
     """``inventory`` with every host reached through ``transport`` (``--transport``).
 
     Args:
-        inventory: the inventory. transport: one of :data:`TRANSPORTS` (``srun``: the host's address
-            becomes its name, the Slurm node; ``local``: this machine; ``ssh``: the inventory's address).
+        inventory: the inventory.
+        transport: one of :data:`TRANSPORTS` (``srun``: the host's address becomes its name, the Slurm
+            node; ``local``: this machine; ``ssh``: the inventory's address).
 
     Returns:
         A copy of ``inventory``; hosts already on ``transport`` are kept as they are.
@@ -207,8 +208,10 @@ def sweep_targets(hosts: Sequence[Host], inventory: Inventory, store: Store) -> 
     """Split ``hosts`` into those a sweep checks and those it skips, and name the busy hosts.
 
     Args:
-        hosts: the hosts asked for. inventory: their inventory (its jobs). store: the open store (each
-            machine's recorded state, each job's recorded hosts after standby swaps).
+        hosts: the hosts asked for.
+        inventory: their inventory (its jobs).
+        store: the open store (each machine's recorded state, each job's recorded hosts after standby
+            swaps).
 
     Returns:
         A :class:`SweepTargets`: a host is swept when its state (the store's record, else the
@@ -236,8 +239,10 @@ def split_levels(
     """Which hosts get only the quick level and which get the deeper levels.
 
     Args:
-        hosts: the swept hosts. busy: the names of the hosts a job holds. level: the highest level
-            asked (0: quick checks only). include_busy: deeper levels on busy hosts too.
+        hosts: the swept hosts.
+        busy: the names of the hosts a job holds.
+        level: the highest level asked (0: quick checks only).
+        include_busy: deeper levels on busy hosts too.
 
     Returns:
         ``(quick, deep)``, each in ``hosts`` order: with ``level`` 0 every host is quick; else a host is
@@ -252,7 +257,8 @@ def merge_reports(reports: Sequence[RunReport], order: Sequence[str]) -> RunRepo
     """One report from the reports of disjoint host groups, the hosts in ``order``.
 
     Args:
-        reports: at least one report. order: host names; a name no report has is left out.
+        reports: at least one report.
+        order: host names; a name no report has is left out.
 
     Returns:
         A :class:`~robustctl.models.RunReport` whose status is the worst host's, suspects the CRITICAL
@@ -282,8 +288,10 @@ def diagnose_hosts(
     """Run the diagnose levels on the swept hosts (:func:`split_levels`), one engine run per group.
 
     Args:
-        spec: the sweep (its inventory's diagnose settings and thresholds, its level). targets: at
-            least one swept host. pool: the transports. progress: the engine's progress sink.
+        spec: the sweep (its inventory's diagnose settings and thresholds, its level).
+        targets: at least one swept host.
+        pool: the transports.
+        progress: the engine's progress sink (None: none).
 
     Returns:
         (the merged report, in the swept hosts' order; each host's highest level asked).
@@ -312,8 +320,9 @@ def act_on(
 
     Args:
         inventory: the inventory (each host's state where the store has none; ``sweep.act``).
-        store: the open store. decisions: the policy's decisions. drain: drains the hosts recorded
-            suspect (None: no drain, as with ``sweep.act: suspect``).
+        store: the open store.
+        decisions: the policy's decisions.
+        drain: drains the hosts recorded suspect (None: no drain, as with ``sweep.act: suspect``).
 
     Returns:
         ``{"suspect": [hosts marked], "drained": [hosts drained], "skipped": ["HOST (STATE)", ...],
@@ -359,9 +368,12 @@ def sweep_hosts(
     """Each host of ``report`` as the sweep's result shows it.
 
     Args:
-        report: the diagnose report. states: the check states after the sweep was recorded
-            (:func:`robustctl.sweep.history.check_states`). decisions: the policy's decisions.
-        busy: hosts a job holds. levels: each host's highest level asked (missing: 0).
+        report: the diagnose report.
+        states: the check states after the sweep was recorded
+            (:func:`robustctl.sweep.history.check_states`).
+        decisions: the policy's decisions.
+        busy: hosts a job holds.
+        levels: each host's highest level asked (missing: 0).
 
     Returns:
         One :class:`SweepHost` per host of ``report``, in its order: the status is the host's recorded
@@ -398,14 +410,15 @@ def sweep_session(state: Path, clock: Callable[[], float] = time.time) -> Iterat
     """The store open and the sweep lock held, for one sweep.
 
     Args:
-        state: the store file. clock: UNIX seconds for the store (tests pass a fake clock).
+        state: the store file.
+        clock: UNIX seconds for the store (tests pass a fake clock).
 
     Yields:
         The open store; it is closed and the lock released on leaving.
 
     Raises:
-        SweepBusy: another sweep holds the lock (exit 3). StoreError: the store cannot be opened
-            (exit 78).
+        SweepBusy: another sweep holds the lock (exit 3).
+        StoreError: the store cannot be opened (exit 78).
     """
     from robustctl.store import Store
     from robustctl.sweep.lock import sweep_lock
@@ -449,9 +462,11 @@ def sweep_fleet(
     """Sweep the fleet once (see the module docstring), inside :func:`sweep_session`.
 
     Args:
-        spec: the sweep. store: the store :func:`sweep_session` opened.
+        spec: the sweep.
+        store: the store :func:`sweep_session` opened.
         pool: the transports (closed by the caller); None: one opened and closed here.
-        progress: the diagnose engine's progress sink. clock: UNIX seconds (the store's clock).
+        progress: the diagnose engine's progress sink (None: none).
+        clock: UNIX seconds (the store's clock).
         drain: how named hosts are drained with ``spec.act`` and ``sweep.act: drain`` (:func:`act_on`).
 
     Returns:
