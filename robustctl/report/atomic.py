@@ -17,6 +17,11 @@ def write_atomic(path: Path, text: str, flag: str) -> None:
     over it (POSIX ``rename`` is atomic within a file system: a reader such as node_exporter's
     textfile collector sees the old file or the new one). The file is made readable by all (0644).
 
+    Args:
+        path: the file to write (replaced whole).
+        text: its new content, written as UTF-8.
+        flag: the option that named ``path`` (``--textfile``), for the message.
+
     Raises:
         ConfigError: the directory is missing or not writable, or the disk is full (one line naming
             ``flag`` and the path; the previous file is left as it was).

@@ -139,6 +139,11 @@ def dump_json(obj: Any) -> str:
 def emit_json(obj: Any, *, to_stdout: bool, output: Path | None) -> None:
     """Write the JSON document to stdout and/or ``output``.
 
+    Args:
+        obj: the result object (dataclasses and enums converted, as :func:`dump_json` does).
+        to_stdout: write the document to stdout (``--json``).
+        output: the file to write it to as well (``--output``; None: none).
+
     Raises:
         ConfigError: ``output`` or stdout cannot be written (the message names which).
     """
@@ -157,6 +162,10 @@ def write_output(output: Path, text: str) -> None:
     The file is opened without blocking: a FIFO nobody reads (``mkfifo x; -o x``) is refused at once
     (ENXIO) instead of hanging the command; a pipe with a reader (``-o >(jq .)``) or a terminal is
     written normally.
+
+    Args:
+        output: the ``--output`` path.
+        text: the content, encoded as UTF-8 (unencodable characters as backslash escapes).
 
     Raises:
         ConfigError: ``output`` cannot be opened or written (the message names it and why).
@@ -181,13 +190,16 @@ def write_output(output: Path, text: str) -> None:
 def write_stdout(text: str) -> None:
     """Write ``text`` to stdout and flush it.
 
+    On either error below, stdout is pointed at ``/dev/null`` first, so the interpreter's final
+    flush of the unwritten buffer cannot fail a second time and print a traceback.
+
+    Args:
+        text: what to write.
+
     Raises:
         ConfigError: stdout cannot be written (a full disk, ``> /dev/full``, an I/O error): one line,
             exit 78 -- the output is where the user pointed it, not a host problem, so never 3.
         BrokenPipeError: the reader went away (``| head``); the CLI exits 0 for it.
-
-    On either error stdout is pointed at ``/dev/null`` first, so the interpreter's final flush of
-    the unwritten buffer cannot fail a second time and print a traceback.
     """
     try:
         sys.stdout.write(text)

@@ -24,6 +24,10 @@ def write_sweep_files(request: SweepRequest, result: SweepResult) -> None:
     The caller of :func:`robustctl.commands.sweep.run_sweep` writes them (the CLI does, after the
     sweep), so the command layer imports no renderer.
 
+    Args:
+        request: the sweep's request (its ``textfile`` and ``html`` paths; None: not asked for).
+        result: the sweep's result, rendered into each file.
+
     Raises:
         ConfigError: a path that cannot be written (one line naming the flag and the path).
     """
