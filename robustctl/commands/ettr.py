@@ -225,9 +225,12 @@ def ettr_of_store(
     """The ETTR ledger of ``job`` from an open store, over ``[since or the earliest record, now]``.
 
     Args:
-        store: the open store. job: the job. now: the window's end, UNIX s.
-        window_s: the sliding window, seconds (> 0). since: the window's start, UNIX s (None: the
-            job's earliest progress sample, incident onset or waiting start).
+        store: the open store.
+        job: the job.
+        now: the window's end, UNIX s.
+        window_s: the sliding window, seconds (> 0).
+        since: the window's start, UNIX s (None: the job's earliest progress sample, incident onset
+            or waiting start).
 
     Returns:
         An :class:`EttrResult`; without records in the window (or with all of them after ``now``: a
@@ -262,6 +265,15 @@ def ettr_of_store(
 def run_ettr(request: EttrRequest, *, clock: Callable[[], float] = time.time) -> EttrResult:
     """Compute ``request.job``'s ETTR ledger from the store (module docstring). A store file that does
     not exist holds no data (nothing is created).
+
+    Args:
+        request: the job, the inventory it is checked against, the store file, the sliding window
+            and the observation window's length.
+        clock: UNIX seconds, the window's end (tests pass a fake).
+
+    Returns:
+        An :class:`EttrResult`: the ledger, or none (exit 3) when the store holds no data for the job
+        in the window or does not exist.
 
     Raises:
         UsageError: a window or since that is not a positive duration within :data:`MAX_WINDOW_S`, an

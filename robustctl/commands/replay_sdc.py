@@ -80,8 +80,19 @@ def _job_machines(
 ) -> tuple[tuple[Host, ...], ParallelLayout, int]:
     """``job``'s machines now (rank order, after standby swaps), its layout and ranks per host.
 
-    Raises: UsageError (a layout flag given with ``--job``), ConfigError (an unknown job: the
-    inventory's error, 78).
+    Args:
+        inv: the resolved inventory.
+        job: the inventory job.
+        flags: ``(--tp, --pp, --dp)`` as given (None: not given; any given is refused with a job).
+        state: the store file whose record of the job's hosts is read (None: the default).
+
+    Returns:
+        ``(hosts, layout, ranks_per_host)``: the job's current machines in rank order, its layout and
+        ranks per host.
+
+    Raises:
+        UsageError: a layout flag given with ``--job``.
+        ConfigError: an unknown job (the inventory's error, 78).
     """
     from robustctl.actions.hosts import current_job
 
@@ -118,6 +129,28 @@ def replay_sdc_request(
     and ranks per host; or ``hosts`` (in
     inventory order) with ``--pp``/``--dp`` and ``--tp`` (default: the ranks on one machine, the
     hosts' ``gpus_per_host`` or 1 on CPU-only hosts, ByteRobust's TP = GPUs per machine).
+
+    Args:
+        inventory: the ``--inventory`` file (None: ``$ROBUSTCTL_INVENTORY``, else the embedded default).
+        job: the inventory job whose machines and layout are replayed (None: ``hosts`` instead).
+        hosts: the machines as a host range, in rank order (None: ``job`` instead).
+        tp: the tensor-parallel size, with ``hosts`` (None: the ranks per host).
+        pp: the pipeline-parallel size, with ``hosts``.
+        dp: the data-parallel size, with ``hosts``.
+        k: the pipelines per group, m = k·PP (None: the smallest k >= 2 that fits,
+            :func:`robustctl.sdc.grouping.choose_k`).
+        steps: the training steps each group replays (1 … :data:`MAX_STEPS`).
+        command: the operator's own replay command, shell-style words (None: the built-in replay probe).
+        deadline_s: the deadline of each round, seconds (None: the ``diagnose:`` settings').
+        concurrency: hosts contacted at once (None: the ``diagnose:`` settings').
+        accept_new_host_keys: record unknown host keys in known_hosts (OpenSSH's ``accept-new``).
+        state: the store file: the job's current hosts are read from it and suspects recorded in it
+            (None: the default).
+        record: record the suspects in the store.
+        environ: the environment read (None: ``os.environ``).
+
+    Returns:
+        The request, layered.
 
     Raises:
         ConfigError / InventoryError: invalid inventory or environment; unknown job (78).
@@ -174,7 +207,14 @@ def _spec(request: ReplaySdcRequest) -> ReplaySpec:
 
 def plan_replay_sdc(request: ReplaySdcRequest) -> ReplaySdcPlan:
     """Both phases' groups, the replay layout and the cost of :func:`run_replay_sdc`; connects to nothing
-    (:func:`robustctl.sdc.run.plan_document`)."""
+    (:func:`robustctl.sdc.run.plan_document`).
+
+    Args:
+        request: the machines, grouping, workload and settings.
+
+    Returns:
+        The plan document.
+    """
     spec = _spec(request)
     return ReplaySdcPlan(plan_document(spec, grouping_doc(spec, request.job)))
 
@@ -192,8 +232,12 @@ def run_replay_sdc(
     store is best effort: an error lands in ``recorded.error``.
 
     Args:
+        request: the machines, grouping, workload, settings and recording.
         pool: the transports (closed by the caller); None: a pool opened and closed here.
         on_group: called as each group finishes (progress).
+
+    Returns:
+        Both rounds, the verdict, the machines' names and, when recorded, what the store took.
     """
     from robustctl.sdc.verdict import judge
 

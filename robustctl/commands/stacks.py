@@ -131,6 +131,26 @@ def stacks_request(
 ) -> StacksRequest:
     """A :class:`StacksRequest` from command-line values, layered by :mod:`robustctl.commands.options`.
 
+    Args:
+        job: the inventory job whose ranks are dumped.
+        inventory: the ``--inventory`` file (None: ``$ROBUSTCTL_INVENTORY``, else the embedded default).
+        hosts: only these hosts of the job, a host range (None: all of the job's).
+        slow: fail-slow voting over ``rounds`` rounds instead of a hang snapshot.
+        rounds: fail-slow: the rounds voted over.
+        interval_s: fail-slow: seconds between rounds.
+        samples: hang mode: the collections taken (with 2+, a job whose ranks change stack between
+            samples is progressing, not hung).
+        sample_interval_s: hang mode: seconds between samples.
+        native: include C/C++ frames (``py-spy --native``; pauses each process).
+        blocking: pause each process while dumping (``py-spy`` without ``--nonblocking``).
+        timeout_s: the probe's own budget on a host, seconds.
+        state: the state store file (None: ``$ROBUSTCTL_STATE`` or the XDG default).
+        record: hang mode: record the named suspect hosts in the state store.
+        environ: the environment read (None: ``os.environ``).
+
+    Returns:
+        The request, layered.
+
     Raises:
         ConfigError / InventoryError: invalid inventory or environment, unknown job.
         UsageError: ``hosts`` is a bad range or names an unknown host (a flag: exit 64).
@@ -177,13 +197,18 @@ def run_stacks(
     lands in ``recorded.error``). Fail-slow names a group, not machines: nothing is recorded.
 
     Args:
+        request: the job, the hosts, the collection settings and the mode.
         pool: the transports to use (closed by the caller); None: a pool opened and closed here.
         progress: called after each collection (:data:`SampleProgress`).
 
+    Returns:
+        A :class:`StacksResult` (hang snapshot, with what was recorded) or, with ``slow``, a
+        :class:`StacksFailSlowResult`.
+
     Raises:
         ConfigError: the job has no ``process:`` spec, or its current hosts (scheduler, store) do not
-            fit its layout. UsageError: the dumps do not fit the layout, or none of ``hosts`` is in
-            the job now.
+            fit its layout.
+        UsageError: the dumps do not fit the layout, or none of ``hosts`` is in the job now.
     """
     from robustctl.errors import UsageError
     from robustctl.stacks.live import stacks_failslow, stacks_hang

@@ -83,6 +83,12 @@ class StandbyListResult:
 def run_standby_list(req: StandbyListRequest) -> StandbyListResult:
     """Every standby (store, else inventory) with its readiness and the scheduler's view.
 
+    Args:
+        req: the inventory and the state store (None: their defaults).
+
+    Returns:
+        The standby pool, inventory order (exit code 0).
+
     Raises:
         ConfigError / StoreError: bad inventory, unreadable store.
     """
@@ -146,12 +152,18 @@ def run_standby_check(req: StandbyCheckRequest, *, pool: TransportPool | None = 
     """Self-check the standbys with diagnose L0–L1 under the store's lock; record each ready or bad.
 
     Args:
+        req: the standbys to check (None: the whole pool), the inventory, the store and the lock's wait.
         pool: the transports to reach the hosts (tests: one with a fake override); None: a new one,
             closed at the end.
 
+    Returns:
+        Each standby's readiness and why, the diagnose report and the audit record (exit 0 every
+        standby ready, 2 some bad).
+
     Raises:
         UsageError: no standby to check, or ``hosts`` names a host that is not a standby.
-        ConfigError / StoreError: bad inventory, unwritable store. StoreLocked: the lock is held.
+        ConfigError / StoreError: bad inventory, unwritable store.
+        StoreLocked: the lock is held.
     """
     with contextlib.ExitStack() as stack:
         transports = pool if pool is not None else stack.enter_context(contextlib.closing(TransportPool()))
@@ -188,10 +200,19 @@ def run_standby_add(
 ) -> ActionResult:
     """Plan holding the hosts out of scheduling as unchecked standbys, then confirm and apply it.
 
+    Args:
+        req: the hosts, the reason, the ``not-in-a-job`` override, and the session options.
+        confirm: asked before a plan that changes something is applied (None: nobody can confirm).
+        show: called with the plan once built (None: not shown).
+
+    Returns:
+        The action's outcome, its plan and, when apply ran, what it did.
+
     Raises:
         UsageError: bad host range or unknown host, ``force`` without a reason, a plan that needs
-            confirming without ``confirm``, a reason that cannot be recorded. ConfigError / StoreError.
-            StoreLocked.
+            confirming without ``confirm``, a reason that cannot be recorded.
+        ConfigError / StoreError: bad inventory, a store that cannot be used.
+        StoreLocked: the store's lock is held.
     """
     check_reason(req.reason, "--reason")
     check_reason(req.force_reason, "--force-reason")
@@ -226,10 +247,21 @@ def run_standby_activate(
 ) -> ActionResult:
     """Plan the swap (scheduler, the store's job host list, resume, mark active), then confirm and apply.
 
+    Args:
+        req: the host to replace, the job, the standby, requeue, the reason, the override, and the
+            session options.
+        confirm: asked before a plan that changes something is applied (None: nobody can confirm).
+        show: called with the plan once built (None: not shown).
+
+    Returns:
+        The action's outcome, its plan and, when apply ran, what it did.
+
     Raises:
         UsageError: unknown job or host, ``for_host`` not in the job, ``force`` without a reason, a
-            plan that needs confirming without ``confirm``. SchedulerError: the scheduler does not know
-            the job. A reason that cannot be recorded. ConfigError / StoreError. StoreLocked.
+            plan that needs confirming without ``confirm``, a reason that cannot be recorded.
+        SchedulerError: the scheduler does not know the job.
+        ConfigError / StoreError: bad inventory, a store that cannot be used.
+        StoreLocked: the store's lock is held.
     """
     check_reason(req.reason, "--reason")
     check_reason(req.force_reason, "--force-reason")
@@ -289,6 +321,13 @@ class StandbySizeResult(PoolSizing):
 def run_standby_size(req: StandbySizeRequest) -> StandbySizeResult:
     """The standby pool size: the smallest k with P[Binomial(machines, rate × window) ≤ k] ≥ quantile
     (:func:`robustctl.actions.standby.size_pool`, which says when the inventory and store are opened).
+
+    Args:
+        req: the machines, the failure rate (or ``from_history``), the repair window, the quantile,
+            and the inventory and store paths.
+
+    Returns:
+        The pool size and what it was computed from (exit code 0).
 
     Raises:
         UsageError: neither or both of ``daily_failure_rate`` and ``from_history``; out-of-range values.

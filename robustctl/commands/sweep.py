@@ -127,6 +127,10 @@ class SweepResult(SweepOutcome):
 def check_output_path(path: Path, flag: str) -> None:
     """Refuse an output file whose directory is missing or not writable, or that is not a regular file.
 
+    Args:
+        path: the output file (it need not exist yet).
+        flag: the option that named it (``--textfile``, ``--html``), for the message.
+
     Raises:
         ConfigError: one line naming ``flag`` and the path (exit 78), before anything runs.
     """
@@ -157,6 +161,22 @@ def sweep_request(
 
     ``transport`` (``--transport``): reach every host through it (``srun``: each host is the Slurm
     node of its name, all in one step; ``ssh``/``local`` as the inventory's ``transport:``).
+
+    Args:
+        inventory: the ``--inventory`` file (None: ``$ROBUSTCTL_INVENTORY``, else the embedded default).
+        state: the store file (None: ``$ROBUSTCTL_STATE``, else the XDG default; resolved here).
+        hosts: a host range restricting the sweep (None: every host in service).
+        level: the highest diagnose level, 0-3 (0: quick checks only).
+        include_busy: run levels above 0 on hosts a job holds too.
+        act: apply the policy (``sweep.act``: suspect or drain).
+        textfile: where the caller writes the Prometheus textfile (None: nowhere; checked writable).
+        html: where the caller writes the HTML report (None: nowhere; checked writable).
+        accept_new_host_keys: record unknown host keys in known_hosts, as diagnose.
+        transport: ``--transport`` (None: each host's own transport).
+        environ: the environment read (None: ``os.environ``).
+
+    Returns:
+        The request, layered.
 
     Raises:
         ConfigError / InventoryError: bad inventory; an output directory missing or not writable.
@@ -198,16 +218,18 @@ def run_sweep(
     (:func:`robustctl.report.sweep.write_sweep_files`).
 
     Args:
-        request: the sweep. pool: the transports (closed by the caller); None: one opened and closed
-            here. progress: the diagnose engine's progress sink. clock: UNIX seconds for the history
-            (tests pass a fake clock).
+        request: the sweep.
+        pool: the transports (closed by the caller); None: one opened and closed here.
+        progress: the diagnose engine's progress sink.
+        clock: UNIX seconds for the history (tests pass a fake clock).
 
     Returns:
         The :class:`SweepResult` (its ``exit_code``: see the module docstring).
 
     Raises:
-        SweepBusy: another sweep runs (exit 3). StoreError: the store cannot be opened or written
-            (exit 78). UsageError: ``request.hosts`` is a bad host range (exit 64).
+        SweepBusy: another sweep runs (exit 3).
+        StoreError: the store cannot be opened or written (exit 78).
+        UsageError: ``request.hosts`` is a bad host range (exit 64).
     """
     from robustctl.commands.options import select_hosts, state_path
     from robustctl.sweep.run import SweepSpec, sweep_fleet, sweep_session
@@ -239,7 +261,14 @@ def _result(outcome: SweepOutcome, ettrs: tuple[JobEttr, ...], warnings: list[st
 
 def _evict_drainer(request: SweepRequest) -> Drainer:
     """The sweep's drain: ``robustctl evict`` of the hosts with the reason, confirmed (the sweep's
-    ``--act`` is the operator's confirmation), through its rails and audit log."""
+    ``--act`` is the operator's confirmation), through its rails and audit log.
+
+    Args:
+        request: the sweep (its inventory and store are the eviction's).
+
+    Returns:
+        The drain: ``drain(hosts, reason)`` evicts ``hosts`` and returns the eviction's exit code.
+    """
 
     def drain(hosts: Sequence[str], reason: str) -> int:
         from robustctl.commands.actions import always
@@ -266,7 +295,17 @@ def _job_ettrs(inventory: Inventory, store: Store, now: float, warnings: list[st
     timeline (issue 22, item 4): :func:`robustctl.commands.ettr.ettr_of_store` over all the store
     holds for the job, summed up and bounded by :meth:`~robustctl.commands.ettr.EttrResult.summary`.
     Best effort: a job without data is left out; a store or ledger error is one warning line, never a
-    failed sweep."""
+    failed sweep.
+
+    Args:
+        inventory: the inventory whose jobs are read.
+        store: the open store.
+        now: the ledgers' end, UNIX s (the sweep's finish).
+        warnings: the sweep's warnings; one line is appended for each job whose ledger could not be read.
+
+    Returns:
+        Each job's ETTR summary, job name order, the jobs without data left out.
+    """
     from robustctl.commands.ettr import ettr_of_store
 
     out: list[JobEttr] = []

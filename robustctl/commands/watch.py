@@ -198,6 +198,10 @@ def run_watch_once(
         clock: the control side's UNIX clock (the reading's time, the store's).
         reader: the signal reader (None: :func:`robustctl.watch.signals.read_job`); same arguments.
 
+    Returns:
+        The evaluation: the decision, the reading, its verdicts, what was recorded and run (its
+        ``exit_code``: the module docstring's mapping).
+
     Raises:
         UsageError: the inventory has no job ``request.job`` (exit 64).
         WatchBusy: another watcher holds the job's lock (exit 3, names its pid).
@@ -268,8 +272,24 @@ def run_watch_loop(
     CLI's (:mod:`robustctl.interrupts`: exit 130; a recovery run interrupted stays ``running`` in the
     journal and the next watcher resumes it).
 
+    Args:
+        request: the job, the inventory, the store, ``--advise``, ``--resume`` (first evaluation only),
+            ``--yes``.
+        sleep: called with ``watch.interval_s`` between evaluations (None: ``stop_event.wait``).
+        clock: the control side's UNIX clock (the reading's time, the store's).
+        stop_event: set to end the loop (None: a new one that nothing here sets: the loop then ends
+            with its job, or with a signal).
+        on_result: called with each evaluation's result (None: not called).
+        pool: the transports (None: a new pool, closed at the end).
+        reader: the signal reader (None: :func:`robustctl.watch.signals.read_job`).
+
+    Returns:
+        The job, the evaluations made, why the loop ended (``job-ended`` or ``stopped``) and the last
+        evaluation.
+
     Raises:
-        UsageError: the inventory has no such job (64). WatchBusy: another watcher (3).
+        UsageError: the inventory has no such job (64).
+        WatchBusy: another watcher (3).
         ConfigError / StoreError: the store or its watch state (78); the loop stops on them.
     """
     from robustctl import watchstore
