@@ -13,18 +13,22 @@ still analysed.
 from __future__ import annotations
 
 import gzip
+import io
 import os
 import re
 import zlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, cast
+from typing import IO, TYPE_CHECKING, Any, cast
 
 from robustctl.analysis import Finding, Verdict, dcgm, nccl_tests, sort_findings, xid
 from robustctl.exit_codes import ExitCode
 from robustctl.inputfile import NotReadable, open_regular
 from robustctl.models import SCHEMA_VERSION, Status
+
+if TYPE_CHECKING:
+    from robustctl.config import ParallelLayout
 
 __all__ = [
     "HEAD_BYTES",
@@ -35,12 +39,17 @@ __all__ = [
     "AnalysisReport",
     "ArtefactAnalysis",
     "ArtefactKind",
+    "GroupKind",
+    "GroupMember",
     "analyze_file",
     "analyze_inputs",
     "analyze_paths",
     "analyze_text",
     "detect_kind",
+    "group_claims_any",
+    "group_kinds",
     "kinds",
+    "register_group_kind",
     "register_kind",
 ]
 
@@ -59,6 +68,14 @@ MAX_LINE_BYTES = 64 * 1024
 """Longest line passed to a streaming parser; the rest of a longer line is skipped (no line of the
 supported formats comes near it, and an endless line must not be held in memory)."""
 
+MAX_GROUP_MEMBERS = 100_000
+"""Files one group kind takes in one analysis: a dump or log per rank of a job of up to 100K ranks
+(the largest jobs today run tens of thousands of GPUs, one rank each). Files past it are UNKNOWN."""
+
+MAX_GROUP_BYTES = 1024 * 1024 * 1024
+"""Bytes (after decompression) one group kind holds in memory for one analysis: 1 GiB, e.g. 16K
+Flight Recorder dumps of 64 KiB each. A member that would pass it is UNKNOWN, not silently dropped."""
+
 UNKNOWN_KIND = "unknown"
 """The ``kind`` of a file no registered kind recognised (or that could not be read)."""
 
@@ -70,9 +87,14 @@ class AnalysisOptions:
     Attributes:
         expected_busbw_gbps: expected peak nccl-tests busbw, GB/s (flag or config); ``None`` skips
             the bandwidth-floor rule.
+        layout: the job's parallel layout (``--layout``), for kinds whose files are a job's ranks
+            (world size, the process groups a rank belongs to); ``None``: unknown.
+        ranks_per_host: ranks (GPUs) per machine (``-G``); ``None``: unknown.
     """
 
     expected_busbw_gbps: float | None = None
+    layout: ParallelLayout | None = None
+    ranks_per_host: int | None = None
 
 
 @dataclass(frozen=True)
@@ -112,7 +134,7 @@ def register_kind(kind: ArtefactKind) -> None:
     Raises:
         ValueError: a kind with this name is already registered, or the name is ``"unknown"``.
     """
-    if kind.name == UNKNOWN_KIND or kind.name in _REGISTRY:
+    if kind.name == UNKNOWN_KIND or kind.name in _REGISTRY or kind.name in _GROUP_REGISTRY:
         raise ValueError(f"artefact kind {kind.name!r} is already registered")
     _REGISTRY[kind.name] = kind
 
@@ -120,6 +142,83 @@ def register_kind(kind: ArtefactKind) -> None:
 def kinds() -> tuple[ArtefactKind, ...]:
     """Registered kinds in the order they are tried."""
     return tuple(sorted(_REGISTRY.values(), key=lambda k: (k.priority, k.name)))
+
+
+@dataclass(frozen=True)
+class GroupMember:
+    """One file of a group kind, read whole.
+
+    Attributes:
+        name: what reports call it (the path as given, ``DIR/NAME``, ``ARCHIVE:MEMBER``).
+        base: the file's own name (no directory, no archive), where a rank may be read from.
+        data: the content, decompressed when it was gzip, at most :data:`MAX_BYTES`.
+    """
+
+    name: str
+    base: str
+    data: bytes
+
+
+@dataclass(frozen=True)
+class GroupKind:
+    """A kind whose files are analysed together: one verdict for a set of per-rank files.
+
+    Flight Recorder dumps and per-rank NCCL watchdog logs say little one by one; which rank the
+    others wait on shows only across them. Every input file (on the command line, in a directory
+    or in an archive) that a group kind claims is read whole and set aside; after the inputs are
+    read, each group kind with members gets one :class:`ArtefactAnalysis` over all of them, in the
+    report at the place of its first member. A file no group kind claims is analysed alone as
+    before. Binary files are offered to the claims too (pickle dumps are binary).
+
+    Attributes:
+        name: short identifier printed in reports, e.g. ``"flight-recorder"``.
+        description: one human line.
+        claim: ``(base name, head bytes) -> bool``: the file is one of this kind's; the head is
+            the first :data:`HEAD_BYTES` (decompressed). Cheap; never raises on any bytes.
+        analyze: ``(members, options) -> Verdict`` over every claimed file, in input order; never
+            raises on members the claim accepted.
+        priority: lower claims first.
+    """
+
+    name: str
+    description: str
+    claim: Callable[[str, bytes], bool]
+    analyze: Callable[[Sequence[GroupMember], AnalysisOptions], Verdict]
+    priority: int = 100
+
+
+_GROUP_REGISTRY: dict[str, GroupKind] = {}
+
+
+def register_group_kind(kind: GroupKind) -> None:
+    """Add ``kind`` to the group registry.
+
+    Args:
+        kind: the kind, registered under its name.
+
+    Raises:
+        ValueError: a kind (single-file or group) with this name is already registered, or the
+            name is ``"unknown"``.
+    """
+    if kind.name == UNKNOWN_KIND or kind.name in _GROUP_REGISTRY or kind.name in _REGISTRY:
+        raise ValueError(f"artefact kind {kind.name!r} is already registered")
+    _GROUP_REGISTRY[kind.name] = kind
+
+
+def group_kinds() -> tuple[GroupKind, ...]:
+    """Registered group kinds in the order their claims are tried."""
+    return tuple(sorted(_GROUP_REGISTRY.values(), key=lambda k: (k.priority, k.name)))
+
+
+def _claimant(base: str, head: bytes) -> GroupKind | None:
+    """The first group kind that claims a file, else ``None`` (a claim that raises claims nothing)."""
+    for kind in group_kinds():
+        try:
+            if kind.claim(base, head):
+                return kind
+        except Exception:  # noqa: S112 - a broken claim must not hide the other kinds
+            continue
+    return None
 
 
 @dataclass(frozen=True)
@@ -637,7 +736,11 @@ def analyze_paths(paths: Sequence[Path], *, expected_busbw_gbps: float | None = 
 
 
 def analyze_inputs(
-    paths: Sequence[str | os.PathLike[str]], *, expected_busbw_gbps: float | None = None
+    paths: Sequence[str | os.PathLike[str]],
+    *,
+    expected_busbw_gbps: float | None = None,
+    layout: ParallelLayout | None = None,
+    ranks_per_host: int | None = None,
 ) -> AnalysisReport:
     """:func:`analyze_paths` over files, directories of files and tar archives of files.
 
@@ -645,28 +748,205 @@ def analyze_inputs(
     regular files directly inside it, sorted by name; a ``.tar``/``.tar.gz``/``.tgz`` archive: its
     regular members, named ``ARCHIVE:MEMBER``). Files are analysed by :func:`analyze_file`; an
     archive member is read whole (at most :data:`MAX_BYTES`; not decompressed) and analysed as text.
+    A file a :class:`GroupKind` claims is set aside and analysed with the others it claims, in one
+    entry at the place of the first (:func:`register_group_kind`).
     A link, subdirectory or device inside a directory or archive is a SKIPPED entry with its reason;
     an empty directory, a damaged archive or one past its bounds an UNKNOWN entry. Never raises for
     a bad input.
+
+    Args:
+        paths: files, directories and archives, in the order given.
+        expected_busbw_gbps: expected peak nccl-tests busbw in GB/s; ``None`` skips that rule.
+        layout: the job's parallel layout, for group kinds over a job's ranks; ``None``: unknown.
+        ranks_per_host: ranks (GPUs) per machine; ``None``: unknown.
+
+    Returns:
+        One entry per file (or per group kind's set of files) and the worst status.
     """
     from robustctl.analysis.sources import iter_sources
 
-    options = AnalysisOptions(expected_busbw_gbps=expected_busbw_gbps)
-    results: list[ArtefactAnalysis] = []
+    options = AnalysisOptions(
+        expected_busbw_gbps=expected_busbw_gbps, layout=layout, ranks_per_host=ranks_per_host
+    )
+    groups = _Groups()
+    results: list[ArtefactAnalysis | None] = []
     for src in iter_sources(paths, max_bytes=MAX_BYTES, read=False):
         if src.path is not None:
-            results.append(analyze_file(Path(src.path), options=options))
+            claimed, entry = groups.take_file(src.path, src.base, len(results))
+            results.append(entry if claimed else analyze_file(Path(src.path), options=options))
         elif src.data is not None:
-            results.append(_analyze_member(src.name, src.data, options))
+            claimed, entry = groups.take_data(src.name, src.base, src.data, len(results))
+            results.append(entry if claimed else _analyze_member(src.name, src.data, options))
         else:
             reason = f"{src.error}: not read" if src.special and not src.skipped else src.error
             status = Status.SKIPPED if src.skipped else Status.UNKNOWN
             results.append(ArtefactAnalysis(src.name, UNKNOWN_KIND, status, f"{src.name}: {reason}"))
+    for slot, analysis in groups.analyses(options):
+        results[slot] = analysis
+    done = [r for r in results if r is not None]
     return AnalysisReport(
-        status=Status.worst(r.status for r in results),
-        artefacts=tuple(results),
+        status=Status.worst(r.status for r in done),
+        artefacts=tuple(done),
         expected_busbw_gbps=expected_busbw_gbps,
     )
+
+
+def group_claims_any(paths: Sequence[str | os.PathLike[str]]) -> bool:
+    """Whether a :class:`GroupKind` claims any file of the inputs (expanded as
+    :func:`analyze_inputs` expands them); stops at the first claimed file.
+
+    ``analyze --layout`` reads every input as a py-spy dump unless this is true: the layout then
+    serves the group kinds (Flight Recorder dumps, per-rank logs) instead.
+
+    Args:
+        paths: files, directories and archives.
+
+    Returns:
+        True when some file is claimed; False when none is, or no group kind is registered.
+    """
+    if not _GROUP_REGISTRY:
+        return False
+    from robustctl.analysis.sources import iter_sources
+
+    for src in iter_sources(paths, max_bytes=MAX_BYTES, read=False):
+        if src.path is not None:
+            try:
+                fh = _open_binary(Path(src.path))
+            except _Unreadable:
+                continue
+            try:
+                head = fh.read(HEAD_BYTES)
+            except _READ_ERRORS:
+                continue
+            finally:
+                _close(fh)
+        elif src.data is not None:
+            head = src.data[:HEAD_BYTES]
+        else:
+            continue
+        if _claimant(src.base, head) is not None:
+            return True
+    return False
+
+
+class _Groups:
+    """The files group kinds claimed, set aside until every input is read (bounded per kind by
+    :data:`MAX_GROUP_MEMBERS` and :data:`MAX_GROUP_BYTES`)."""
+
+    def __init__(self) -> None:
+        self._members: dict[str, list[GroupMember]] = {}
+        self._bytes: dict[str, int] = {}
+        self._slot: dict[str, int] = {}
+
+    def take_file(self, path: str, base: str, slot: int) -> tuple[bool, ArtefactAnalysis | None]:
+        """Offer a file on disk to the group kinds.
+
+        Args:
+            path: the file.
+            base: its own name.
+            slot: its index in the report.
+
+        Returns:
+            ``(claimed, entry)``: not claimed (or its head cannot be read: the caller's own analysis
+            says why) is ``(False, None)``; taken is ``(True, None)`` (its group's entry fills a
+            slot later); claimed but not held (unreadable, too large, past a group bound) is
+            ``(True, UNKNOWN analysis)``.
+        """
+        if not _GROUP_REGISTRY:
+            return False, None
+        try:
+            fh = _open_binary(Path(path))
+        except _Unreadable:
+            return False, None
+        try:
+            head = fh.read(HEAD_BYTES)
+            kind = _claimant(base, head)
+            if kind is None:
+                return False, None
+            data = head + fh.read(MAX_BYTES + 1 - len(head)) if len(head) == HEAD_BYTES else head
+        except _READ_ERRORS as exc:
+            return True, ArtefactAnalysis(path, UNKNOWN_KIND, Status.UNKNOWN, f"{path}: {_read_reason(exc)}")
+        finally:
+            _close(fh)
+        return True, self._hold(kind, GroupMember(path, base, data), slot)
+
+    def take_data(self, name: str, base: str, data: bytes, slot: int) -> tuple[bool, ArtefactAnalysis | None]:
+        """Offer an archive member (its bytes, gzip decompressed here) to the group kinds.
+
+        Args:
+            name: ``ARCHIVE:MEMBER``.
+            base: the member's own name.
+            data: its bytes as read from the archive (at most ``MAX_BYTES + 1``).
+            slot: its index in the report.
+
+        Returns:
+            As :meth:`take_file`.
+        """
+        if not _GROUP_REGISTRY:
+            return False, None
+        if data[:2] == b"\x1f\x8b":
+            try:
+                with gzip.GzipFile(fileobj=io.BytesIO(data), mode="rb") as gz:
+                    data = gz.read(MAX_BYTES + 1)
+            except _READ_ERRORS:
+                return False, None
+        kind = _claimant(base, data[:HEAD_BYTES])
+        if kind is None:
+            return False, None
+        return True, self._hold(kind, GroupMember(name, base, data), slot)
+
+    def _hold(self, kind: GroupKind, member: GroupMember, slot: int) -> ArtefactAnalysis | None:
+        size = len(member.data)
+        held = self._members.setdefault(kind.name, [])
+        if size > MAX_BYTES:
+            reason = f"larger than {MAX_BYTES // (1024 * 1024)} MiB"
+        elif len(held) >= MAX_GROUP_MEMBERS:
+            reason = f"more than {MAX_GROUP_MEMBERS} {kind.name} files in one analysis"
+        elif self._bytes.get(kind.name, 0) + size > MAX_GROUP_BYTES:
+            reason = f"{kind.name} files past {MAX_GROUP_BYTES // (1024 * 1024)} MiB in one analysis"
+        else:
+            held.append(member)
+            self._bytes[kind.name] = self._bytes.get(kind.name, 0) + size
+            self._slot.setdefault(kind.name, slot)
+            return None
+        return ArtefactAnalysis(member.name, kind.name, Status.UNKNOWN, f"{member.name}: {reason}")
+
+    def analyses(self, options: AnalysisOptions) -> Iterator[tuple[int, ArtefactAnalysis]]:
+        """Each group kind's analysis over its members, with the report slot it fills.
+
+        Args:
+            options: settings the analyses may use.
+
+        Yields:
+            ``(slot, analysis)`` per group kind that holds members.
+        """
+        for name, members in self._members.items():
+            if not members:
+                continue
+            kind = _GROUP_REGISTRY[name]
+            path = _group_path([m.name for m in members])
+            try:
+                verdict = kind.analyze(members, options)
+            except Exception as exc:
+                analysis = ArtefactAnalysis(path, name, Status.UNKNOWN, f"{name}: analysis failed: {exc!r}")
+            else:
+                details = {"members": [m.name for m in members], **verdict.details}
+                analysis = ArtefactAnalysis(
+                    path, name, verdict.status, verdict.summary, verdict.findings, details
+                )
+            yield self._slot[name], analysis
+
+
+def _group_path(names: Sequence[str]) -> str:
+    """What a group's entry is called: the one file's name, else the files' common directory (or
+    the first file's name) and how many files."""
+    if len(names) == 1:
+        return names[0]
+    try:
+        common = os.path.commonpath([n.split(":", 1)[0] if ":" in n else os.path.dirname(n) for n in names])
+    except ValueError:
+        common = ""
+    return f"{common or names[0]} ({len(names)} files)"
 
 
 def _analyze_member(name: str, data: bytes, options: AnalysisOptions) -> ArtefactAnalysis:

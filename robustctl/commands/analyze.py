@@ -125,11 +125,20 @@ def run_analyze(request: AnalyzeRequest) -> AnalyzeResult:
         UsageError: the dumps do not fit the layout, or ``ranks_per_host`` does not divide the
             world size.
     """
+    from robustctl.analysis.detect import analyze_inputs, group_claims_any
     from robustctl.stacks.analyze import analyze_if_dumps
 
-    report = analyze_if_dumps(request.files, layout=request.layout, ranks_per_host=request.ranks_per_host)
-    if report is not None:
-        return AnalyzeResult(report)
-    from robustctl.analysis.detect import analyze_inputs
-
-    return AnalyzeResult(analyze_inputs(request.files, expected_busbw_gbps=request.expected_busbw_gbps))
+    # a layout forces the py-spy reading unless per-rank group kinds (Flight Recorder dumps,
+    # watchdog logs) claim some input: the layout then serves them
+    if request.layout is None or not group_claims_any(request.files):
+        report = analyze_if_dumps(request.files, layout=request.layout, ranks_per_host=request.ranks_per_host)
+        if report is not None:
+            return AnalyzeResult(report)
+    return AnalyzeResult(
+        analyze_inputs(
+            request.files,
+            expected_busbw_gbps=request.expected_busbw_gbps,
+            layout=request.layout,
+            ranks_per_host=request.ranks_per_host,
+        )
+    )
