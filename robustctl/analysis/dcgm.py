@@ -302,6 +302,9 @@ def parse_dcgm_diag(text: str | Iterable[str]) -> DcgmDiag:
     input's size: at most :data:`MAX_TESTS` tests, 256 results and 64 KiB of message text
     per test, and 64 KiB per metadata value are kept.
 
+    Args:
+        text: the output, whole or as its lines (line ends stripped here).
+
     Returns:
         The parsed diagnostic; ``tests`` is empty when no test row was found.
     """
@@ -453,6 +456,9 @@ def _gpus_text(gpus: tuple[int, ...]) -> str:
 
 def evaluate(diag: DcgmDiag) -> Verdict:
     """Judge one parsed ``dcgmi diag`` output (rules in the module docstring).
+
+    Args:
+        diag: the output as :func:`parse_dcgm_diag` parsed it.
 
     Returns:
         The verdict; one finding per test that did not pass (CRITICAL/WARNING/UNKNOWN/SKIPPED),

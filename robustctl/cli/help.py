@@ -29,6 +29,13 @@ EXAMPLES_HEADING = "Examples:"
 def examples(*items: tuple[str, str]) -> str:
     """An epilog listing ``(command, what it does)`` pairs, one per line of help.
 
+    Args:
+        *items: one to three ``(command, what it does)`` pairs, in the order shown.
+
+    Returns:
+        The epilog: :data:`EXAMPLES_HEADING`, then ``$ COMMAND  # what it does`` per example
+        (commands padded to one width, text escaped for rich), as paragraphs.
+
     Raises:
         ValueError: no example, or more than three.
     """
