@@ -84,7 +84,6 @@ class ActionContext:
 
         Raises:
             UsageError: a job not in the inventory.
-            SchedulerError: the scheduler failed and no later source knows the job.
         """
         return job_hosts(job, scheduler=self.scheduler, store=self.store, inventory=self.inventory)
 

@@ -135,6 +135,14 @@ def _code_update_steps(ctx: ActionContext, job: Job, hosts: Sequence[Host]) -> t
     :func:`robustctl.jobcode.records.pending_update`) gets one ``apply_update`` step: check its commit
     out on every host, all or none (:func:`robustctl.jobcode.git.switch_code`), then mark the change
     applied (``forced`` when its window had passed). Nothing pending, or no ``code:`` section: no step.
+
+    Args:
+        ctx: the action context (its store holds the pending changes).
+        job: the job to restart.
+        hosts: its current machines, rank order.
+
+    Returns:
+        The ``apply_update`` step, or no step.
     """
     if job.code is None:
         return ()
@@ -383,7 +391,15 @@ def _need_launch(ctx: ActionContext, job: Job) -> None:
 
 def _former_hosts(job: Job, hosts: Sequence[Host]) -> list[Host]:
     """The inventory's hosts of ``job`` that are no longer among its current ``hosts`` (replaced by a
-    standby): the stop also ends what may still run there, best effort."""
+    standby): the stop also ends what may still run there, best effort.
+
+    Args:
+        job: the inventory job.
+        hosts: its current machines.
+
+    Returns:
+        The inventory's hosts of the job not among ``hosts``, inventory order.
+    """
     current = {h.name for h in hosts}
     return [h for h in job.hosts if h.name not in current]
 

@@ -195,7 +195,21 @@ class _Target:
 
 
 def _first_ref(ctx: ActionContext, spec: RollbackSpec) -> tuple[JobVersion | None, str]:
-    """``--to`` (checked), else the last stable version. Raises ActionRefused when there is none."""
+    """``--to`` (checked), else the last stable version.
+
+    Args:
+        ctx: the action context (its store holds the versions).
+        spec: what was asked (the job, ``--to``).
+
+    Returns:
+        ``(stable, ref)``: the stable version (None with ``--to``) and the ref to resolve on the hosts.
+
+    Raises:
+        ActionRefused: no ``--to`` and no version of the job has run stably.
+        UsageError: ``--to`` is not a ref robustctl accepts; without ``--to`` or a stable version, a
+            job not in the inventory (said before the refusal).
+        ConfigError: without ``--to`` or a stable version, a job without a ``code:`` section.
+    """
     if spec.to is not None:
         return None, check_ref(spec.to)
     stable = last_stable_version(ctx.store, spec.job)
@@ -249,7 +263,16 @@ def _target(ctx: ActionContext, spec: RollbackSpec) -> _Target:
 
 def _rolled_back(ctx: ActionContext, job: str, target: _Target) -> tuple[int, ...]:
     """The applied changes the rollback takes away: those applied since the stable version started
-    (the ones on ``--to``'s commit kept), or with ``--to`` the ones that put the running commit there."""
+    (the ones on ``--to``'s commit kept), or with ``--to`` the ones that put the running commit there.
+
+    Args:
+        ctx: the action context (its store holds the changes).
+        job: the job rolled back.
+        target: the rollback's target as read on the hosts.
+
+    Returns:
+        The ids of the changes rolled back, oldest first.
+    """
     applied = changes(ctx.store, job, states=(ChangeState.APPLIED, ChangeState.FORCED))
     if target.stable is not None:
         since = target.stable.started_at

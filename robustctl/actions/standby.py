@@ -290,7 +290,15 @@ def list_standbys(ctx: ActionContext) -> list[StandbyInfo]:
 
 def _job_of(ctx: ActionContext, host: str) -> str | None:
     """The inventory job the scheduler runs on ``host`` now: a job it cannot find (not submitted,
-    finished) runs nowhere, whatever robustctl's record or the inventory list for it."""
+    finished) runs nowhere, whatever robustctl's record or the inventory list for it.
+
+    Args:
+        ctx: the action context.
+        host: the host's name.
+
+    Returns:
+        The job's name, or None when no job the scheduler runs holds ``host``.
+    """
     for job in ctx.inventory.jobs:
         current = ctx.job_hosts(job)
         if current.source is JobHostsSource.SCHEDULER and host in current.hosts:
