@@ -108,7 +108,9 @@ def test_sweep_over_srun_then_a_node_with_its_slurmd_stopped_is_unknown(
         assert "launch" in str(hosts[dead]["error"]) or "Slurm reports" in str(hosts[dead]["error"])
         # Slurm aborted the step when the launch failed on the dead node; the others were asked again.
         assert {hosts[n]["status"] for n in bed.nodes if n != dead} == {"ok"}, {
-            n: (h["status"], h["error"]) for n, h in hosts.items() if n != dead and h["status"] != "ok"
+            n: (h["status"], h["error"], h["checks"])
+            for n, h in hosts.items()
+            if n != dead and h["status"] != "ok"
         }
     finally:
         bed.start_slurmd(dead)
