@@ -1,7 +1,8 @@
-"""A process lock that is never waited for: an ``fcntl`` lock on a file that names its holder.
+"""A process lock that is not waited for (or only briefly): an ``fcntl`` lock on a file that names its holder.
 
-Used where a second run must not start beside the first (one sweep at a time, one watcher per job):
-the second fails at once, naming the holder's pid and how long it has held the lock. The kernel
+Used where a second run must not start beside the first (one sweep at a time, one watcher per job,
+one playbook run per job): the second fails at once (or after a short wait), naming the holder's pid
+and how long it has held the lock. The kernel
 drops the lock when its holder dies, so a killed holder leaves no stale lock; the file itself stays
 (it is truncated on release).
 """
@@ -20,17 +21,26 @@ from typing import Any
 
 from robustctl.store import PID_MAX, StoreError
 
-__all__ = ["HOLDER_BYTES", "held_lock"]
+__all__ = ["HOLDER_BYTES", "POLL_S", "held_lock"]
 
 HOLDER_BYTES = 4096
 """Most bytes of a lock file read to name its holder (it holds one small JSON object)."""
 
+POLL_S = 0.1
+"""Seconds between tries while waiting for a held lock: a holder's release is seen within it, and
+ten tries a second cost nothing."""
+
 
 @contextlib.contextmanager
 def held_lock(
-    path: Path, *, what: str, busy: Callable[[str], Exception], facts: Mapping[str, Any] | None = None
+    path: Path,
+    *,
+    what: str,
+    busy: Callable[[str], Exception],
+    facts: Mapping[str, Any] | None = None,
+    timeout_s: float = 0.0,
 ) -> Iterator[Path]:
-    """Hold an exclusive lock on ``path`` for the ``with`` block, or fail at once; yields ``path``.
+    """Hold an exclusive lock on ``path`` for the ``with`` block, or fail; yields ``path``.
 
     The holder writes ``{"pid", "since", **facts}`` into the file for the next one's message.
 
@@ -40,6 +50,8 @@ def held_lock(
         busy: builds the error raised when another process holds the lock, from
             ``"pid N, started S s ago"``.
         facts: more JSON fields to record.
+        timeout_s: how long to wait for the holder to let go, seconds, polling every
+            :data:`POLL_S` (0: fail at once).
 
     Yields:
         ``path``, while the lock is held.
@@ -53,12 +65,17 @@ def held_lock(
     except OSError as exc:
         raise StoreError(f"{path}: cannot create the {what}: {exc.strerror}") from None
     try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as exc:
-            if exc.errno not in (errno.EAGAIN, errno.EACCES):
-                raise StoreError(f"{path}: cannot lock: {exc.strerror}") from None
-            raise busy(_holder(fd)) from None
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except OSError as exc:
+                if exc.errno not in (errno.EAGAIN, errno.EACCES):
+                    raise StoreError(f"{path}: cannot lock: {exc.strerror}") from None
+                if time.monotonic() >= deadline:
+                    raise busy(_holder(fd)) from None
+                time.sleep(POLL_S)
         os.ftruncate(fd, 0)
         os.pwrite(fd, json.dumps({"pid": os.getpid(), **(facts or {}), "since": time.time()}).encode(), 0)
         try:

@@ -29,18 +29,16 @@ the audit log it points into is read through the store's methods (:meth:`~robust
 from __future__ import annotations
 
 import contextlib
-import errno
-import fcntl
 import hashlib
 import json
 import os
-import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from robustctl.errors import ActionRefused
 from robustctl.models import strict_jsonable
+from robustctl.pidlock import held_lock
 from robustctl.playbooks import MAX_RUN_ID
 from robustctl.store import (
     COUNT_MAX,
@@ -48,7 +46,6 @@ from robustctl.store import (
     PID_MAX,
     AuditRecord,
     Store,
-    StoreError,
     StoreLocked,
     StoreRow,
     deeper_than,
@@ -370,30 +367,15 @@ def job_lock(store: Store, job: str, *, timeout_s: float = 0.0) -> Iterator[None
     """
     digest = hashlib.sha256(job.encode("utf-8", "surrogatepass")).hexdigest()[:16]
     path = store.path.with_name(f"{store.path.name}.playbook-{digest}.lock")
-    try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    except OSError as exc:
-        raise StoreError(f"{path}: cannot create the playbook lock file: {exc.strerror}") from None
-    deadline = time.monotonic() + timeout_s
-    try:
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except OSError as exc:
-                if exc.errno not in (errno.EAGAIN, errno.EACCES):
-                    raise StoreError(f"{path}: cannot lock: {exc.strerror}") from None
-                if time.monotonic() >= deadline:
-                    raise StoreLocked(
-                        f"another robustctl is running a playbook on job {job} (lock {path}); "
-                        "wait for it to finish"
-                    ) from None
-                time.sleep(0.1)
+
+    def busy(holder: str) -> StoreLocked:
+        return StoreLocked(
+            f"another robustctl is running a playbook on job {job} ({holder}; lock {path}); "
+            "wait for it to finish"
+        )
+
+    with held_lock(path, what="playbook lock file", busy=busy, facts={"job": job}, timeout_s=timeout_s):
         yield
-    finally:
-        with contextlib.suppress(OSError):
-            fcntl.flock(fd, fcntl.LOCK_UN)
-        os.close(fd)
 
 
 _RUN_COLUMNS = (
