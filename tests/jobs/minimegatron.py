@@ -82,10 +82,13 @@ killed sees gloo's "Connection closed by peer" in its next collective or pipelin
 traceback and exits 1; where the harness drops the host's traffic instead, it blocks until
 ``--pg-timeout-s`` passes, then raises gloo's timeout error and exits 1.
 
-Outputs: ``--progress-dir P``: ``P/rankRRRRR.json`` (the heartbeat) rewritten atomically after init
-(``step`` 0, ``phase`` "ready"), after every step (``phase`` "train") and at the end (``phase``
-"done"): ``{rank, pid, step, phase, time, step_s, straggle_s, loss, init_s, started_at, timings:
-{import_s, init_process_group_s, new_groups_s, model_and_loader_s}}`` (seconds, UNIX time; ``init_s``
+Outputs: ``--progress-dir P``: ``P/rankRRRRR.json`` (the heartbeat), written by the in-job agent
+(:mod:`robustctl.agent`, which also writes ``P/events/``, ``P/stacks/`` on SIGUSR1 and serves
+``P/debug/rankRRRRR.sock``) atomically after init (``step`` 0, ``phase`` "ready"), after the steps
+(``phase`` "train": the first at once, then at most once a second, a step held back written within
+1.5 s) and at the end (``phase`` "done"): ``{rank, pid, step, phase, time, step_s, loss, local_rank,
+world_size, debug_socket, straggle_s, init_s, started_at, timings: {import_s, init_process_group_s,
+new_groups_s, model_and_loader_s}}`` (seconds, UNIX time; ``init_s``
 counts from the process start; ``straggle_s``: what a ``slow`` fault added to the step, 0 without
 one). ``loss`` is the step's DP-averaged loss on a last-stage rank: a JSON number when finite, the
 string ``"NaN"``, ``"Infinity"`` or ``"-Infinity"`` when not (robustctl's spelling: the file is strict
@@ -111,7 +114,6 @@ import argparse
 import contextlib
 import ctypes
 import datetime
-import json
 import math
 import multiprocessing
 import os
@@ -130,6 +132,9 @@ import torch
 import torch.distributed as dist
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
+
+import robustctl.agent
+from robustctl.agent import jsonsafe
 
 
 def _process_start_time() -> float:
@@ -721,17 +726,13 @@ def format_loss(loss: float) -> str:
     return f"{loss:.6E}" if math.isfinite(loss) else str(loss)
 
 
-NON_FINITE_JSON = {"nan": "NaN", "inf": "Infinity", "-inf": "-Infinity"}
+NON_FINITE_JSON = jsonsafe.NON_FINITE_JSON
 """How the heartbeat writes a loss that is not finite, by ``repr(loss)``: robustctl's own spelling
-(``robustctl.models.NON_FINITE_JSON``), strings that strict JSON holds and ``float()`` reads back."""
-
-
-def loss_json(loss: float | None) -> float | str | None:
-    """The heartbeat's ``loss``: the number when finite, ``"NaN"``/``"Infinity"``/``"-Infinity"`` when
-    not (:data:`NON_FINITE_JSON`), None where this rank has no loss."""
-    if loss is None or math.isfinite(loss):
-        return loss
-    return NON_FINITE_JSON[repr(loss)]
+(``robustctl.models.NON_FINITE_JSON``), strings that strict JSON holds and ``float()`` reads back; the
+agent (:mod:`robustctl.agent`) writes the heartbeat with it."""
+loss_json = jsonsafe.loss_json
+"""The heartbeat's ``loss`` (:func:`robustctl.agent.jsonsafe.loss_json`): the number when finite,
+``"NaN"``/``"Infinity"``/``"-Infinity"`` when not, None where this rank has no loss."""
 
 
 def _cuda_error(fault: Fault) -> None:
@@ -781,8 +782,12 @@ class Trainer:
         self.last_loss: float | None = None
         self.nan_iterations = 0  # steps with a loss that is not finite since the last log line
         self.straggle_s = 0.0
-        self.progress_path = (
-            Path(args.progress_dir) / f"rank{self.rank:05d}.json" if args.progress_dir else None
+        self.agent = (
+            robustctl.agent.start(
+                args.progress_dir, rank=self.rank, local_rank=self.local_rank, world_size=self.world
+            )
+            if args.progress_dir
+            else None
         )
         self.init_s: float | None = None
         self.timings: dict[str, float] = {}
@@ -1018,6 +1023,8 @@ class Trainer:
         self.write_progress("done", None, self.last_loss)
         dist.barrier()
         dist.destroy_process_group()
+        if self.agent is not None:
+            self.agent.close()
         return 0
 
     def crash(self, fault: Fault) -> None:
@@ -1057,24 +1064,19 @@ class Trainer:
         }
 
     def write_progress(self, phase: str, step_s: float | None, loss: float | None) -> None:
-        if self.progress_path is None:
+        """Hand this step to the agent (:mod:`robustctl.agent`), which writes the heartbeat."""
+        if self.agent is None:
             return
-        doc = {
-            "rank": self.rank,
-            "pid": os.getpid(),
-            "step": self.step,
-            "phase": phase,
-            "time": time.time(),
-            "step_s": step_s,
-            "straggle_s": self.straggle_s,
-            "loss": loss_json(loss),
-            "init_s": self.init_s,
-            "timings": self.timings,
-            "started_at": _T0,
-        }
-        tmp = self.progress_path.with_name(f".{self.progress_path.name}.tmp")
-        tmp.write_text(json.dumps(doc, allow_nan=False))
-        os.replace(tmp, self.progress_path)
+        self.agent.step(
+            self.step,
+            loss,
+            phase=phase,
+            step_s=step_s,
+            straggle_s=self.straggle_s,
+            init_s=self.init_s,
+            timings=self.timings,
+            started_at=_T0,
+        )
 
 
 # --------------------------------------------------------------------------------------------------

@@ -16,6 +16,7 @@ ROOT = Path(__file__).resolve().parents[2] / "robustctl"
 
 LAYERS: dict[str, int] = {
     "__main__": 8,
+    "agent": 0,  # the in-job half: imported by training scripts, imports nothing of robustctl
     "cli": 7,
     "report": 6,
     "commands": 5,
@@ -138,6 +139,16 @@ def test_imports_point_down_or_sideways_without_a_cycle() -> None:
     )
     gone = sorted(set(KNOWN) - set(bad))
     assert not gone, f"no longer broken, take them off KNOWN (and the map's table): {gone}"
+
+
+def test_the_agent_imports_nothing_of_robustctl_and_nothing_imports_it() -> None:
+    """``robustctl.agent`` runs inside training jobs (standard library only): it imports no other
+    robustctl package, and no robustctl package imports it (the control side reads its files)."""
+    all_edges = edges()
+    assert not [e for e in all_edges if e[0] == "agent"], "the agent imports robustctl's control side"
+    assert not {e: w for e, w in all_edges.items() if e[1] == "agent"}, (
+        "a robustctl package imports the agent"
+    )
 
 
 def test_the_cycle_finder_finds_cycles_and_only_them() -> None:
