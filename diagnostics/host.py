@@ -37,8 +37,10 @@ prefix (docker, veth, br-, virbr, cni, flannel, cali, vxlan, tun, tap, wg, ifb, 
 
 XID source: ``--kernel-log FILE`` when given; else with ``--root`` other than ``/``
 ``<root>/var/log/kern.log`` (then ``syslog``, ``messages``); else ``dmesg``, then
-``journalctl -k -b``, then ``/var/log/kern.log``. Only lines containing ``NVRM: Xid`` are returned
-(raw, newest ``--xid-max-lines`` kept); the control side parses them (robustctl.analysis.xid).
+``journalctl -k -b``, then ``/var/log/kern.log``. Only lines containing ``NVRM: Xid`` (GPU) or
+``SXid`` (NVSwitch: ``nvidia-nvswitchN: SXid (PCI:...): CODE, Fatal|Non-fatal, ...`` and its
+``Severity``/``Data`` continuation lines) are returned (raw, newest ``--xid-max-lines`` kept); the
+control side parses them (robustctl.analysis.xid and robustctl.analysis.sxid).
 """
 
 from __future__ import annotations
@@ -56,7 +58,8 @@ from _prelude import Document, describe, probe_main
 
 PROBE = "host"
 
-XID_MARKER = b"NVRM: Xid"
+XID_MARKERS = (b"NVRM: Xid", b"SXid")
+"""A kernel-log line is kept when it holds one of these: a GPU Xid or an NVSwitch SXid line."""
 
 PSEUDO_FS = frozenset(
     (
@@ -322,14 +325,14 @@ def collect_load(root: str, cpus: int) -> dict[str, Any]:
 
 # --------------------------------------------------------------------------- XID lines
 class XidScan:
-    """Keeps the newest ``cap`` lines that contain ``NVRM: Xid``."""
+    """Keeps the newest ``cap`` lines that contain a marker of ``XID_MARKERS`` (GPU Xid, NVSwitch SXid)."""
 
     def __init__(self, cap: int) -> None:
         self.lines: collections.deque[str] = collections.deque(maxlen=max(cap, 1))
         self.matches = 0
 
     def feed(self, raw_line: bytes) -> None:
-        if XID_MARKER in raw_line:
+        if any(marker in raw_line for marker in XID_MARKERS):
             self.matches += 1
             self.lines.append(raw_line.decode("utf-8", "replace").rstrip("\r\n"))
 

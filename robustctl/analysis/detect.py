@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, cast
 
-from robustctl.analysis import Finding, Verdict, dcgm, nccl_tests, sort_findings, xid
+from robustctl.analysis import Finding, Verdict, dcgm, nccl_tests, sort_findings, sxid, xid
 from robustctl.exit_codes import ExitCode
 from robustctl.inputfile import NotReadable, open_regular
 from robustctl.models import SCHEMA_VERSION, Status
@@ -291,9 +291,15 @@ _KERNEL_PREFIX_RE = re.compile(
 )
 
 
+_SXID_SNIFF_RE = re.compile(r"nvidia-nvswitch[^\s:()]{0,16}\s*:\s*SXid\b")
+
+
 def _sniff_kernel_log(text: str) -> bool:
-    """An ``NVRM: Xid`` line, or mostly dmesg/syslog-prefixed lines (a clean kernel log)."""
+    """An ``NVRM: Xid`` or ``nvidia-nvswitchN: SXid`` line, or mostly dmesg/syslog-prefixed lines
+    (a clean kernel log)."""
     if "NVRM: Xid" in text:
+        return True
+    if "SXid" in text and _SXID_SNIFF_RE.search(text) is not None:
         return True
     lines = [ln for ln in text.splitlines()[:400] if ln.strip()]
     if len(lines) < 3:
@@ -307,6 +313,17 @@ _MAX_EVENTS_IN_DETAILS = 1000
 _MAX_XID_GROUPS = 1000  # distinct (GPU, XID) findings kept; a real log has a handful
 _MAX_PER_GROUP = 20  # distinct pids / process names kept per finding
 _MAX_GPUS = 100_000
+
+_MAX_SXID_GROUPS = 1000
+"""Distinct (SXid code, NVSwitch) findings kept, as for XIDs: a host has at most 12 NVSwitches and
+a real log a handful of codes; events past it are counted in ``sxid.events_not_grouped``."""
+
+_MAX_SXID_LINKS = 64
+"""Distinct links listed per SXid finding: an NVSwitch has at most 64 NVLink ports (third
+generation); a flood on every port of a switch is still listed whole."""
+
+_MAX_SWITCHES = 100_000
+"""Distinct NVSwitches counted for the summary (as :data:`_MAX_GPUS` for GPUs)."""
 
 
 @dataclass
@@ -328,100 +345,240 @@ class _XidGroup:
             self.procs.add(e.process)
 
 
+@dataclass
+class _XidTally:
+    """The XID events of a kernel log seen so far: bounded whatever the log's size."""
+
+    event_count: int = 0
+    shown: list[dict[str, Any]] = field(default_factory=list)
+    groups: dict[tuple[str, int, str], _XidGroup] = field(default_factory=dict)
+    groups_dropped: int = 0
+    gpus: set[str] = field(default_factory=set)
+    no_device: int = 0  # events whose PCI id was redacted or unrecognisable
+
+    def add(self, e: xid.XidEvent) -> None:
+        self.event_count += 1
+        if len(self.shown) < _MAX_EVENTS_IN_DETAILS:
+            self.shown.append(_event_json(e))
+        if e.pci in (xid.DEVICE_REDACTED, xid.DEVICE_UNKNOWN):
+            self.no_device += 1
+        elif len(self.gpus) < _MAX_GPUS:
+            self.gpus.add(e.pci)
+        key = (e.pci, e.xid, e.info.name)
+        group = self.groups.get(key)
+        if group is None:
+            if len(self.groups) >= _MAX_XID_GROUPS:
+                self.groups_dropped += 1
+                return
+            group = self.groups[key] = _XidGroup(e, e)
+        group.add(e)
+
+    def details(self, n_lines: int) -> dict[str, Any]:
+        details: dict[str, Any] = {
+            "lines": n_lines,
+            "event_count": self.event_count,
+            "events": self.shown,
+            "events_truncated": self.event_count > _MAX_EVENTS_IN_DETAILS,
+        }
+        if self.groups_dropped:
+            details["events_not_grouped"] = self.groups_dropped
+        if self.no_device:
+            details["events_without_device"] = self.no_device
+        return details
+
+    def findings(self) -> list[Finding]:
+        """One finding per (GPU, XID), in order of first appearance; repeated events are counted."""
+        findings: list[Finding] = []
+        for (pci, code, _name), g in self.groups.items():
+            last = g.last
+            info = last.info
+            count = f" x{g.count}" if g.count > 1 else ""
+            procs = sorted(g.procs)
+            who = f" (process {', '.join(procs)})" if procs else ""
+            findings.append(
+                Finding(
+                    info.severity,
+                    f"XID {code}{count} on {_device_label(pci)}: {info.name} - {info.category.value} -> "
+                    f"{info.action}{who}",
+                    {
+                        "xid": code,
+                        "pci": pci,
+                        "count": g.count,
+                        "name": info.name,
+                        "category": info.category.value,
+                        "action": info.action,
+                        "mnemonic": info.mnemonic,
+                        "nvidia_resolution": info.resolution,
+                        "pids": sorted(g.pids),
+                        "processes": procs,
+                        "first": g.first.timestamp,
+                        "last": last.timestamp,
+                        "message": last.message,
+                        "note": info.note,
+                        "device_text": last.device_text,
+                        "redacted": sorted({f for ev in (g.first, last) for f in ev.redacted}),
+                    },
+                    device=pci,
+                )
+            )
+        return findings
+
+    def where(self) -> str:
+        gpus, no_device = self.gpus, self.no_device
+        where = f"{len(gpus)} GPU{'s' if len(gpus) != 1 else ''}"
+        if no_device:
+            events = f"{no_device} event{'s' if no_device != 1 else ''}"
+            where = (
+                f"a GPU whose PCI id is redacted or unknown ({events})"
+                if not gpus
+                else f"{where} (+ {events} with the PCI id redacted or unknown)"
+            )
+        return f"{self.event_count} XID event{'s' if self.event_count != 1 else ''} on {where}"
+
+
+@dataclass
+class _SXidGroup:
+    """The SXid events of one (code, NVSwitch) seen so far: a flood is one finding with a count."""
+
+    first: sxid.SXidEvent
+    last: sxid.SXidEvent
+    count: int = 0
+    severity: Status = Status.OK
+    action: str = ""
+    fatal_lines: int = 0
+    links: set[int] = field(default_factory=set)
+
+    def add(self, e: sxid.SXidEvent) -> None:
+        self.count += 1
+        self.last = e
+        if e.fatal:
+            self.fatal_lines += 1
+        if e.severity.severity > self.severity.severity or not self.action:
+            self.severity, self.action = e.severity, e.action
+        if e.link is not None and len(self.links) < _MAX_SXID_LINKS:
+            self.links.add(e.link)
+
+
+@dataclass
+class _SXidTally:
+    """The NVSwitch SXid events of a kernel log seen so far: bounded whatever the log's size."""
+
+    event_count: int = 0
+    continuation_lines: int = 0
+    shown: list[dict[str, Any]] = field(default_factory=list)
+    groups: dict[tuple[int, str, str], _SXidGroup] = field(default_factory=dict)
+    groups_dropped: int = 0
+    switches: set[tuple[str, str]] = field(default_factory=set)
+
+    def add(self, e: sxid.SXidEvent) -> None:
+        self.event_count += 1
+        self.continuation_lines += e.continuation_count
+        if len(self.shown) < _MAX_EVENTS_IN_DETAILS:
+            self.shown.append(_sxid_json(e))
+        if len(self.switches) < _MAX_SWITCHES:
+            self.switches.add((e.switch, e.pci))
+        key = (e.code, e.switch, e.pci)
+        group = self.groups.get(key)
+        if group is None:
+            if len(self.groups) >= _MAX_SXID_GROUPS:
+                self.groups_dropped += 1
+                return
+            group = self.groups[key] = _SXidGroup(e, e)
+        group.add(e)
+
+    def details(self) -> dict[str, Any]:
+        details: dict[str, Any] = {
+            "event_count": self.event_count,
+            "continuation_lines": self.continuation_lines,
+            "switches": len(self.switches),
+            "events": self.shown,
+            "events_truncated": self.event_count > _MAX_EVENTS_IN_DETAILS,
+        }
+        if self.groups_dropped:
+            details["events_not_grouped"] = self.groups_dropped
+        return details
+
+    def findings(self) -> list[Finding]:
+        """One finding per (code, NVSwitch), in order of first appearance; a flood is counted."""
+        findings: list[Finding] = []
+        for (code, _switch, _pci), g in self.groups.items():
+            last, info = g.last, g.last.info
+            count = f" x{g.count}" if g.count > 1 else ""
+            links = sorted(g.links)
+            on_links = f", link{'s' if len(links) > 1 else ''} {', '.join(map(str, links))}" if links else ""
+            word = "fatal" if g.fatal_lines else info.nvidia_class
+            name = info.name
+            if info.nvidia_class == sxid.CLASS_UNKNOWN:  # the line's own words say what it is
+                word = "fatal" if g.fatal_lines else "non-fatal" if last.fatal is False else word
+                name = f"{last.message} (not in robustctl's catalogue)" if last.message else name
+            findings.append(
+                Finding(
+                    g.severity,
+                    f"SXid {code}{count} on NVSwitch {sxid.switch_label(last)}{on_links}: {name} "
+                    f"- {word} -> {g.action}",
+                    {
+                        "sxid": code,
+                        "switch": last.switch,
+                        "pci": last.pci,
+                        "count": g.count,
+                        "fatal_lines": g.fatal_lines,
+                        "links": links,
+                        "name": info.name,
+                        "nvidia_class": info.nvidia_class,
+                        "action": g.action,
+                        "first": g.first.timestamp,
+                        "last": last.timestamp,
+                        "message": last.message,
+                        "continuation": list(last.continuation),
+                        "note": info.note,
+                        "device_text": last.device_text,
+                        "redacted": sorted({f for ev in (g.first, last) for f in ev.redacted}),
+                    },
+                    device=last.pci
+                    if last.pci not in (xid.DEVICE_REDACTED, xid.DEVICE_UNKNOWN)
+                    else last.switch,
+                )
+            )
+        return findings
+
+    def where(self) -> str:
+        n = len(self.switches)
+        return (
+            f"{self.event_count} NVSwitch SXid event{'s' if self.event_count != 1 else ''} "
+            f"on {n} NVSwitch{'es' if n != 1 else ''}"
+        )
+
+
 def _analyze_kernel_log(text: str, options: AnalysisOptions) -> Verdict:
     return _kernel_log_lines(text.splitlines(), options)
 
 
 def _kernel_log_lines(lines: Iterable[str], options: AnalysisOptions) -> Verdict:
+    """GPU XID and NVSwitch SXid events of a kernel log, each class its own findings, one pass."""
     n_lines = 0
-
-    def counted() -> Iterator[str]:
-        nonlocal n_lines
-        for ln in lines:
-            n_lines += 1
-            yield ln
-
-    event_count = 0
-    shown: list[dict[str, Any]] = []
-    groups: dict[tuple[str, int, str], _XidGroup] = {}
-    groups_dropped = 0
-    gpus: set[str] = set()
-    no_device = 0  # events whose PCI id was redacted or unrecognisable
-    for e in xid.iter_kernel_log(counted()):
-        event_count += 1
-        if len(shown) < _MAX_EVENTS_IN_DETAILS:
-            shown.append(_event_json(e))
-        if e.pci in (xid.DEVICE_REDACTED, xid.DEVICE_UNKNOWN):
-            no_device += 1
-        elif len(gpus) < _MAX_GPUS:
-            gpus.add(e.pci)
-        key = (e.pci, e.xid, e.info.name)
-        group = groups.get(key)
-        if group is None:
-            if len(groups) >= _MAX_XID_GROUPS:
-                groups_dropped += 1
-                continue
-            group = groups[key] = _XidGroup(e, e)
-        group.add(e)
-    details: dict[str, Any] = {
-        "lines": n_lines,
-        "event_count": event_count,
-        "events": shown,
-        "events_truncated": event_count > _MAX_EVENTS_IN_DETAILS,
-    }
-    if groups_dropped:
-        details["events_not_grouped"] = groups_dropped
-    if no_device:
-        details["events_without_device"] = no_device
-    if not event_count:
+    xids = _XidTally()
+    sxids = _SXidTally()
+    parser = sxid.SXidParser()
+    for raw in lines:
+        n_lines += 1
+        ln = raw.rstrip("\r\n")
+        event = xid.parse_line(ln)
+        if event is not None:
+            xids.add(event)
+        for s in parser.feed(ln):
+            sxids.add(s)
+    for s in parser.close():
+        sxids.add(s)
+    details = xids.details(n_lines)
+    details["sxid"] = sxids.details()
+    if not xids.event_count and not sxids.event_count:
         return Verdict(Status.OK, f"kernel log: no NVIDIA XID events in {n_lines} lines", (), details)
-    # One finding per (GPU, XID), in order of first appearance; repeated events are counted.
-    findings: list[Finding] = []
-    for (pci, code, _name), g in groups.items():
-        last = g.last
-        info = last.info
-        count = f" x{g.count}" if g.count > 1 else ""
-        who = ""
-        procs = sorted(g.procs)
-        if procs:
-            who = f" (process {', '.join(procs)})"
-        findings.append(
-            Finding(
-                info.severity,
-                f"XID {code}{count} on {_device_label(pci)}: {info.name} - {info.category.value} -> "
-                f"{info.action}{who}",
-                {
-                    "xid": code,
-                    "pci": pci,
-                    "count": g.count,
-                    "name": info.name,
-                    "category": info.category.value,
-                    "action": info.action,
-                    "mnemonic": info.mnemonic,
-                    "nvidia_resolution": info.resolution,
-                    "pids": sorted(g.pids),
-                    "processes": procs,
-                    "first": g.first.timestamp,
-                    "last": last.timestamp,
-                    "message": last.message,
-                    "note": info.note,
-                    "device_text": last.device_text,
-                    "redacted": sorted({f for ev in (g.first, last) for f in ev.redacted}),
-                },
-                device=pci,
-            )
-        )
+    findings = xids.findings() + sxids.findings()
     status = Status.worst(f.status for f in findings)
-    worst = sort_findings(findings)[0]
-    where = f"{len(gpus)} GPU{'s' if len(gpus) != 1 else ''}"
-    if no_device:
-        where = (
-            f"a GPU whose PCI id is redacted or unknown ({no_device} event{'s' if no_device != 1 else ''})"
-            if not gpus
-            else f"{where} (+ {no_device} event{'s' if no_device != 1 else ''} with the PCI id redacted or unknown)"
-        )
-    summary = f"kernel log: {event_count} XID event{'s' if event_count != 1 else ''} on {where}; worst: {worst.message}"
-    return Verdict(status, summary, sort_findings(findings), details)
+    ordered = sort_findings(findings)
+    parts = [t.where() for t in (xids, sxids) if t.event_count]
+    summary = f"kernel log: {', '.join(parts)}; worst: {ordered[0].message}"
+    return Verdict(status, summary, ordered, details)
 
 
 def _device_label(pci: str) -> str:
@@ -451,6 +608,28 @@ def _event_json(e: xid.XidEvent) -> dict[str, Any]:
     }
 
 
+def _sxid_json(e: sxid.SXidEvent) -> dict[str, Any]:
+    return {
+        "switch": e.switch,
+        "pci": e.pci,
+        "sxid": e.code,
+        "fatal": e.fatal,
+        "link": e.link,
+        "message": e.message,
+        "timestamp": e.timestamp,
+        "host": e.host,
+        "continuation": list(e.continuation),
+        "continuation_count": e.continuation_count,
+        "header_seen": e.header_seen,
+        "device_text": e.device_text,
+        "redacted": list(e.redacted),
+        "name": e.info.name,
+        "nvidia_class": e.info.nvidia_class,
+        "action": e.action,
+        "severity": e.severity.value,
+    }
+
+
 register_kind(
     ArtefactKind(
         name="dcgm-diag",
@@ -474,7 +653,7 @@ register_kind(
 register_kind(
     ArtefactKind(
         name="kernel-log",
-        description="kernel log (dmesg, syslog, journal) scanned for NVIDIA XID events",
+        description="kernel log (dmesg, syslog, journal) scanned for NVIDIA XID and NVSwitch SXid events",
         sniff=_sniff_kernel_log,
         analyze=_analyze_kernel_log,
         priority=30,

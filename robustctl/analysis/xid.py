@@ -65,8 +65,12 @@ __all__ = [
     "XidEvent",
     "XidInfo",
     "classify",
+    "device_of",
     "iter_kernel_log",
+    "log_prefix",
+    "looks_redacted",
     "parse_kernel_log",
+    "parse_line",
 ]
 
 ACTION_EVICT = "evict"
@@ -850,9 +854,19 @@ _REDACTION_WORD_RE = re.compile(
 )
 
 
-def _looks_redacted(value: str) -> bool:
-    """True for what people put in place of a field before posting a log: ``XXXX:XX:XX``, ``****``,
-    ``...``, ``<redacted>``, ``[REMOVED]``, ``{hidden}``, ``masked``. Looks at 128 characters at most."""
+def looks_redacted(value: str) -> bool:
+    """Whether ``value`` is what people put in place of a field before posting a log.
+
+    Shapes such as ``XXXX:XX:XX``, ``****``, ``...``, ``<redacted>``, ``[REMOVED]``, ``{hidden}``,
+    ``masked``. Shared with the NVSwitch SXid parser (:mod:`robustctl.analysis.sxid`), so that both
+    kinds of kernel-log line are redacted alike.
+
+    Args:
+        value: the field's text; only its first 128 characters are looked at.
+
+    Returns:
+        True when the field looks redacted. Never raises.
+    """
     head = value[:128]
     return _REDACTION_SHAPE_RE.fullmatch(head) is not None or _REDACTION_WORD_RE.search(head) is not None
 
@@ -893,9 +907,18 @@ def _refine_154(info: XidInfo, message: str) -> XidInfo:
     return replace(info, name=f"GPU recovery action changed to {target}")
 
 
-def _device(dev: str | None) -> tuple[str, str | None]:
-    """``(pci, raw)`` of the text between the parentheses: a lower-case PCI id,
-    :data:`DEVICE_REDACTED` or :data:`DEVICE_UNKNOWN`; ``raw`` is the text when it is not a PCI id."""
+def device_of(dev: str | None) -> tuple[str, str | None]:
+    """The device named between a kernel-log line's parentheses (``(PCI:0000:07:00)``).
+
+    Shared with the NVSwitch SXid parser (:mod:`robustctl.analysis.sxid`).
+
+    Args:
+        dev: the text between the parentheses (``None`` when the line has none).
+
+    Returns:
+        ``(pci, raw)``: a lower-case PCI id, :data:`DEVICE_REDACTED` or :data:`DEVICE_UNKNOWN`;
+        ``raw`` is the text when it is not a PCI id, else ``None``. Never raises.
+    """
     if dev is None or not dev.strip():
         return (DEVICE_REDACTED if dev is not None else DEVICE_UNKNOWN), dev
     m = _PCI_RE.match(dev)
@@ -904,16 +927,47 @@ def _device(dev: str | None) -> tuple[str, str | None]:
     body = dev.strip()
     if body[:4].upper() == "PCI:":
         body = body[4:]
-    if _looks_redacted(body):
+    if looks_redacted(body):
         return DEVICE_REDACTED, dev.strip()
     return DEVICE_UNKNOWN, dev.strip()
 
 
 def _redacted_field(value: str) -> bool:
-    return bool(value) and value.lower() != "<unknown>" and _looks_redacted(value)
+    return bool(value) and value.lower() != "<unknown>" and looks_redacted(value)
 
 
-def _parse_line(line: str) -> XidEvent | None:
+def log_prefix(prefix: str) -> tuple[str | None, str | None, bool]:
+    """The wall-clock time and host of a syslog/journal prefix (``May 19 07:08:57 host kernel:``).
+
+    Shared with the NVSwitch SXid parser (:mod:`robustctl.analysis.sxid`).
+
+    Args:
+        prefix: the text of a line before the driver's message.
+
+    Returns:
+        ``(timestamp, host, host_redacted)``: ``None`` for what the prefix does not hold; a
+        redacted host name is returned as ``None`` with ``host_redacted`` True. Never raises.
+    """
+    sm = _SYSLOG_RE.search(prefix)
+    if sm is None:
+        return None, None, False
+    host = sm.group("host")
+    if host is not None and _redacted_field(host):
+        return sm.group("ts"), None, True
+    return sm.group("ts"), host, False
+
+
+def parse_line(line: str) -> XidEvent | None:
+    """The ``NVRM: Xid`` event of one kernel-log line.
+
+    Args:
+        line: one line, without its line end.
+
+    Returns:
+        The event, or ``None`` when the line holds no ``NVRM: Xid``. Never raises.
+    """
+    if "Xid" not in line:
+        return None
     m = _XID_RE.search(line)
     if m is None:
         return None
@@ -921,7 +975,7 @@ def _parse_line(line: str) -> XidEvent | None:
     dev = m.group("dev")
     if dev is None and m.group("bare") is not None:
         dev = m.group("bare")
-    pci, device_text = _device(dev)
+    pci, device_text = device_of(dev)
     rest = (m.group("rest") or "").strip()
     pid: int | None = None
     process: str | None = None
@@ -942,16 +996,9 @@ def _parse_line(line: str) -> XidEvent | None:
         else:
             process = None if name in ("<unknown>", "") else name
         rest = rest[nm.end() :]
-    prefix = line[: m.start()]
-    timestamp: str | None = None
-    host: str | None = None
-    sm = _SYSLOG_RE.search(prefix)
-    if sm is not None:
-        timestamp = sm.group("ts")
-        host = sm.group("host")
-        if host is not None and _redacted_field(host):
-            host = None
-            redacted.append("host")
+    timestamp, host, host_redacted = log_prefix(line[: m.start()])
+    if host_redacted:
+        redacted.append("host")
     um = _UPTIME_RE.search(line[: m.start() + len("NVRM:")])
     if timestamp is None and um is not None:
         timestamp = um.group("uptime")
@@ -987,7 +1034,7 @@ def iter_kernel_log(text: str | Iterable[str]) -> Iterator[XidEvent]:
     for raw in lines:
         if "Xid" not in raw:
             continue
-        event = _parse_line(raw.rstrip("\r\n"))
+        event = parse_line(raw.rstrip("\r\n"))
         if event is not None:
             yield event
 

@@ -16,7 +16,8 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from robustctl.analysis.xid import parse_kernel_log
+from robustctl.analysis.sxid import SXidEvent, parse_sxid, switch_label
+from robustctl.analysis.xid import DEVICE_REDACTED, DEVICE_UNKNOWN, parse_kernel_log
 from robustctl.checks.registry import NO_CONTEXT, CheckContext, ResultMaker, check
 from robustctl.models import CheckResult, Status
 from robustctl.thresholds import Thresholds, beyond_min, ladder
@@ -246,25 +247,31 @@ def evaluate_clock(
 
 # ----------------------------------------------------------------------------------------- XID
 @check(
-    "host.xid", description="NVIDIA XID errors in the kernel log", level=LEVEL, probe="host", timeout_s=30.0
+    "host.xid",
+    description="NVIDIA XID (GPU) and SXid (NVSwitch) errors in the kernel log",
+    level=LEVEL,
+    probe="host",
+    timeout_s=30.0,
 )
 def evaluate_xid(
     data: Mapping[str, Any], th: Thresholds, ctx: CheckContext = NO_CONTEXT
 ) -> list[CheckResult]:
-    """NVIDIA XID events in the kernel log, judged by ``robustctl.analysis.xid``'s catalog.
+    """NVIDIA XID and NVSwitch SXid events in the kernel log, judged by their catalogs.
 
     One result per (GPU PCI address, XID) with the event count and the newest line; status is the
     catalog's severity (CRITICAL for hardware and reset-GPU XIDs, WARNING for application and
-    unknown ones). Codes in ``Thresholds.xid_ignore`` are dropped. No XID line → OK.
+    unknown ones). Codes in ``Thresholds.xid_ignore`` are dropped. NVSwitch SXid events
+    (``robustctl.analysis.sxid``) the same way, one result per (SXid code, NVSwitch): CRITICAL for a
+    fatal one (or one NVIDIA's guide says needs a reset), WARNING for a non-fatal one; their
+    ``Severity``/``Data`` continuation lines are part of their event. No XID/SXid line → OK.
     """
     name = "host.xid"
     xid = data.get("xid")
     if not isinstance(xid, Mapping) or not isinstance(xid.get("lines"), list):
         return [_r(name, Status.UNKNOWN, f"kernel log not scanned: {probe_error(data, ctx, 'kernel log')}")]
     source = xid.get("path") or xid.get("source") or "kernel log"
-    events = [
-        e for e in parse_kernel_log("\n".join(str(x) for x in xid["lines"])) if e.xid not in th.xid_ignore
-    ]
+    text = "\n".join(str(x) for x in xid["lines"])
+    events = [e for e in parse_kernel_log(text) if e.xid not in th.xid_ignore]
     groups: dict[tuple[str, int], list[Any]] = {}
     for e in events:
         groups.setdefault((e.pci, e.xid), []).append(e)
@@ -288,6 +295,7 @@ def evaluate_xid(
             "source": source,
         }
         out.append(_r(name, last.severity, summary, ev, pci))
+    out.extend(_sxid_results(name, parse_sxid(text), source, benign))
     if out:
         out.sort(key=lambda r: -r.status.severity)
         return out
@@ -300,6 +308,50 @@ def evaluate_xid(
             {"source": source, "matches": xid.get("matches"), "truncated": xid.get("truncated")},
         )
     ]
+
+
+def _sxid_results(name: str, events: list[SXidEvent], source: str, benign: list[str]) -> list[CheckResult]:
+    """One result per (SXid code, NVSwitch), as for XIDs: the worst event's status, its count.
+
+    Args:
+        name: the check's name.
+        events: the kernel log's SXid events (:func:`robustctl.analysis.sxid.parse_sxid`).
+        source: where the lines came from, quoted in the evidence.
+        benign: appended with ``"SXid CODE on SWITCH"`` for groups that need no action (NVIDIA:
+            safe to ignore).
+
+    Returns:
+        The results of the groups that need attention, in order of first appearance.
+    """
+    groups: dict[tuple[int, str, str], list[SXidEvent]] = {}
+    for e in events:
+        groups.setdefault((e.code, e.switch, e.pci), []).append(e)
+    out: list[CheckResult] = []
+    for (code, _switch, pci), evs in groups.items():
+        worst = max(evs, key=lambda e: e.severity.severity)
+        last, info = evs[-1], evs[-1].info
+        where = switch_label(last)
+        if worst.severity is Status.OK:
+            benign.append(f"SXid {code} on {where}")
+            continue
+        links = sorted({e.link for e in evs if e.link is not None})
+        summary = f"SXid {code} on NVSwitch {where} ({info.name}) x{len(evs)}: {worst.action}"
+        ev = {
+            "sxid": code,
+            "switch": last.switch,
+            "pci": pci,
+            "count": len(evs),
+            "fatal": any(e.fatal for e in evs),
+            "nvidia_class": info.nvidia_class,
+            "links": links,
+            "action": worst.action,
+            "last_line": last.raw,
+            "last_timestamp": last.timestamp,
+            "source": source,
+        }
+        device = pci if pci not in (DEVICE_REDACTED, DEVICE_UNKNOWN) else last.switch
+        out.append(_r(name, worst.severity, summary, ev, device))
+    return out
 
 
 # ---------------------------------------------------------------------------------------- NICs

@@ -2,7 +2,8 @@
 
 One overview table (file, kind, verdict, summary), then one block per artefact with the figures
 that matter for its kind: nccl-tests (collective, ranks, hosts, peak and average busbw, wrong
-values), kernel logs (one row per GPU and XID: name, category, action, pid/process) and
+values), kernel logs (one row per GPU and XID: name, category, action, pid/process; one line per NVSwitch
+and SXid code) and
 ``dcgmi diag`` (one row per test: result and GPUs). Text taken from the artefacts is escaped, so a
 log line can never inject rich markup.
 """
@@ -180,8 +181,22 @@ def _render_kernel_log(a: ArtefactAnalysis, console: Console, *, verbose: bool) 
     if not a.findings:
         console.print(f"  {escape(a.summary)}")
         return
+    switch_findings = [f for f in a.findings if "sxid" in f.evidence]
+    gpu_findings = [f for f in a.findings if "sxid" not in f.evidence]
+    if gpu_findings:
+        _render_xid_findings(gpu_findings, console, verbose=verbose)
+    for f in switch_findings:  # NVSwitch SXid findings: one line each, the finding's own message
+        last = f.evidence.get("last")
+        console.print(
+            f"  {styled(f.status)} {escape(f.message)}" + (f"; last {escape(str(last))}" if last else "")
+        )
+        if verbose and f.evidence.get("note"):
+            console.print(f"    [dim]{escape(str(f.evidence['note']))}[/]")
+
+
+def _render_xid_findings(findings: Sequence[Finding], console: Console, *, verbose: bool) -> None:
     if console.width < _WIDE:
-        for f in a.findings:
+        for f in findings:
             e = f.evidence
             count = f" x{e.get('count')}" if e.get("count", 1) != 1 else ""
             console.print(
@@ -195,7 +210,7 @@ def _render_kernel_log(a: ArtefactAnalysis, console: Console, *, verbose: bool) 
             t.add_column(col, no_wrap=True)
         for col in ("name", "pid / process", "last seen"):
             t.add_column(col, overflow="fold")
-        for f in a.findings:
+        for f in findings:
             e = f.evidence
             t.add_row(
                 styled(f.status),
@@ -210,7 +225,7 @@ def _render_kernel_log(a: ArtefactAnalysis, console: Console, *, verbose: bool) 
             )
         console.print(t)
     if verbose:
-        for f in a.findings:
+        for f in findings:
             note = f.evidence.get("note")
             msg = f.evidence.get("message")
             console.print(
