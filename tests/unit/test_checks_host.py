@@ -188,6 +188,39 @@ def test_xid_events_grouped_and_classified() -> None:
     assert [r.status for r in ignored] == [Status.OK]
 
 
+SXID_LINES = [
+    "[  300.1] nvidia-nvswitch0: SXid (PCI:0000:86:00.0): 24007, Fatal, Link 27 sourcetrack timeout error (First)",
+    "[  300.1] nvidia-nvswitch0: SXid (PCI:0000:86:00.0): 24007, Severity 1 Engine instance 27 Sub-engine instance 00",
+    "[  300.1] nvidia-nvswitch0: SXid (PCI:0000:86:00.0): 24007, Data {0x00000000, 0x10008100}",
+    "[  301.0] nvidia-nvswitch3: SXid (PCI:0000:05:00.0): 12021, Non-fatal, Link 34 Single bit ECC error",
+    "[  302.0] nvidia-nvswitch3: SXid (PCI:0000:05:00.0): 22013, Non-fatal, Link 35 Minion Link DLREQ interrupt",
+]
+
+
+def test_fatal_sxid_makes_the_check_critical_as_a_gpu_xid_does() -> None:
+    lines = [*XID_LINES[:1], *SXID_LINES]
+    data = {"xid": {"source": "dmesg", "path": None, "lines": lines, "matches": 6, "truncated": False}}
+    out = evaluate_xid(data, TH)
+    assert statuses(out) == [
+        (Status.CRITICAL, "0000:86:00.0"),
+        (Status.WARNING, "0000:01:00"),
+        (Status.WARNING, "0000:05:00.0"),
+    ]
+    fatal = out[0].evidence
+    assert (fatal["sxid"], fatal["count"], fatal["fatal"], fatal["links"]) == (24007, 1, True, [27])
+    assert fatal["switch"] == "nvidia-nvswitch0" and fatal["last_line"] == SXID_LINES[0]
+    assert fatal["source"] == "dmesg" and "24007" in out[0].summary
+    assert out[2].evidence["sxid"] == 12021  # 22013 ("can be safely ignored") gives no result
+
+
+def test_ignorable_sxid_alone_is_ok_and_named() -> None:
+    data = {
+        "xid": {"source": "dmesg", "path": None, "lines": SXID_LINES[4:], "matches": 1, "truncated": False}
+    }
+    (r,) = evaluate_xid(data, TH)
+    assert r.status is Status.OK and "SXid 22013" in r.summary
+
+
 def test_xid_clean_log_is_ok() -> None:
     data = {
         "xid": {"source": "file", "path": "/var/log/kern.log", "lines": [], "matches": 0, "truncated": False}

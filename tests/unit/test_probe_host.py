@@ -115,6 +115,25 @@ def test_simulated_host_document(tmp_path: Path) -> None:
     assert data["infiniband"] == []
 
 
+SXID_EVENT = (
+    "Nov 22 03:14:00 node7 kernel: [ 8183.1] nvidia-nvswitch2: SXid (PCI:0000:c4:00.0): 20034, Fatal, "
+    "Link 27 LTSSM Fault Up\n"
+    "Nov 22 03:14:00 node7 kernel: [ 8183.1] nvidia-nvswitch2: SXid (PCI:0000:c4:00.0): 20034, "
+    "Severity 1 Engine instance 27 Sub-engine instance 00\n"
+)
+
+
+def test_fatal_sxid_in_the_kernel_log_makes_host_xid_critical(tmp_path: Path) -> None:
+    root = make_root(
+        tmp_path / "h3", kern_log="Nov 22 03:13:59 node7 kernel: usb 1-1: new device\n" + SXID_EVENT
+    )
+    data = run_probe("--root", str(root))["data"]
+    assert data["xid"]["matches"] == 2 and len(data["xid"]["lines"]) == 2  # the probe keeps SXid lines
+    (r,) = evaluate_xid(data, Thresholds())
+    assert (r.status, r.device) == (Status.CRITICAL, "0000:c4:00.0")
+    assert r.evidence["sxid"] == 20034 and r.evidence["count"] == 1 and r.evidence["links"] == [27]
+
+
 def test_faults_are_found_and_judged(tmp_path: Path) -> None:
     root = make_root(tmp_path / "h2", kern_log=XID79 + "\n", eth0="down", ib=True)
     doc = run_probe("--root", str(root))
