@@ -1,0 +1,263 @@
+"""robustctl.agent, the in-job half: heartbeats robustctl's own reader reads, the rate limit (an injected
+clock), NaN events inside the rate-limit window, I/O trouble counted and never raised, import purity.
+
+The parts that need a real process (SIGUSR1, the debug server, Flight Recorder over gloo) are in
+tests/unit/test_agent_process.py.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import robustctl.agent
+from robustctl.agent import HEARTBEAT_MAX_BYTES, MAX_NAN_EVENTS, Agent, jsonsafe
+from robustctl.config import ProgressSpec
+from robustctl.jobcode import progress
+from robustctl.models import NON_FINITE_JSON
+
+REPO = Path(__file__).resolve().parents[2]
+DEADLINE_S = 30.0
+"""Longest wait for the background writer (it writes within 1.5 intervals)."""
+
+
+class Clock:
+    """A monotonic clock the test moves."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def strict(text: str) -> Any:
+    def refuse(token: str) -> None:
+        raise ValueError(f"non-standard JSON token {token}")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+def beat(agent: Agent) -> dict[str, Any]:
+    doc = strict(agent.heartbeat_path.read_text())
+    assert isinstance(doc, dict)
+    return doc
+
+
+def make(tmp_path: Path, **kw: Any) -> tuple[Agent, Clock]:
+    clock = Clock()
+    kw.setdefault("flusher", False)
+    agent = robustctl.agent.start(tmp_path / "run", rank=3, world_size=8, torch=False, clock=clock, **kw)
+    return agent, clock
+
+
+def test_the_agents_spellings_and_bounds_are_the_control_sides() -> None:
+    assert jsonsafe.NON_FINITE_JSON == NON_FINITE_JSON
+    assert HEARTBEAT_MAX_BYTES == progress.MAX_HEARTBEAT_BYTES
+
+
+def test_the_heartbeat_is_read_by_robustctls_progress_reader(tmp_path: Path) -> None:
+    """The file parse_heartbeat reads (rank, step, time), through the reader program the hosts run."""
+    agent, _ = make(tmp_path)
+    agent.step(7, loss=2.5, tokens=4096, lr=0.1)
+    doc = beat(agent)
+    assert (doc["rank"], doc["step"], doc["phase"], doc["loss"], doc["tokens"], doc["lr"]) == (
+        3, 7, "train", 2.5, 4096, 0.1
+    )  # fmt: skip
+    assert doc["pid"] == os.getpid() and doc["world_size"] == 8 and doc["step_s"] is None
+    spec = ProgressSpec(files=str(agent.run_dir / "rank*.json"))
+    entry, why = progress.parse_heartbeat(
+        "h1", str(agent.heartbeat_path), agent.heartbeat_path.read_text(), 0.0, spec
+    )
+    assert why is None and entry is not None
+    assert (entry.rank, entry.step, entry.at) == (3, 7, doc["time"])
+
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            progress.READER,
+            "files",
+            spec.files or "",
+            "64",
+            str(progress.MAX_HEARTBEAT_BYTES),
+        ],
+        capture_output=True,
+        check=True,
+        timeout=60,
+    )
+    files = list(progress.reader_files("h1", json.loads(out.stdout), spec, None))
+    assert len(files) == 1 and not isinstance(files[0], str) and files[0].entry == entry
+    agent.close()
+
+
+def test_a_non_finite_loss_is_spelled_as_the_watch_reads_it(tmp_path: Path) -> None:
+    agent, clock = make(tmp_path)
+    for i, (loss, spelled) in enumerate(
+        [(math.nan, "NaN"), (math.inf, "Infinity"), (-math.inf, "-Infinity")]
+    ):
+        clock.now += 10
+        agent.step(i + 1, loss=loss)
+        assert beat(agent)["loss"] == spelled and math.isnan(float(spelled)) == math.isnan(loss)
+    agent.close()
+
+
+def test_the_rate_limit_writes_the_first_step_then_once_per_interval(tmp_path: Path) -> None:
+    agent, clock = make(tmp_path, interval_s=1.0)
+    agent.step(1, loss=1.0)
+    assert beat(agent)["step"] == 1 and agent.writes == 1, "the first step is written at once"
+    for s in range(2, 6):
+        clock.now += 0.2
+        agent.step(s, loss=1.0)
+    assert beat(agent)["step"] == 1 and agent.writes == 1, "steps inside the interval are held back"
+    clock.now += 0.2  # 1.0 s after the first write
+    agent.step(6, loss=1.0)
+    doc = beat(agent)
+    assert doc["step"] == 6 and agent.writes == 2
+    assert doc["step_s"] == pytest.approx(0.2), "step_s: the time between two calls"
+    clock.now += 0.1
+    agent.step(7, loss=1.0, phase="eval")
+    assert beat(agent)["phase"] == "eval" and agent.writes == 3, "a new phase is written at once"
+    clock.now += 0.1
+    agent.step(8, loss=1.0, phase="eval", step_s=0.05)
+    assert beat(agent)["step"] == 7
+    agent.close()
+    doc = beat(agent)
+    assert (doc["step"], doc["step_s"], agent.writes) == (8, 0.05, 4), "close writes the held-back step"
+    agent.close()
+    agent.step(9)
+    assert agent.writes == 4 and beat(agent)["step"] == 8, "close is idempotent; a step after it is ignored"
+
+
+def test_a_nan_loss_writes_its_event_at_once_inside_the_rate_limit_window(tmp_path: Path) -> None:
+    agent, clock = make(tmp_path, interval_s=60.0)
+    agent.step(1, loss=1.0)
+    clock.now += 0.01
+    agent.step(2, loss=math.nan, tokens=10)
+    events = agent.run_dir / "events"
+    event = strict((events / "rank00003-2-nan.json").read_text())
+    assert (event["kind"], event["rank"], event["step"], event["loss"], event["tokens"]) == (
+        "nan",
+        3,
+        2,
+        "NaN",
+        10,
+    )
+    assert beat(agent)["loss"] == "NaN", "the heartbeat shows the NaN at once too"
+    for s in range(3, 3 + 2 * MAX_NAN_EVENTS):
+        clock.now += 0.01
+        agent.step(s, loss=-math.inf)
+    assert len(list(events.iterdir())) == MAX_NAN_EVENTS == agent.nan_events
+    assert strict((events / "rank00003-3-nan.json").read_text())["loss"] == "-Infinity"
+    agent.close()
+
+
+def test_a_held_back_step_is_written_by_the_background_writer(tmp_path: Path) -> None:
+    """A rank that hangs right after a step held back by the rate limit still shows that step."""
+    agent = robustctl.agent.start(tmp_path / "run", rank=0, world_size=1, torch=False, interval_s=0.05)
+    try:
+        agent.step(1)
+        agent.step(2)  # within 50 ms of step 1 on any machine that runs this test suite at all
+        deadline = time.monotonic() + DEADLINE_S
+        while beat(agent)["step"] != 2:
+            assert time.monotonic() < deadline, "the held-back step was never written"
+            time.sleep(0.01)
+    finally:
+        agent.close()
+
+
+def test_extra_fields_are_bounded_and_cannot_overwrite_the_core_ones(tmp_path: Path) -> None:
+    agent, clock = make(tmp_path)
+    agent.step(1, rank="x", pid=0, timings={"a": 1.0}, big=10**5000, text="é" * 5000, bad=object())
+    doc = beat(agent)
+    assert doc["rank"] == 3 and doc["pid"] == os.getpid() and doc["timings"] == {"a": 1.0}
+    assert doc["big"] == "<int of 16610 bits>" and len(doc["text"]) == jsonsafe.MAX_TEXT_CHARS
+    assert doc["bad"].startswith("<object object")
+    clock.now += 10
+    agent.step(2, blob=["x" * 1000] * 60, more=["y" * 1000] * 60)
+    doc = beat(agent)
+    assert doc["step"] == 2 and doc["extra_dropped"] == 2 and "blob" not in doc, "a heartbeat stays readable"
+    assert agent.heartbeat_path.stat().st_size <= HEARTBEAT_MAX_BYTES
+    agent.close()
+
+
+def test_rank_and_world_size_come_from_torchruns_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("RANK", "5")
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "16")
+    with robustctl.agent.start(tmp_path, torch=False, flusher=False) as agent:
+        assert (agent.rank, agent.local_rank, agent.world_size) == (5, 1, 16)
+        assert agent.heartbeat_path == tmp_path / "rank00005.json"
+    monkeypatch.setenv("RANK", "five")
+    with pytest.raises(ValueError, match=r"\$RANK='five' is not an integer"):
+        robustctl.agent.start(tmp_path, torch=False)
+    monkeypatch.setenv("RANK", "16")
+    with pytest.raises(ValueError, match="rank 16 is not below the world size 16"):
+        robustctl.agent.start(tmp_path, torch=False)
+
+
+def test_a_run_dir_that_cannot_be_written_never_raises_into_the_loop(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A run_dir under a file (unwritable even for root), and one removed mid-run: counted, said once."""
+    (tmp_path / "file").write_text("")
+    agent, clock = make(tmp_path / "file", stacks_on_sigusr1=False)
+    for s in range(1, 4):
+        clock.now += 10
+        agent.step(s, loss=math.nan)
+    assert agent.dump_flight_recorder() is None
+    agent.close()
+    assert agent.errors >= 4 and agent.writes == 0
+    err = capsys.readouterr().err
+    assert err.count("further errors are counted") == 1 and "Not a directory" in err
+
+    agent, clock = make(tmp_path / "ok")
+    agent.step(1)
+    shutil.rmtree(tmp_path / "ok")
+    clock.now += 10
+    agent.step(2, loss=math.inf)
+    agent.close()
+    assert agent.errors == 3 and agent.writes == 1, "heartbeat, event and the last heartbeat failed"
+    assert capsys.readouterr().err.count("No such file or directory") == 1
+
+
+def test_torch_is_left_alone_when_asked_and_the_features_that_need_it_say_so(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    agent, _ = make(tmp_path, flight_recorder=100, debug_server=True)
+    assert agent.debug_socket is None and "torch is not in use" in agent.notes[0]
+    assert "torch is not in use" in capsys.readouterr().err
+    agent.close()
+
+
+def test_importing_the_agent_imports_the_standard_library_only() -> None:
+    """A fresh interpreter imports robustctl.agent (and its client): no torch, no control-side library,
+    no robustctl module outside the agent."""
+    code = (
+        "import json, sys; import robustctl.agent, robustctl.agent.client; "
+        "print(json.dumps(sorted(sys.modules)))"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONSTARTUP"}
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, check=True, cwd=REPO, env=env, timeout=60
+    )
+    mods = json.loads(out.stdout)
+    heavy = {"torch", "numpy", "pydantic", "rich", "typer", "yaml", "paramiko", "hypothesis"}
+    assert not [m for m in mods if m.split(".")[0] in heavy]
+    ours = [m for m in mods if m.split(".")[0] == "robustctl"]
+    assert ours and all(m == "robustctl" or m.startswith("robustctl.agent") for m in ours), ours
+    stdlib = set(sys.stdlib_module_names) | {"robustctl"}
+    assert all(m.split(".")[0] in stdlib or m.split(".")[0].startswith("_") for m in mods), [
+        m for m in mods if m.split(".")[0] not in stdlib
+    ]
