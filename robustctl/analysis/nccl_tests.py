@@ -48,7 +48,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from robustctl.analysis import Finding, Verdict, sort_findings
 from robustctl.models import Status, to_jsonable
@@ -170,6 +170,75 @@ class NcclRank:
     name: str
 
 
+ERROR_CLASSES: dict[str, str] = {
+    "cuda-device": "CUDA device state",
+    "nvls": "NVLS/NVSwitch",
+    "ib-transport": "IB/RoCE transport",
+    "socket-bootstrap": "socket bootstrap / environment not propagated",
+    "other": "other",
+}
+"""The classes of a failed run's error lines, most telling first (:func:`error_class`), and their
+labels. A GPU that is unavailable or faulted makes NVLS, the network and the peers' sockets fail
+after it; an NVLS or IB failure closes the peers' sockets too; so a run's class is the first of these
+that any of its error lines shows, and ``socket-bootstrap`` alone means the hosts never reached each
+other (interface, firewall, or an environment such as ``NCCL_SOCKET_IFNAME`` not passed to every
+rank)."""
+
+ERROR_HINTS: dict[str, str] = {
+    "cuda-device": "a GPU unavailable, not initialised (fabric manager) or faulted: check nvidia-smi, "
+    "the fabric manager and the kernel log (XID) of the host named",
+    "nvls": "NVLink SHARP (multicast) setup failed: check the fabric manager (restarted without a GPU "
+    "reset?); NCCL_NVLS_ENABLE=0 confirms it",
+    "ib-transport": "the IB/RoCE path failed: check the HCAs (ibstat), the GID index, ACS and GPU Direct "
+    "RDMA, and the links of the hosts named",
+    "socket-bootstrap": "the ranks could not reach each other over TCP: check NCCL_SOCKET_IFNAME and the "
+    "interface, firewalls, and that the launcher passes the environment to every rank (mpirun -x)",
+    "other": "see the error lines",
+}
+"""What to check for each class (NCCL troubleshooting guide and the maintainers' answers in the threads
+of tests/data/nccl-tests/INDEX.md)."""
+
+
+@dataclass(frozen=True)
+class NcclErrorLine:
+    """One error line of a run: nccl-tests' ``HOST: Test NCCL failure ...``, an NCCL ``WARN`` line or
+    an NCCL line saying the communicator failed.
+
+    Attributes:
+        line: 1-based line number in the text. kind: ``"test-failure"``, ``"warn"`` or ``"fatal"``.
+        error_class: a key of :data:`ERROR_CLASSES`.
+        host, pid, device: from the line's ``HOST:PID:TID [DEV]`` (or ``HOST: Test ...``) prefix;
+            ``None`` where the line does not name them.
+        text: the line without launcher tags, cut to :data:`MAX_ERROR_LINE_CHARS`.
+    """
+
+    line: int
+    kind: str
+    error_class: str
+    host: str | None
+    pid: int | None
+    device: int | None
+    text: str
+
+
+@dataclass(frozen=True)
+class NcclErrorHost:
+    """A host named by the error lines (and nccl-tests' ``.. HOST pid N: Test failure`` lines).
+
+    Attributes:
+        host: the host name as printed. errors: error lines naming it.
+        pids, devices: the processes and CUDA devices named, in order of first appearance (at most
+            :data:`MAX_ERROR_HOST_IDS` of each).
+        classes: the classes of its error lines, in :data:`ERROR_CLASSES` order.
+    """
+
+    host: str
+    errors: int
+    pids: tuple[int, ...]
+    devices: tuple[int, ...]
+    classes: tuple[str, ...]
+
+
 @dataclass(frozen=True)
 class NcclTestsResult:
     """Everything parsed from one nccl-tests output.
@@ -194,6 +263,14 @@ class NcclTestsResult:
         rows_dropped: table rows read after the first :data:`MAX_ROWS` and not kept (neither
             wrong values nor a new peak busbw; see :data:`MAX_EXTRA_ROWS`).
         failures_dropped: failure lines read after the first :data:`MAX_FAILURES`.
+        errors: the error lines kept (:class:`NcclErrorLine`): the first :data:`MAX_ERROR_LINES`, plus
+            the first line of each class read after them. errors_dropped: error lines not kept.
+        error_counts: error lines read per class (every line, kept or not).
+        error_hosts: the hosts the error lines name, in order of first appearance (at most
+            :data:`MAX_ERROR_HOSTS`).
+        error_class: the run's class (:func:`error_class`); ``None`` without error or failure lines.
+        fatal_lines: NCCL lines saying the communicator failed (``communicator encountered a fatal
+            error``, ``ncclCommInitRank ... failed``).
     """
 
     collective: str | None
@@ -212,6 +289,18 @@ class NcclTestsResult:
     truncated: bool
     rows_dropped: int = 0
     failures_dropped: int = 0
+    errors: tuple[NcclErrorLine, ...] = ()
+    errors_dropped: int = 0
+    error_counts: dict[str, int] = field(default_factory=dict)
+    error_hosts: tuple[NcclErrorHost, ...] = ()
+    error_class: str | None = None
+    fatal_lines: int = 0
+
+    @property
+    def failed(self) -> bool:
+        """True when the output says the run failed: a ``Test ... failure`` line, an NCCL line saying
+        the communicator failed, or NCCL ``WARN`` lines and no result row."""
+        return bool(self.failures) or self.fatal_lines > 0 or (not self.rows and bool(self.errors))
 
     def peak(self) -> tuple[float, NcclRow, str] | None:
         """The peak busbw, the row it was measured on and ``"out-of-place"``/``"in-place"``.
@@ -237,8 +326,32 @@ def _measurements_for_peak(row: NcclRow) -> list[tuple[str, NcclMeasurement]]:
 
 # --- parsing -----------------------------------------------------------------------------------
 
-# MPI/launcher output prefixes: `[0] `, `[1,0]<stdout>:`, `[1,0]<stderr>:`, srun -l `0: `.
-_PREFIX_RE = re.compile(r"^\s*(?:\[\d+(?:,\d+)*\](?:<std(?:out|err)>)?:?|\d+:(?=\s))\s?")
+MAX_PREFIX_TAGS = 16
+"""Launcher tags stripped from the start of one line. Real stacks hold two or three (a Ray worker tag,
+then mpirun's ``[1,0]<stdout>:``, then a timestamp); 16 leaves room for wrappers of wrappers while a
+line of nothing but tags cannot make the prefix match walk the whole line."""
+
+_MAX_TAG_CHARS = 200
+"""Longest bracketed or parenthesised tag (a Ray ``(RayWorkerWrapper pid=1234, ip=...)`` tag is about
+50 characters); a longer ``(...)`` or ``[...]`` is text, not a tag."""
+
+# One launcher tag at the start of a line (the class of line prefixes, stacked in any order):
+# - a bracketed tag: mpirun ``[1,0]<stdout>:``, MPICH ``[0]``, a bracketed timestamp ``[2024-05-01T12:00:00Z]``;
+# - a parenthesised tag: Ray's ``(RayWorker pid=1234, ip=127.0.0.2)`` / ``(pid=1234, ip=...)``;
+# - a timestamp ``2024-05-01 12:00:00,123`` (logging's default) or ISO 8601 ``2024-05-01T12:00:00.5+00:00``;
+# - an ``srun -l`` label ``0:`` and a ``host:`` / ``host-name.domain:`` label (pdsh, ``kubectl logs
+#   --prefix`` without its brackets), each followed by white space.
+# A label is followed by white space, so NCCL's own ``HOST:PID:TID [DEV] NCCL INFO`` lines keep their
+# host, and nccl-tests' ``HOST: Test NCCL failure`` keeps its host; a table row starts with a number and
+# white space, a header or trailer with ``#``: neither is a tag.
+_TAG = (
+    rf"\[[^\[\]\n]{{0,{_MAX_TAG_CHARS}}}\](?:<std(?:out|err)>)?:?"
+    rf"|\([^()\n]{{0,{_MAX_TAG_CHARS}}}\):?"
+    r"|\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:[.,]\d{1,9})?(?:Z|[+-]\d{2}:?\d{2})?:?(?=\s|$)"
+    r"|\d{1,9}:(?=\s|$)"
+    r"|[A-Za-z_][\w.-]{0,253}:(?=\s|$)(?!\s*Test (?:NCCL|CUDA) failure)"
+)
+_PREFIX_RE = re.compile(rf"^\s*(?:(?:{_TAG})\s*){{1,{MAX_PREFIX_TAGS}}}")
 _NUM = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
 _NUM_RE = re.compile(rf"^{_NUM}$")
 _INT_RE = re.compile(r"^-?\d+$")
@@ -254,7 +367,45 @@ _HEADER_KV_RE = re.compile(
 _OOB_RE = re.compile(r"Out of bounds values\s*:\s*(\d+)\s*(OK|FAILED)?", re.IGNORECASE)
 _AVG_RE = re.compile(rf"Avg bus bandwidth\s*:\s*({_NUM})", re.IGNORECASE)
 _COLLECTIVE_RE = re.compile(r"(?:^|[\s/])(" + "|".join(COLLECTIVES) + r")_perf(?:_mpi)?\b")
-_FAILURE_RE = re.compile(r"Test (?:NCCL|CUDA) failure|NCCL failure common|Test failure\b")
+# nccl-tests' failure lines: ``HOST: Test NCCL failure common.cu:NNN '...'`` (``Test CUDA failure``; old
+# versions print ``NCCL failure all_reduce.cu:95 '...'``), then ``.. HOST pid N: Test failure common.cu:NNN``.
+_FAILURE_HEAD_RE = re.compile(r"Test (?:NCCL|CUDA) failure|\b(?:NCCL|CUDA) failure [\w./-]+\.cu:\d+")
+_FAILURE_RE = re.compile(rf"{_FAILURE_HEAD_RE.pattern}|Test failure\b")
+_FAILURE_HOST_RE = re.compile(r"^(?P<host>[^\s:]+): (?:Test )?(?:NCCL|CUDA) failure")
+_FAILURE_CONT_RE = re.compile(r"^\.\.\s*(?P<host>\S+) pid (?P<pid>\d+): Test failure")
+# NCCL's debug lines: ``HOST:PID:TID [DEV] file.cc:NNN NCCL WARN message`` (old versions: ``... WARN``).
+_NCCL_LINE_RE = re.compile(r"^(?P<host>[^\s:\[\]()]+) ?:(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\] ")
+_WARN_RE = re.compile(r"\bNCCL WARN\b|^[^\s:]+ ?:\d+:\d+ \[\d+\] (?:\S+:\d+ )?WARN\b")
+_FATAL_RE = re.compile(r"communicator encountered a fatal error|\bncclCommInitRank\w*\b.*\bfailed\b")
+# A WARN that NCCL prints on every host without IB and then carries on over sockets (NCCL maintainer in
+# NVIDIA/nccl-tests#14: "the first one is to be ignored unless you want to use Infiniband/RoCE").
+_BENIGN_WARN_RE = re.compile(r"Failed to open libibverbs", re.IGNORECASE)
+# The class of one error line, tried in this order on its message (the text after the host prefix):
+# an NVLS failure reads "Cuda failure 'invalid argument'" and an IB one may say "Network is unreachable",
+# so the transport that printed the line is tried before the device and the socket words.
+_CLASS_RES: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("nvls", re.compile(r"\bNVLS\b|transport/nvls|\bnvls\.cc|cuMulticast", re.IGNORECASE)),
+    (
+        "ib-transport",
+        re.compile(r"NET/IB|\bibv_\w+|\bIBV_WC_\w+|net_ib\.c|ib_plugin\.c|\bRoCE\b", re.IGNORECASE),
+    ),
+    (
+        "cuda-device",
+        re.compile(
+            r"Test CUDA failure|cudaError\w+|no CUDA-capable device|uncorrectable ECC|ECC error"
+            r"|system not yet initiali[sz]ed|busy or unavailable|devices unavailable|fallen off the bus",
+            re.IGNORECASE,
+        ),
+    ),
+    (
+        "socket-bootstrap",
+        re.compile(
+            r"bootstrap|socket|Connection refused|Connection closed|Connect to \S+ failed"
+            r"|NCCL_SOCKET_IFNAME|no socket interface found",
+            re.IGNORECASE,
+        ),
+    ),
+)
 _FLAG_RE = {
     "g": re.compile(r"(?:^|\s)(?:-g|--ngpus)(?:\s+|=)(\d+)"),
     "t": re.compile(r"(?:^|\s)(?:-t|--nthreads)(?:\s+|=)(\d+)"),
@@ -274,10 +425,9 @@ _LABEL_TOKEN_RE = re.compile(r"^\d+:$")
 
 
 def _strip_prefix(line: str) -> str:
-    """``line`` without launcher tags: the leading one and any a launcher put inside the line."""
+    """``line`` without launcher tags: the run of them at its start (any order, at most
+    :data:`MAX_PREFIX_TAGS`) and any a launcher put inside the line."""
     line = _PREFIX_RE.sub("", line, count=1)
-    if line.startswith("["):  # a second tag (a wrapper script tagging the launcher's output)
-        line = _PREFIX_RE.sub("", line, count=1)
     if "[" in line:
         line = _INLINE_PREFIX_RE.sub(" ", line)
     return line.strip()
@@ -387,8 +537,12 @@ def _parse_row(text: str, line_no: int) -> NcclRow | None:
 
 
 def looks_like_nccl_tests(text: str) -> bool:
-    """True when ``text`` holds an nccl-tests table (a column header, an Avg line or a row, whole or
-    split over lines by a launcher)."""
+    """True when ``text`` is nccl-tests output: it holds a table (a column header, an Avg line or a
+    row, whole or split over lines by a launcher), the ``nThread ... nGpus ... minBytes`` header (with
+    or without its ``#``), a ``Rank N ... on HOST device N`` line, or nccl-tests' own failure line
+    (``Test NCCL failure common.cu:NNN``, old versions ``NCCL failure all_reduce.cu:95``), so a run that
+    failed before its table is recognised. NCCL ``WARN`` lines alone are not enough: any NCCL
+    application prints them."""
     head = text.splitlines()[:20000]
     split_piece = False
     for raw in head:
@@ -396,7 +550,11 @@ def looks_like_nccl_tests(text: str) -> bool:
         low = line.lower()
         if "avg bus bandwidth" in low or ("busbw" in low and "algbw" in low):
             return True
-        if line.startswith("#") and ("nthread" in low and "ngpus" in low and "minbytes" in low):
+        if "nthread" in low and "ngpus" in low and "minbytes" in low:
+            return True
+        if line.lstrip("# ").startswith("Rank") and _RANK_RE.search(line):
+            return True
+        if _FAILURE_HEAD_RE.search(line):
             return True
         if line and not line.startswith("#") and _parse_row(line, 0) is not None:
             return True
@@ -510,6 +668,24 @@ def _row_wrong(row: NcclRow) -> bool:
 MAX_FAILURES = 100
 """``Test ... failure`` lines kept (later ones are counted in ``failures_dropped``)."""
 
+MAX_ERROR_LINES = 50
+"""Error lines kept as evidence (:attr:`NcclTestsResult.errors`; later ones are counted, and the first
+line of each class still kept). The cause is in the first lines; past them a failure repeats the same
+few lines once per rank (NVIDIA/nccl-tests#322: the same two lines from each of 256 ranks), so 50 show
+several hosts' first lines while a report stays readable."""
+
+MAX_ERROR_LINE_CHARS = 300
+"""Characters kept of one error line. NCCL's longest WARN lines (an IB completion error with both GIDs,
+NVIDIA/nccl#1405) are about 240 characters; a runaway line is cut, not carried whole into a report."""
+
+MAX_ERROR_HOSTS = 4_096
+"""Hosts the error lines may name (:attr:`NcclTestsResult.error_hosts`): 32,768 GPUs at 8 a host; the
+rest are counted in no host (their lines still count per class)."""
+
+MAX_ERROR_HOST_IDS = 64
+"""Pids and devices kept per host: 8 GPUs with one process each is 8; 64 leaves room for several
+runs in one file."""
+
 MAX_RANKS = 1_000_000
 """``# Using devices`` ranks kept (the largest world size :mod:`robustctl.inventory.topology` accepts)."""
 
@@ -521,6 +697,48 @@ _MAX_SPLIT_GAP = 16
 """Lines (other ranks' output) allowed between two pieces of a row a launcher split."""
 
 
+@dataclass
+class _ErrorHostAcc:
+    """What the error lines say about one host so far (becomes a :class:`NcclErrorHost`)."""
+
+    errors: int = 0
+    pids: list[int] = field(default_factory=list)
+    devices: list[int] = field(default_factory=list)
+    classes: set[str] = field(default_factory=set)
+
+    def note(self, pid: int | None, device: int | None, cls: str | None) -> None:
+        """Count one line naming the host (``cls`` ``None`` for a continuation line, not counted)."""
+        if cls is not None:
+            self.errors += 1
+            self.classes.add(cls)
+        if pid is not None and pid not in self.pids and len(self.pids) < MAX_ERROR_HOST_IDS:
+            self.pids.append(pid)
+        if device is not None and device not in self.devices and len(self.devices) < MAX_ERROR_HOST_IDS:
+            self.devices.append(device)
+
+
+def _classify(message: str) -> str:
+    """The class (a key of :data:`ERROR_CLASSES`) of one error line's message."""
+    if _BENIGN_WARN_RE.search(message):
+        return "other"
+    for cls, rx in _CLASS_RES:
+        if rx.search(message):
+            return cls
+    return "other"
+
+
+def error_class(counts: dict[str, int]) -> str | None:
+    """The class of a failed run from its error lines' classes (rule in :data:`ERROR_CLASSES`).
+
+    Args:
+        counts: error lines per class (:attr:`NcclTestsResult.error_counts`).
+
+    Returns:
+        The first class of :data:`ERROR_CLASSES` with a line, ``None`` when there is none.
+    """
+    return next((cls for cls in ERROR_CLASSES if counts.get(cls)), None)
+
+
 class _NcclTestsParser:
     """The state of :func:`parse_nccl_tests` while it reads one output, line by line.
 
@@ -529,7 +747,8 @@ class _NcclTestsParser:
 
     - a table row, whole (:meth:`data_row`) or a piece of one a launcher split over several lines
       (:meth:`row_piece`);
-    - a ``Test NCCL failure`` / ``Test CUDA failure`` line (:meth:`failure_line`);
+    - a ``Test NCCL failure`` / ``Test CUDA failure`` line (:meth:`failure_line`), an NCCL ``WARN``
+      line or an NCCL line saying the communicator failed (:meth:`error_line`);
     - the trailer: ``# Out of bounds values : N OK|FAILED`` (:meth:`out_of_bounds_line`) and
       ``# Avg bus bandwidth : X`` (:meth:`avg_busbw_line`);
     - a ``# Using devices`` rank line (:meth:`rank_line`), the ``# nThread 1 nGpus 8 minBytes ...``
@@ -550,10 +769,13 @@ class _NcclTestsParser:
         pending: the tokens so far of a row a launcher split over lines (other ranks' lines may come
             in between; see :func:`_row_start`), empty when none. pending_line: the line it started
             on. pending_gap: lines read since its last piece. pending_cells: its cells so far.
+        errors: error lines kept (at most :data:`MAX_ERROR_LINES`). late_errors: the first line of each
+            class not among them, read past the cap. errors_dropped: the others. error_counts: lines
+            per class. fatal_lines: lines saying the communicator failed. error_hosts: what the lines
+            say of each host (at most :data:`MAX_ERROR_HOSTS`).
     """
 
     def __init__(self) -> None:
-        """An empty parser: no line read yet."""
         self.rows: list[NcclRow] = []
         self.rows_dropped = 0
         self.extra_rows = 0
@@ -574,6 +796,12 @@ class _NcclTestsParser:
         self.pending_line = 0
         self.pending_gap = 0
         self.pending_cells = 0
+        self.errors: list[NcclErrorLine] = []
+        self.late_errors: dict[str, NcclErrorLine] = {}
+        self.errors_dropped = 0
+        self.error_counts: dict[str, int] = {}
+        self.fatal_lines = 0
+        self.error_hosts: dict[str, _ErrorHostAcc] = {}
 
     def feed(self, raw: str, line_no: int) -> None:
         """Read one line (launcher tags and line end allowed); ``line_no`` is 1-based."""
@@ -589,7 +817,8 @@ class _NcclTestsParser:
         self.command_line(line)
         body = line.lstrip("#").strip()
         if (
-            self.failure_line(line)
+            self.error_line(line, line_no)
+            or self.failure_line(line, line_no)
             or self.out_of_bounds_line(body)
             or self.avg_busbw_line(body)
             or self.rank_line(line, body)
@@ -680,16 +909,77 @@ class _NcclTestsParser:
             self.collective, self.collective_source = cm.group(1), "command"
             self.command_ranks = _ranks_from_command(line[: cm.start()], line[cm.end() :])
 
-    def failure_line(self, line: str) -> bool:
-        """A ``Test NCCL failure`` / ``Test CUDA failure`` line: kept up to :data:`MAX_FAILURES`,
-        counted in ``failures_dropped`` past it."""
+    def failure_line(self, line: str, line_no: int = 0) -> bool:
+        """A ``Test NCCL failure`` / ``Test CUDA failure`` line or its ``.. HOST pid N: Test failure``
+        continuation: kept up to :data:`MAX_FAILURES`, counted in ``failures_dropped`` past it. The
+        first kind is an error line too (:meth:`note_error`); a continuation names its host's pid."""
         if not _FAILURE_RE.search(line):
             return False
         if len(self.failures) < MAX_FAILURES:
             self.failures.append(line)
         else:
             self.failures_dropped += 1
+        cont = _FAILURE_CONT_RE.match(line)
+        if cont is not None:
+            self.note_host(cont.group("host"), int(cont.group("pid")), None, None)
+        elif _FAILURE_HEAD_RE.search(line):
+            hm = _FAILURE_HOST_RE.match(line)
+            host = hm.group("host") if hm else None
+            self.note_error("test-failure", line, line[hm.end() :] if hm else line, line_no, host, None, None)
         return True
+
+    def error_line(self, line: str, line_no: int) -> bool:
+        """An NCCL ``WARN`` line, or an NCCL line saying the communicator failed (``communicator
+        encountered a fatal error``, ``ncclCommInitRank ... failed``): an error line
+        (:meth:`note_error`) with the host, pid and device of its ``HOST:PID:TID [DEV]`` prefix."""
+        if "WARN" not in line and "fatal" not in line and "failed" not in line:
+            return False
+        fatal = _FATAL_RE.search(line) is not None
+        if not fatal and not _WARN_RE.search(line):
+            return False
+        nm = _NCCL_LINE_RE.match(line)
+        host, pid, dev = (
+            (nm.group("host"), int(nm.group("pid")), int(nm.group("dev"))) if nm else (None, None, None)
+        )
+        self.note_error(
+            "fatal" if fatal else "warn", line, line[nm.end() :] if nm else line, line_no, host, pid, dev
+        )
+        return True
+
+    def note_error(
+        self,
+        kind: str,
+        line: str,
+        message: str,
+        line_no: int,
+        host: str | None,
+        pid: int | None,
+        dev: int | None,
+    ) -> None:
+        """Count one error line in its class (from ``message``, the line after its host prefix) and keep
+        it while under :data:`MAX_ERROR_LINES` (past it, only the first line of a class not kept yet)."""
+        cls = _classify(message)
+        self.error_counts[cls] = self.error_counts.get(cls, 0) + 1
+        if kind == "fatal":
+            self.fatal_lines += 1
+        err = NcclErrorLine(line_no, kind, cls, host, pid, dev, line[:MAX_ERROR_LINE_CHARS])
+        if len(self.errors) < MAX_ERROR_LINES:
+            self.errors.append(err)
+        elif cls not in self.late_errors and all(e.error_class != cls for e in self.errors):
+            self.late_errors[cls] = err
+        else:
+            self.errors_dropped += 1
+        if host is not None:
+            self.note_host(host, pid, dev, cls)
+
+    def note_host(self, host: str, pid: int | None, dev: int | None, cls: str | None) -> None:
+        """Add what one line says of ``host`` (a new host past :data:`MAX_ERROR_HOSTS` is ignored)."""
+        acc = self.error_hosts.get(host)
+        if acc is None:
+            if len(self.error_hosts) >= MAX_ERROR_HOSTS:
+                return
+            acc = self.error_hosts[host] = _ErrorHostAcc()
+        acc.note(pid, dev, cls)
 
     def out_of_bounds_line(self, body: str) -> bool:
         """The ``Out of bounds values : N [OK|FAILED]`` trailer line (``body``: without ``#``)."""
@@ -779,6 +1069,21 @@ class _NcclTestsParser:
             truncated=not self.saw_column_header or self.avg_busbw_gbps is None,
             rows_dropped=self.rows_dropped,
             failures_dropped=self.failures_dropped,
+            errors=tuple(sorted([*self.errors, *self.late_errors.values()], key=lambda e: e.line)),
+            errors_dropped=self.errors_dropped,
+            error_counts=dict(self.error_counts),
+            error_hosts=tuple(
+                NcclErrorHost(
+                    host,
+                    acc.errors,
+                    tuple(acc.pids),
+                    tuple(acc.devices),
+                    tuple(c for c in ERROR_CLASSES if c in acc.classes),
+                )
+                for host, acc in self.error_hosts.items()
+            ),
+            error_class=error_class(self.error_counts) or ("other" if self.failures else None),
+            fatal_lines=self.fatal_lines,
         )
 
     def _rank_count(self) -> tuple[int | None, str | None]:
@@ -1045,12 +1350,8 @@ def evaluate(
         return _no_rows_verdict(result, name, details)
 
     findings = _wrong_findings(result)
-    if result.failures:
-        findings.append(
-            Finding(
-                Status.CRITICAL, f"the run failed: {result.failures[0]}", {"failures": list(result.failures)}
-            )
-        )
+    if result.failed or result.errors:
+        findings.append(_error_finding(result))
     assert peak is not None
     findings.append(_bandwidth_finding(result, peak, expected_busbw_gbps, critical_fraction))
     if result.rank_count != 1:
@@ -1067,14 +1368,85 @@ def evaluate(
 
 
 def _no_rows_verdict(result: NcclTestsResult, name: str, details: dict[str, object]) -> Verdict:
-    """The verdict of an output without a result row: CRITICAL when the run says it failed, else
-    UNKNOWN."""
-    if result.failures:
-        finding = Finding(
-            Status.CRITICAL, f"the run failed: {result.failures[0]}", {"failures": list(result.failures)}
-        )
-        return Verdict(Status.CRITICAL, f"{name}: run failed before any result", (finding,), details)
+    """The verdict of an output without a result row: CRITICAL when the run says it failed (a failure
+    line, an NCCL line saying the communicator failed, or NCCL ``WARN`` lines), else UNKNOWN."""
+    if result.failed:
+        finding = _error_finding(result)
+        where = _error_where(result)
+        summary = f"{name}: run failed before any result" + (f" on {where}" if where else "")
+        if result.error_class is not None:
+            summary += f" ({ERROR_CLASSES[result.error_class]})"
+        return Verdict(Status.CRITICAL, summary, (finding,), details)
     return Verdict(Status.UNKNOWN, f"{name}: no result rows found", (), details)
+
+
+_NAMED_HOSTS = 3
+"""Hosts named in a failure's one-line message (the evidence lists every host kept)."""
+
+
+def _culprit_hosts(result: NcclTestsResult) -> list[NcclErrorHost]:
+    """The hosts whose error lines show the run's class (every error host when none does)."""
+    cls = result.error_class
+    hosts = [h for h in result.error_hosts if cls in h.classes]
+    return hosts or list(result.error_hosts)
+
+
+def _error_where(result: NcclTestsResult) -> str:
+    """``host (pid 1, 2; GPU 0)`` for the first :data:`_NAMED_HOSTS` culprit hosts; the rank lines'
+    hosts when no error line names one; ``""`` when neither names any."""
+    hosts = _culprit_hosts(result)
+    parts = []
+    for h in hosts[:_NAMED_HOSTS]:
+        ids = []
+        if h.pids:
+            ids.append(f"pid{'s' if len(h.pids) > 1 else ''} {', '.join(map(str, h.pids[:4]))}")
+        if h.devices:
+            ids.append(f"GPU{'s' if len(h.devices) > 1 else ''} {', '.join(map(str, h.devices[:8]))}")
+        parts.append(h.host + (f" ({'; '.join(ids)})" if ids else ""))
+    names = len(hosts)
+    if not hosts:
+        parts, names = list(result.hosts[:_NAMED_HOSTS]), len(result.hosts)
+    if names > _NAMED_HOSTS:
+        parts.append(f"{names - _NAMED_HOSTS} more")
+    return ", ".join(parts)
+
+
+def _error_finding(result: NcclTestsResult) -> Finding:
+    """The finding of a run's error lines: CRITICAL when the run failed (:attr:`NcclTestsResult.failed`),
+    WARNING for ``WARN`` lines beside a completed table. The message names the class, the hosts and the
+    first line of the class; the evidence holds every line kept, the hosts and the counts."""
+    cls = result.error_class or "other"
+    first = next((e.text for e in result.errors if e.error_class == cls), None)
+    if first is None:
+        first = result.failures[0] if result.failures else (result.errors[0].text if result.errors else "")
+    where = _error_where(result)
+    label = ERROR_CLASSES[cls]
+    if result.failed:
+        status, head = Status.CRITICAL, "the run failed"
+    else:
+        status, head = Status.WARNING, f"NCCL warned ({len(result.errors) + result.errors_dropped} lines)"
+    message = f"{head}: {first}" if cls == "other" else f"{head} ({label}): {first}"
+    if where:
+        message += f" [on {where}]"
+    if cls != "other":
+        message += f"; {ERROR_HINTS[cls]}"
+    return Finding(
+        status,
+        message,
+        {
+            "failures": list(result.failures),
+            "failures_dropped": result.failures_dropped,
+            "error_class": result.error_class,
+            "error_class_label": label,
+            "hint": ERROR_HINTS[cls],
+            "error_counts": dict(result.error_counts),
+            "hosts": [to_jsonable(h) for h in result.error_hosts],
+            "error_lines": [to_jsonable(e) for e in result.errors],
+            "errors_dropped": result.errors_dropped,
+            "rule": f"error lines kept: the first {MAX_ERROR_LINES} (plus each class's first), "
+            f"each cut to {MAX_ERROR_LINE_CHARS} characters",
+        },
+    )
 
 
 def _bandwidth_finding(
