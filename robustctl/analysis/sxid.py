@@ -435,7 +435,7 @@ _SXID_RE = re.compile(
     r"(?:\((?P<dev>(?:[^()]|\([^()]{0,64}\)){0,200})\))?\s*:\s*(?P<code>\d{1,9})\b\s*(?:,\s*(?P<rest>.*))?$"
 )
 _WORD_RE = re.compile(r"^(?P<word>non[- ]?fatal|fatal)\b\s*,?\s*", re.IGNORECASE)
-_LINK_RE = re.compile(r"^(?:link|port)\s*#?\s*(?P<link>\d{1,5})\b\s*,?\s*", re.IGNORECASE)
+_LINK_RE = re.compile(r"^(?:link|port)\s+#?\s*(?P<link>\d{1,5})\b\s*,?\s*", re.IGNORECASE)
 _CONTINUATION_RE = re.compile(r"^(?:severity\s+\d|data\s*\{)", re.IGNORECASE)
 _UPTIME_RE = re.compile(r"\[\s*(?P<uptime>\d+\.\d+)\]")
 # `dmesg --time-format iso` / `dmesg -T` style prefixes the syslog rule does not take:
