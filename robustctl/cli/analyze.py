@@ -25,7 +25,8 @@ def analyze(
     files: Annotated[
         list[str],
         typer.Argument(
-            help="Artefacts: nccl-tests output, kernel logs with XID lines, dcgmi diag output, py-spy dumps;"
+            help="Artefacts: nccl-tests output, kernel logs with XID lines, dcgmi diag output, py-spy dumps,"
+            " NCCL watchdog logs (one with [rankN]: prefixes, or one per rank);"
             " files, directories of them (one level deep) or .tar/.tar.gz/.tgz archives of them.",
             show_default=False,
         ),
