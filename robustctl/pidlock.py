@@ -10,7 +10,6 @@ drops the lock when its holder dies, so a killed holder leaves no stale lock; th
 from __future__ import annotations
 
 import contextlib
-import errno
 import fcntl
 import json
 import os
@@ -19,12 +18,12 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from robustctl.store import PID_MAX, StoreError
+from robustctl.store import LOCK_HOLDER_BYTES, PID_MAX, StoreError, flock_within, lock_holder
 
 __all__ = ["HOLDER_BYTES", "POLL_S", "held_lock"]
 
-HOLDER_BYTES = 4096
-"""Most bytes of a lock file read to name its holder (it holds one small JSON object)."""
+HOLDER_BYTES = LOCK_HOLDER_BYTES
+"""Most bytes of a lock file read to name its holder (the store's :data:`~robustctl.store.LOCK_HOLDER_BYTES`)."""
 
 POLL_S = 0.1
 """Seconds between tries while waiting for a held lock: a holder's release is seen within it, and
@@ -65,17 +64,8 @@ def held_lock(
     except OSError as exc:
         raise StoreError(f"{path}: cannot create the {what}: {exc.strerror}") from None
     try:
-        deadline = time.monotonic() + timeout_s
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except OSError as exc:
-                if exc.errno not in (errno.EAGAIN, errno.EACCES):
-                    raise StoreError(f"{path}: cannot lock: {exc.strerror}") from None
-                if time.monotonic() >= deadline:
-                    raise busy(_holder(fd)) from None
-                time.sleep(POLL_S)
+        if not flock_within(fd, path, timeout_s, POLL_S):
+            raise busy(_holder(fd))
         os.ftruncate(fd, 0)
         os.pwrite(fd, json.dumps({"pid": os.getpid(), **(facts or {}), "since": time.time()}).encode(), 0)
         try:
@@ -90,14 +80,12 @@ def held_lock(
 
 def _holder(fd: int) -> str:
     """Who holds the lock, from what it wrote: ``pid N, started S s ago`` (or that it is unknown)."""
-    try:
-        data = json.loads(os.pread(fd, HOLDER_BYTES, 0).decode() or "{}")
-    except (OSError, ValueError):
-        data = {}
-    pid = data.get("pid") if isinstance(data, dict) else None
+    data = lock_holder(fd)
+    pid = data.get("pid")
     if isinstance(pid, bool) or not isinstance(pid, int) or not 0 < pid <= PID_MAX:
         return "holder's pid unknown"
     since = data.get("since")
-    ok = isinstance(since, (int, float)) and not isinstance(since, bool) and abs(float(since)) < 1e12
-    ago = f", started {time.time() - float(since):.0f} s ago" if ok else ""
+    ago = ""
+    if isinstance(since, (int, float)) and not isinstance(since, bool) and abs(since) < 1e12:
+        ago = f", started {time.time() - float(since):.0f} s ago"
     return f"pid {pid}{ago}"

@@ -108,6 +108,7 @@ from robustctl.errors import ActionRefused, ConfigError
 
 __all__ = [
     "ACTION_TABLES",
+    "LOCK_HOLDER_BYTES",
     "MAX_JSON_DEPTH",
     "NOT_IN_A_TRANSACTION",
     "PID_MAX",
@@ -132,7 +133,9 @@ __all__ = [
     "clean_text",
     "deeper_than",
     "default_path",
+    "flock_within",
     "journal_query",
+    "lock_holder",
     "schema_tables",
     "store_text",
     "time_problem",
@@ -165,6 +168,9 @@ COUNT_MAX = 2**63 - 1
 PID_MAX = 2**31 - 1
 """Largest process id an audit record may hold: ``pid_t`` is a signed 32-bit integer, and
 :func:`os.kill` (``audit`` looks whether the process is gone) refuses a larger one."""
+
+LOCK_HOLDER_BYTES = 4096
+"""Most bytes of a lock file read to name its holder (it holds one small JSON object)."""
 
 SHOWN_VALUE = 40
 """Characters of a bad field's ``repr`` an error line quotes (one line, whatever the field holds)."""
@@ -1085,23 +1091,18 @@ class Store:
             fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o644)
         except OSError as exc:
             raise StoreError(f"{self.lock_path}: cannot create the lock file: {exc.strerror}") from None
-        deadline = time.monotonic() + timeout_s
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except OSError as exc:
-                if exc.errno not in (errno.EAGAIN, errno.EACCES):
-                    os.close(fd)
-                    raise StoreError(f"{self.lock_path}: cannot lock: {exc.strerror}") from None
-                if time.monotonic() >= deadline:
-                    holder = _read_holder(fd)
-                    os.close(fd)
-                    raise StoreLocked(
-                        f"another robustctl is acting on {self.path} ({holder}); waited {timeout_s:g} s. "
-                        "Retry when it finishes, or pass a longer --lock-timeout"
-                    ) from None
-                time.sleep(poll_s)
+        try:
+            taken = flock_within(fd, self.lock_path, timeout_s, poll_s)
+        except StoreError:
+            os.close(fd)
+            raise
+        if not taken:
+            holder = _read_holder(fd)
+            os.close(fd)
+            raise StoreLocked(
+                f"another robustctl is acting on {self.path} ({holder}); waited {timeout_s:g} s. "
+                "Retry when it finishes, or pass a longer --lock-timeout"
+            )
         holder = json.dumps({"pid": os.getpid(), "who": self.who, "action": action, "since": self.clock()})
         os.ftruncate(fd, 0)
         os.pwrite(fd, holder.encode(), 0)
@@ -1609,15 +1610,62 @@ def _audit_step(r: StoreRow) -> AuditStep:
     )
 
 
-def _read_holder(fd: int) -> str:
+def flock_within(fd: int, path: Path, timeout_s: float, poll_s: float) -> bool:
+    """Take an exclusive ``fcntl`` lock on ``fd``, trying again every ``poll_s`` for ``timeout_s``.
+
+    The one locking loop of the house: the store's action lock and :func:`robustctl.pidlock.held_lock`
+    (sweep, watch and playbook locks) both take their lock here.
+
+    Args:
+        fd: an open descriptor of the lock file.
+        path: the lock file, for messages.
+        timeout_s: how long to wait for another holder, seconds (0: one try).
+        poll_s: seconds between tries.
+
+    Returns:
+        True when the lock is taken; False when another process still held it at the deadline.
+
+    Raises:
+        StoreError: the lock cannot be taken for another reason (e.g. the file system refuses locks).
+    """
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except OSError as exc:
+            if exc.errno not in (errno.EAGAIN, errno.EACCES):
+                raise StoreError(f"{path}: cannot lock: {exc.strerror}") from None
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(poll_s)
+
+
+def lock_holder(fd: int) -> dict[str, Any]:
+    """What a lock's holder wrote into its lock file: one small JSON object (at most
+    :data:`LOCK_HOLDER_BYTES` read); empty when the file is empty, unreadable or not an object.
+
+    Args:
+        fd: an open descriptor of the lock file.
+
+    Returns:
+        The object's fields, unchecked: callers validate what they show.
+    """
     try:
-        data = json.loads(os.pread(fd, 4096, 0).decode() or "{}")
+        data = json.loads(os.pread(fd, LOCK_HOLDER_BYTES, 0).decode() or "{}")
     except (OSError, ValueError):
-        data = {}
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _read_holder(fd: int) -> str:
+    data = lock_holder(fd)
     if not data:
         return "holder unknown"
     since = data.get("since")
-    ago = f", for {time.time() - float(since):.0f} s" if isinstance(since, (int, float)) else ""
+    ago = ""
+    if isinstance(since, (int, float)) and not isinstance(since, bool) and abs(since) < 1e12:
+        ago = f", for {time.time() - float(since):.0f} s"
     return f"pid {data.get('pid')} of {data.get('who')}, {data.get('action')}{ago}"
 
 

@@ -4,6 +4,7 @@ fields checked as they are read (issue 21 item 6) and the audit check before an 
 from __future__ import annotations
 
 import math
+import os
 import sqlite3
 import stat
 from pathlib import Path
@@ -148,6 +149,39 @@ def test_lock_excludes_a_second_holder_and_names_the_first(tmp_path: Path) -> No
     b.lock("evict", timeout_s=0.2)
     assert b.locked
     b.close()
+
+
+@pytest.mark.parametrize("content", [b"[1, 2]", b"not json", b'{"since": 1e300, "pid": "x"}', b""])
+def test_a_lock_file_holding_no_object_names_no_holder_and_does_not_crash(
+    tmp_path: Path, content: bytes
+) -> None:
+    import fcntl
+    import os
+
+    s = Store.open(tmp_path / "s.db")
+    fd = os.open(s.lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)  # another open file description: conflicts even in this process
+        os.pwrite(fd, content, 0)
+        with pytest.raises(StoreLocked, match=r"another robustctl is acting on .*\(.*\); waited 0 s"):
+            s.lock("evict", timeout_s=0)
+    finally:
+        os.close(fd)
+        s.close()
+
+
+def test_the_playbook_lock_waits_then_names_its_holder(tmp_path: Path) -> None:
+    from robustctl.playbooks import journal
+
+    with Store.open(tmp_path / "s.db") as s, journal.job_lock(s, "j1"):
+        with Store.open(tmp_path / "s.db") as other:
+            with pytest.raises(
+                StoreLocked, match=rf"playbook on job j1 \(pid {os.getpid()}, started \d+ s ago; lock "
+            ):
+                with journal.job_lock(other, "j1", timeout_s=0.2):
+                    pass
+            with journal.job_lock(other, "j2"):  # another job's lock is free
+                pass
 
 
 def test_read_only_store_is_a_clear_config_error(tmp_path: Path) -> None:
