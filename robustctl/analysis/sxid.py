@@ -19,9 +19,11 @@ Source of the catalogue: NVIDIA, *Fabric Manager for NVIDIA NVSwitch Systems* us
 https://docs.nvidia.com/datacenter/tesla/pdf/fabric-manager-user-guide.pdf; document history 0.6,
 "updated SXid error details"), appendix "NVSwitch Errors", tables *Non-Fatal NVSwitch SXid Errors*,
 *Fatal NVSwitch SXid Errors*, *Always Fatal NVSwitch SXid Errors* and *Other Notable NVSwitch SXid
-Errors* (the entries below follow v1.3, October 2023, as also transcribed by leptonai/gpud
-``components/accelerator/nvidia/sxid/sxid.go``). NVIDIA's *Xid Errors* page says the same: SXids
-"and their usage guidance" are documented in the Fabric Manager guide.
+Errors*. The guide's pages confirm the sections and the line format; the per-code names, tables and
+recovery texts below were read from leptonai/gpud ``components/accelerator/nvidia/sxid/sxid.go``,
+which transcribes those tables from DU-09883-001 v1.3 (October 2023) with the guide's wording, and
+were not re-checked cell by cell against the PDF. NVIDIA's *Xid Errors* page says SXids "and their
+usage guidance" are documented in the Fabric Manager guide.
 
 robustctl's verdict of one event (:func:`judge`):
 
