@@ -190,6 +190,18 @@ def test_extra_fields_are_bounded_and_cannot_overwrite_the_core_ones(tmp_path: P
     agent.close()
 
 
+def test_a_value_whose_repr_and_float_raise_is_written_as_unprintable() -> None:
+    class Hostile:
+        def __repr__(self) -> str:
+            raise RuntimeError("no repr")
+
+        def __float__(self) -> float:
+            raise RuntimeError("no float")
+
+    assert jsonsafe.jsonable({"h": [Hostile()]}) == {"h": ["<unprintable>"]}
+    assert jsonsafe.jsonable({1: 2, None: 3}) == {"1": 2, "None": 3}
+
+
 def test_rank_and_world_size_come_from_torchruns_environment(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
