@@ -254,7 +254,7 @@ _DESYNC_RES: tuple[tuple[str, re.Pattern[str]], ...] = (
         ),
     ),
 )
-_GLOG_RE = re.compile(r"\[[EWIF](?:\d{4} [\d:.]{8,20}(?: +\d{1,9})?)? ?ProcessGroupNCCL\.cpp:\d{1,6}\]")
+_GLOG_RE = re.compile(r"\[[EWIF](?:\d{3,4} [\d:.]{8,20}(?: +\d{1,9})?)? ?ProcessGroupNCCL\.cpp:\d{1,6}\]")
 _KEYWORDS = ("ProcessGroupNCCL", "atchdog", "NCCL work", "WorkNCCL", "NCCL operations", "collective", "Rank ")
 
 
@@ -424,7 +424,7 @@ _CLAIM_MARKERS = (
     b"NCCL Work update periodically",
 )
 _CLAIM_GLOG_RE = re.compile(
-    rb"\[[EWIF](?:\d{4} [\d:.]{8,20}(?: +\d{1,9})?)? ?ProcessGroupNCCL\.cpp:\d{1,6}\]"
+    rb"\[[EWIF](?:\d{3,4} [\d:.]{8,20}(?: +\d{1,9})?)? ?ProcessGroupNCCL\.cpp:\d{1,6}\]"
 )
 
 
