@@ -348,7 +348,7 @@ _TAG = (
     rf"\[[^\[\]\n]{{0,{_MAX_TAG_CHARS}}}\](?:<std(?:out|err)>)?:?"
     rf"|\([^()\n]{{0,{_MAX_TAG_CHARS}}}\):?"
     r"|\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:[.,]\d{1,9})?(?:Z|[+-]\d{2}:?\d{2})?:?(?=\s|$)"
-    r"|\d{1,9}:(?=\s|$)"
+    r"|\d{1,9}:(?=\s|$)(?!\s*Test (?:NCCL|CUDA) failure)"
     r"|[A-Za-z_][\w.-]{0,253}:(?=\s|$)(?!\s*Test (?:NCCL|CUDA) failure)"
 )
 _PREFIX_RE = re.compile(rf"^\s*(?:(?:{_TAG})\s*){{1,{MAX_PREFIX_TAGS}}}")
