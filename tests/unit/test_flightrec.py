@@ -1,0 +1,426 @@
+"""Flight Recorder dumps in ``analyze``: real gloo dumps (tests/data/flight-recorder, made by
+tests/fr_gen.py) name the right rank; crafted dumps in torch's schema cover p2p, cycles, ties,
+pg_config, missing dumps and bad files; a pickle never runs code."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import pickle
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from robustctl.analysis import detect, flightrec
+from robustctl.analysis.flightrec import FrDump, FrLoadError, analyze_dumps, load_dump
+from robustctl.inventory.topology import parse_layout
+from robustctl.models import Status
+
+ROOT = Path(__file__).resolve().parents[2]
+DATA = ROOT / "tests" / "data" / "flight-recorder"
+LAYOUT = parse_layout("tp=2,pp=2")
+CASES = {"skipped-allreduce": ("root", 3), "size-mismatch": ("mismatch", 2), "cascade": ("root", 1)}
+
+
+def _dumps(case: str, *, suffix: str | None = None, drop: tuple[int, ...] = ()) -> list[FrDump]:
+    out = []
+    for p in sorted((DATA / case).iterdir()):
+        if suffix is not None and p.suffix != suffix:
+            continue
+        d = load_dump(str(p), p.read_bytes())
+        if d.rank not in drop:
+            out.append(d)
+    return out
+
+
+# --- crafted dumps in torch's schema -------------------------------------------------------------
+
+
+def _e(rid: int, pg: str, desc: str, seq: int, op: str = "all_reduce", **kw: Any) -> dict[str, Any]:
+    p2p = op in ("send", "recv")
+    return {
+        "record_id": rid,
+        "pg_id": int(pg) if pg.isdigit() else 0,
+        "process_group": [pg, desc],
+        "collective_seq_id": 0 if p2p else seq,
+        "p2p_seq_id": seq if p2p else 0,
+        "op_id": rid + 1,
+        "profiling_name": kw.pop("name", f"nccl:{op}"),
+        "input_sizes": kw.pop("sizes", [[4]]),
+        "output_sizes": kw.pop("out", kw.get("sizes_out", [[4]])),
+        "input_dtypes": ["Float"],
+        "output_dtypes": ["Float"],
+        "state": kw.pop("state", "completed"),
+        "time_created_ns": 1_700_000_000_000_000_000 + rid,
+        "is_p2p": p2p,
+        "frames": [{"name": "train_step", "filename": "train.py", "line": 42}],
+        **kw,
+    }
+
+
+def _dump(rank: int, entries: list[Any], pg_config: dict[str, Any] | None = None) -> dict[str, Any]:
+    return {
+        "version": "2.10",
+        "pg_config": pg_config if pg_config is not None else {"": {"name": "", "desc": "", "ranks": "[]"}},
+        "pg_status": {},
+        "entries": entries,
+        "rank": rank,
+    }
+
+
+def _load(rank: int, doc: dict[str, Any], fmt: str = "json") -> FrDump:
+    data = json.dumps(doc).encode() if fmt == "json" else pickle.dumps(doc, protocol=2)
+    return load_dump(f"crafted/rank{rank}.{fmt}", data)
+
+
+NCCL_PG = {
+    "0": {"name": "0", "desc": "default_pg", "ranks": "[0, 1, 2, 3]"},
+    "1": {"name": "1", "desc": "TENSOR_MODEL_PARALLEL_GROUP", "ranks": "[0, 1]"},
+    "2": {"name": "2", "desc": "TENSOR_MODEL_PARALLEL_GROUP", "ranks": "[2, 3]"},
+    "3": {"name": "3", "desc": "PIPELINE_MODEL_PARALLEL_GROUP", "ranks": "[0, 2]"},
+    "4": {"name": "4", "desc": "PIPELINE_MODEL_PARALLEL_GROUP", "ranks": "[1, 3]"},
+}
+
+
+def _p2p_cascade() -> list[FrDump]:
+    """NCCL-style cascade with a real recv: rank 1 never sends #2 to rank 3 in PP group 4."""
+    tp = "TENSOR_MODEL_PARALLEL_GROUP"
+    pp = "PIPELINE_MODEL_PARALLEL_GROUP"
+    docs = {
+        0: [
+            _e(0, "3", pp, 1, "send", name="nccl:send 0->1"),
+            _e(1, "1", tp, 1),
+            _e(2, "3", pp, 2, "send", name="nccl:send 0->1"),
+            _e(3, "1", tp, 2, state="started"),
+        ],
+        1: [_e(0, "4", pp, 1, "send", name="nccl:send 0->1"), _e(1, "1", tp, 1)],
+        2: [
+            _e(0, "3", pp, 1, "recv", name="nccl:recv 1<-0"),
+            _e(1, "2", tp, 1),
+            _e(2, "3", pp, 2, "recv", name="nccl:recv 1<-0"),
+            _e(3, "2", tp, 2, state="scheduled"),
+        ],
+        3: [
+            _e(0, "4", pp, 1, "recv", name="nccl:recv 1<-0"),
+            _e(1, "2", tp, 1),
+            _e(2, "4", pp, 2, "recv", name="nccl:recv 1<-0", state="started"),
+        ],
+    }
+    return [_load(r, _dump(r, es, NCCL_PG), "pickle") for r, es in docs.items()]
+
+
+# --- the real fixtures -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+@pytest.mark.parametrize("layout", [None, LAYOUT])
+def test_each_fixture_names_the_faulty_rank(case: str, layout: Any) -> None:
+    kind, rank = CASES[case]
+    a = analyze_dumps(_dumps(case), layout, 2 if layout else None)
+    assert a.status is Status.CRITICAL, a.summary
+    assert a.suspect_ranks == (rank,), a.suspects
+    assert a.suspects[0].kind == kind
+    assert a.ranks == (0, 1, 2, 3) and not a.missing_dumps
+    if layout is not None:
+        assert a.suspects[0].host == f"machine-{rank // 2}" and a.suspects[0].machine == rank // 2
+
+
+def test_the_cascade_root_comes_with_its_chain_across_groups() -> None:
+    a = analyze_dumps(_dumps("cascade"), LAYOUT, 2)
+    (root,) = a.suspects
+    assert (root.rank, root.waiters, root.direct) == (1, 3, 2)
+    chain = a.chains[0]
+    assert [h.rank for h in chain.hops] == [2, 3, 1]
+    assert [h.state for h in chain.hops] == ["waiting", "waiting", "not waiting"]
+    assert "all_reduce #2 in TENSOR_MODEL_PARALLEL_GROUP 2" in chain.hops[0].what
+    assert "broadcast #2 in PIPELINE_MODEL_PARALLEL_GROUP 4" in chain.hops[1].what
+    assert a.blocked == {
+        0: "all_reduce #2 in TENSOR_MODEL_PARALLEL_GROUP 1",
+        2: "all_reduce #2 in TENSOR_MODEL_PARALLEL_GROUP 2",
+        3: "broadcast #2 in PIPELINE_MODEL_PARALLEL_GROUP 4",
+    }
+    assert "chain rank 2 → rank 3 → rank 1" in a.summary
+
+
+@pytest.mark.parametrize("suffix", ["", ".json"])
+def test_pickle_and_json_dumps_give_the_same_answer(suffix: str) -> None:
+    for case, (_, rank) in CASES.items():
+        dumps = _dumps(case, suffix=suffix)
+        assert len(dumps) == 4 and {d.format for d in dumps} == {"json" if suffix else "pickle"}
+        assert {d.rank_source for d in dumps} == {"file name"}
+        assert analyze_dumps(dumps, LAYOUT).suspect_ranks == (rank,)
+
+
+@pytest.mark.parametrize("case", ["size-mismatch", "skipped-allreduce"])
+def test_the_answer_does_not_depend_on_read_order(case: str) -> None:
+    dumps = _dumps(case, suffix="")
+    first = analyze_dumps(dumps)
+    for perm in itertools.permutations(dumps):
+        a = analyze_dumps(list(perm))
+        assert a.suspects == first.suspects and a.summary == first.summary
+
+
+def test_a_tied_mismatch_names_nobody_in_any_order() -> None:
+    docs = [_dump(r, [_e(0, "0", "default_pg", 1, sizes=[[4 + r]], state="scheduled")]) for r in range(2)]
+    dumps = [_load(r, d) for r, d in enumerate(docs)]
+    for perm in (dumps, dumps[::-1]):
+        a = analyze_dumps(perm)
+        assert a.status is Status.WARNING and not a.suspects
+        (m,) = a.mismatches
+        assert not m.decided and m.odd_ranks == (0, 1)
+        assert a.undecided is not None and "without a majority" in a.undecided
+
+
+def test_gloo_empty_pg_config_is_rebuilt_from_the_layout() -> None:
+    a = analyze_dumps(_dumps("cascade"), LAYOUT)
+    groups = {g.name: (g.ranks, g.membership, g.kind) for g in a.groups}
+    assert groups == {
+        "0": ((0, 1, 2, 3), "layout", "job"),
+        "1": ((0, 1), "layout", "tp"),
+        "2": ((2, 3), "layout", "tp"),
+        "3": ((0, 2), "layout", "pp"),
+        "4": ((1, 3), "layout", "pp"),
+    }
+    without = {g.name: g.membership for g in analyze_dumps(_dumps("cascade")).groups}
+    assert without == {"0": "world", "1": "observed", "2": "observed", "3": "observed", "4": "observed"}
+
+
+def test_without_descriptions_the_layout_still_places_groups_the_ranks_pin_down() -> None:
+    tp_only = [_load(r, _dump(r, [_e(0, "7", "undefined", 1)])) for r in (2, 3)]
+    (g,) = analyze_dumps(tp_only, LAYOUT).groups
+    assert (g.ranks, g.kind) == ((2, 3), "tp")
+    one = [_load(0, _dump(0, [_e(0, "9", "undefined", 1)]))]
+    a = analyze_dumps(one, LAYOUT)
+    assert a.groups[0].membership == "observed"
+    assert any("the layout allows tp/pp" in n for n in a.notes)
+
+
+def test_a_member_without_a_dump_is_the_missing_root() -> None:
+    a = analyze_dumps(_dumps("cascade", drop=(1,)), LAYOUT, 2)
+    assert a.missing_dumps == (1,)
+    assert a.suspects[0].rank == 1 and a.suspects[0].kind == "missing"
+    assert a.status is Status.CRITICAL
+    assert [h.state for h in a.chains[0].hops][-1] == "no dump"
+    b = analyze_dumps(_dumps("skipped-allreduce", drop=(3,)), LAYOUT)
+    assert b.suspects[0].rank == 3 and b.suspects[0].waiters == 3
+
+
+def test_without_a_layout_a_rank_past_the_highest_dump_is_not_known_to_be_missing() -> None:
+    a = analyze_dumps(_dumps("skipped-allreduce", drop=(3,)))
+    assert not a.suspects and a.status is Status.WARNING
+    assert a.undecided is not None and "every member entered" in a.undecided
+
+
+def test_pg_config_in_the_dump_is_used_and_p2p_waits_are_followed() -> None:
+    a = analyze_dumps(_p2p_cascade())
+    assert {g.membership for g in a.groups} == {"pg_config"}
+    assert a.suspect_ranks == (1,)
+    assert [h.rank for h in a.chains[0].hops] == [2, 3, 1]
+    assert "recv p2p #2 in PIPELINE_MODEL_PARALLEL_GROUP 4" in a.chains[0].hops[1].what
+
+
+def test_a_cycle_is_reported_once_not_looped_on() -> None:
+    a_desc, b_desc = "GROUP_A", "GROUP_B"
+    pg = {
+        "5": {"name": "5", "desc": a_desc, "ranks": "[0, 1]"},
+        "6": {"name": "6", "desc": b_desc, "ranks": "[0, 1]"},
+    }
+    r0 = _dump(
+        0, [_e(0, "5", a_desc, 1), _e(1, "6", b_desc, 1), _e(2, "5", a_desc, 2, state="scheduled")], pg
+    )
+    r1 = _dump(
+        1, [_e(0, "5", a_desc, 1), _e(1, "6", b_desc, 1), _e(2, "6", b_desc, 2, state="scheduled")], pg
+    )
+    a = analyze_dumps([_load(0, r0), _load(1, r1)])
+    assert a.status is Status.CRITICAL
+    assert {s.kind for s in a.suspects} == {"cycle"} and a.suspect_ranks == (0, 1)
+    (chain,) = a.chains
+    assert [h.rank for h in chain.hops] == [0, 1, 0]
+
+
+def test_every_member_in_the_call_is_undecided_not_blamed() -> None:
+    dumps = [_load(r, _dump(r, [_e(0, "0", "default_pg", 1, state="started")])) for r in range(4)]
+    a = analyze_dumps(dumps)
+    assert a.status is Status.WARNING and not a.suspects
+    assert a.undecided is not None and "stuck inside the collective" in a.undecided
+
+
+def test_a_healthy_job_is_ok() -> None:
+    dumps = [_load(r, _dump(r, [_e(0, "0", "default_pg", 1)])) for r in range(2)]
+    a = analyze_dumps(dumps)
+    assert a.status is Status.OK and not a.suspects and not a.blocked
+
+
+# --- loading -----------------------------------------------------------------------------------------
+
+
+class _Evil:
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self) -> tuple[Any, tuple[str]]:
+        return (os.system, (f"touch {self.marker}",))
+
+
+def test_a_pickle_that_would_run_code_is_refused_and_nothing_runs(tmp_path: Path) -> None:
+    marker = tmp_path / "ran"
+    evil = pickle.dumps({"version": "2.10", "pg_config": {}, "entries": [_Evil(marker)]}, protocol=2)
+    assert flightrec.claim("nccl_trace_rank_0", evil)
+    with pytest.raises(
+        FrLoadError, match=r"^x/rank0: not a Flight Recorder dump: refused to load (posix|os)\.system"
+    ):
+        load_dump("x/rank0", evil)
+    assert not marker.exists()
+    report = detect.analyze_inputs([_write(tmp_path / "d" / "nccl_trace_rank_0", evil)])
+    (entry,) = report.artefacts
+    assert entry.kind == "flight-recorder" and entry.status is Status.UNKNOWN
+    assert "refused to load" in entry.findings[0].message
+    assert not marker.exists()
+
+
+def _write(path: Path, data: bytes) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data)
+    return path
+
+
+@pytest.mark.parametrize(
+    ("data", "reason"),
+    [
+        (b"", "neither a pickle nor a JSON object"),
+        (b"hello", "neither a pickle nor a JSON object"),
+        (b"{not json", "damaged JSON"),
+        (b"[1, 2]", "neither a pickle nor a JSON object"),
+        (b'{"a": 1}', "no entries, pg_config or pg_status"),
+        (b'{"entries": 5}', "no entries, pg_config or pg_status"),
+        (b"\x80\x02}q\x00", "damaged pickle"),
+        (pickle.dumps([1, 2], protocol=2), "top level is not a dict"),
+        (b'{"entries": []}' + b"\xff", "not UTF-8"),
+    ],
+)
+def test_bad_files_raise_one_clear_error(data: bytes, reason: str) -> None:
+    with pytest.raises(FrLoadError, match=f"^f: .*{reason}"):
+        load_dump("f", data)
+
+
+def test_bounds(monkeypatch: pytest.MonkeyPatch) -> None:
+    doc = _dump(0, [_e(i, "0", "default_pg", i + 1) for i in range(10)])
+    monkeypatch.setattr(flightrec, "MAX_ENTRIES", 4)
+    d = _load(0, doc)
+    assert len(d.entries) == 4 and d.skipped == 6
+    monkeypatch.setattr(flightrec, "MAX_DUMP_BYTES", 100)
+    with pytest.raises(FrLoadError, match="larger than"):
+        _load(0, doc)
+
+
+def test_malformed_entries_are_skipped_and_counted() -> None:
+    doc = _dump(0, [_e(0, "0", "default_pg", 1), {"record_id": 1}, "junk", _e(2, "0", "default_pg", 0)])
+    d = _load(0, doc)
+    assert len(d.entries) == 1 and d.skipped == 3
+
+
+@pytest.mark.parametrize(
+    ("name", "rank"),
+    [
+        ("nccl_trace_rank_3", 3),
+        ("/tmp/nccl_trace_rank_12.json", 12),
+        ("rank3.json", 3),
+        ("dumps.tgz:fr/Rank-7.pkl", 7),
+        ("trace_5", 5),
+        ("rank2_copy1.json", 2),
+        ("trace.json", None),
+    ],
+)
+def test_rank_from_the_file_name_as_torch_names_it(name: str, rank: int | None) -> None:
+    assert flightrec.rank_from_name(name) == rank
+
+
+def test_the_rank_field_wins_over_the_file_name() -> None:
+    d = load_dump("nccl_trace_rank_9", json.dumps(_dump(2, [])).encode())
+    assert (d.rank, d.rank_source) == (2, "dump")
+
+
+def test_a_dump_without_rank_is_noted_not_used() -> None:
+    doc = _dump(0, [])
+    del doc["rank"]
+    a = analyze_dumps([load_dump("trace.json", json.dumps(doc).encode())])
+    assert a.status is Status.UNKNOWN and "no rank" in a.notes[0]
+
+
+# --- analyze -----------------------------------------------------------------------------------------
+
+
+def test_claims_every_fixture_and_nothing_of_the_other_kinds() -> None:
+    for p in DATA.rglob("*"):
+        if p.is_file() and p.name != "SOURCE.md":
+            assert flightrec.claim(p.name, p.read_bytes()[: detect.HEAD_BYTES]), p
+    data_root = ROOT / "tests" / "data"
+    others = [p for p in data_root.rglob("*") if p.is_file() and DATA not in p.parents]
+    assert others
+    for p in others:
+        assert not flightrec.claim(p.name, p.read_bytes()[: detect.HEAD_BYTES]), p
+
+
+def test_analyze_groups_the_dumps_with_bad_files_and_other_kinds_beside_them(tmp_path: Path) -> None:
+    d = tmp_path / "run"
+    shutil.copytree(DATA / "skipped-allreduce", d)
+    (d / "notes.txt").write_text("just words\n")
+    (d / "nccl_trace_rank_9").write_bytes(b"\x80\x02 entries damaged")
+    report = detect.analyze_inputs([d], layout=LAYOUT, ranks_per_host=2)
+    fr = next(a for a in report.artefacts if a.kind == "flight-recorder")
+    assert fr.status is Status.CRITICAL
+    assert fr.details["suspects"][0]["rank"] == 3
+    assert fr.details["not_read"][0]["file"].endswith("nccl_trace_rank_9")
+    assert any(f.status is Status.UNKNOWN for f in fr.findings)
+    assert json.dumps(fr.details)
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_cli_end_to_end(case: str) -> None:
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "robustctl",
+            "analyze",
+            str(DATA / case),
+            "--layout",
+            "tp=2,pp=2",
+            "-G",
+            "2",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        cwd=ROOT,
+    )
+    assert proc.returncode == 2, proc.stderr
+    doc = json.loads(proc.stdout)
+    (entry,) = doc["artefacts"]
+    assert entry["kind"] == "flight-recorder" and entry["status"] == "critical"
+    suspect = entry["details"]["suspects"][0]
+    assert (suspect["rank"], suspect["kind"]) == tuple(reversed(CASES[case]))
+    assert suspect["host"] == f"machine-{suspect['rank'] // 2}"
+    assert "Traceback" not in proc.stderr
+
+
+def test_torchfrtrace_crashes_on_the_same_gloo_dumps_and_exits_1(tmp_path: Path) -> None:
+    """torch's own analyzer on the cascade: it cannot map gloo's empty pg_config (KeyError), names no
+    rank and exits 1; robustctl names rank 1 from the same files (given the layout)."""
+    exe = Path(sys.executable).with_name("torchfrtrace")
+    if not exe.exists():
+        pytest.skip("torchfrtrace is not installed")
+    for p in (DATA / "cascade").glob("nccl_trace_rank_?"):
+        shutil.copy(p, tmp_path / p.name)
+    proc = subprocess.run([str(exe), str(tmp_path)], capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 1
+    assert "KeyError" in proc.stderr
+    mine = analyze_dumps([load_dump(str(p), p.read_bytes()) for p in tmp_path.iterdir()], LAYOUT)
+    assert mine.suspect_ranks == (1,)
