@@ -137,3 +137,13 @@ def test_each_fixture_is_one_entry_when_given_with_the_others(name: str) -> None
     report = detect.analyze_inputs(sorted(DATA.glob("*.log")))
     assert [a.kind for a in report.artefacts] == ["nccl-watchdog"]
     assert str(DATA / name) in report.artefacts[0].details["members"]
+
+
+def test_crafted_per_rank_logs_of_the_readme_name_the_silent_rank() -> None:
+    d = DATA / "crafted-8rank-silent-rank5"
+    entry = detect.analyze_inputs([d], layout=parse_layout("tp=2,pp=2,dp=2"), ranks_per_host=4).artefacts[0]
+    assert (entry.kind, entry.status) == ("nccl-watchdog", Status.CRITICAL)
+    assert entry.details["suspect_ranks"] == [5]
+    assert entry.details["suspects"][0]["category"] == "silent"
+    assert rows(entry) == {("PG 0 (default_pg)", 4211, "ALLREDUCE")}
+    assert entry.details["rank_count"] == 7
