@@ -1223,8 +1223,24 @@ def _hang_findings(tally: WatchdogTally, suspects: _Suspects) -> list[Finding]:
     ]
 
 
+def _reporter_group(tally: WatchdogTally, reporter: int | None) -> _Group | None:
+    """The one named group in which ``reporter`` (a global rank) reported a failure, if exactly one."""
+    if reporter is None:
+        return None
+    found = [
+        g
+        for g in tally.groups.values()
+        if g.uid != _UNKNOWN_GROUP and any(m.failed and m.global_rank == reporter for m in g.members.values())
+    ]
+    return found[0] if len(found) == 1 else None
+
+
 def _desync_findings(tally: WatchdogTally, suspects: _Suspects) -> list[Finding]:
-    """The desync report quoted, and the ranks it names."""
+    """The desync report quoted, and the ranks it names.
+
+    The report numbers the ranks of the group that timed out: they are job-wide ranks when that
+    group is the default one (or the log names no other), else they are named by group and rank.
+    """
     named: list[tuple[int | None, WatchdogLine]] = [
         (rep, ev)
         for rep, ev in tally.desync
@@ -1232,18 +1248,20 @@ def _desync_findings(tally: WatchdogTally, suspects: _Suspects) -> list[Finding]
     ]
     if not tally.desync_lines:
         return []
-    global_scope = all(g.is_default or g.uid == _UNKNOWN_GROUP for g in tally.groups.values())
+    only_default = all(g.is_default or g.uid == _UNKNOWN_GROUP for g in tally.groups.values())
     for reporter, ev in named:
+        group = _reporter_group(tally, reporter)
+        global_scope = group.is_default if group is not None else only_default
+        label = group.label if group is not None else "the timed-out process group"
+        line = ev.raw.strip()
+        reason = f"the desync report (rank {reporter if reporter is not None else '?'}) says: {line}"
         for r in ev.desync_ranks:
-            reason = (
-                f"the desync report (rank {reporter if reporter is not None else '?'}) says: {ev.raw.strip()}"
-            )
             if global_scope:
-                suspects.add(r, "desync", reason, evidence=[ev.raw.strip()])
-            else:
-                suspects.add(
-                    None, "desync", reason, group="timed-out group", group_rank=r, evidence=[ev.raw.strip()]
-                )
+                suspects.add(r, "desync", reason, group=label if group is not None else None, evidence=[line])
+                continue
+            member = group.members.get(r) if group is not None else None
+            known = member.global_rank if member is not None else None  # the group rank's own lines
+            suspects.add(known, "desync", reason, group=label, group_rank=r, evidence=[line])
     verdict = [ev.raw.strip() for _rep, ev in named] or tally.desync_lines
     return [
         Finding(

@@ -346,3 +346,48 @@ def test_cli_names_the_lagging_rank_without_a_layout(tmp_path: Path) -> None:
     (entry,) = doc["artefacts"]  # type: ignore[misc]
     assert entry["details"]["suspect_ranks"] == [6]
     assert entry["details"]["likely_culprits"] == [6]
+
+
+def test_a_desync_report_of_a_sub_group_names_group_ranks(tmp_path: Path) -> None:
+    tp = "[PG ID 2 PG GUID 9(TP) Rank {g}]"
+    logs = {
+        4: [
+            glog(STATUS.format(prefix=tp.format(g=0), seq=7, enq=7, done=6), 1785),
+            glog("Rank 0", 1937),
+            "\t - [0] Timeout at collective: ALLREDUCE, #7",
+            "\t - To our best knowledge, the lagging/dead/mismatched ranks that caused the desync are:",
+            "\t   - [0] joined but didn't finish collective #7 (count from 1)",
+            "\t     [1] finished collective #6, but didn't join collective #7 (count from 1)",
+        ],
+        5: [
+            glog(
+                f"{tp.format(g=1)} NCCL Work update periodically: last enqueued NCCL work: 6, "
+                "last completed NCCL work: 6.",
+                1700,
+            )
+        ],
+        6: [
+            glog(STATUS.format(prefix="[PG ID 2 PG GUID 11(TP) Rank 0]", seq=7, enq=7, done=6), 1785),
+            glog("Rank 0", 1937),
+            "\t - To our best knowledge, ranks [1] are the lagging ranks that caused this "
+            "timeout. They never joined any collectives",
+        ],
+    }
+    entry = judge(write_ranks(tmp_path / "job", logs), layout=None)
+    named = {
+        (s["rank"], s["group_rank"], s["process_group"])
+        for s in entry.details["suspects"]
+        if s["category"] == "desync"
+    }
+    assert named == {(4, 0, "PG 9 (TP)"), (5, 1, "PG 9 (TP)"), (None, 1, "PG 11 (TP)")}
+    assert 4 in entry.details["suspect_ranks"] and 5 in entry.details["suspect_ranks"]
+    assert any("TORCH_NCCL_DESYNC_DEBUG" in f.message for f in entry.findings)
+
+
+def test_a_heartbeat_monitor_timeout_names_its_rank(tmp_path: Path) -> None:
+    logs = {r: rank_log(r) for r in range(8)}
+    logs[3] = [glog(f"{DEFAULT.format(r=3)} Heartbeat monitor timed out! Process will be terminated after dumping "
+                    "debug info. workMetaList_.size()=1", 1384)]  # fmt: skip
+    entry = judge(write_ranks(tmp_path / "job", logs))
+    assert entry.details["suspect_ranks"] == [3]
+    assert entry.details["watchdog_stuck"][0]["process_group"] == "PG 0 (default_pg)"
