@@ -17,8 +17,11 @@ releases (the log prefix names the process group and the rank *within it*):
   ``[Rank r]`` until 2.6, so it is tied to its group through the status line of the same rank and
   sequence number.
 - 2.5+: ``[PG ID <local id> PG GUID <uid>(<desc>) Rank r]``; 2.7+ ``failure detected by watchdog at
-  work sequence id: N PG status: last enqueued work: N, last completed work: N`` (later releases add
-  ``last started work: N (<op>)``, the started-sequence fields; all three are read when present).
+  work sequence id: N PG status: last enqueued work: N, last completed work: N``. 2.12 adds the
+  started-sequence fields (pytorch/pytorch#183656, "Surface started-work metadata in NCCL watchdog
+  timeouts": ``lastStartedSeq`` and ``lastStartedWorkName``), printed ``last started work: 19
+  (_ALLGATHER_BASE)`` or ``last started work: -1`` in 2.13 logs posted since; ``last started (NCCL)
+  work: N`` with or without the op is read, and every field is optional.
 - ``TORCH_NCCL_DESYNC_DEBUG`` (``retrieveDesyncReport``): ``[r] Timeout at collective: <op>, #N``,
   ``ranks [a, b] are the lagging ranks that caused this timeout. They never joined any collectives``,
   ``[a, b] joined but didn't finish collective #N (count from 1)``, ``[a, b] finished collective #N,
