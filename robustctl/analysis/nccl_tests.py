@@ -1,9 +1,14 @@
 """Parse and judge nccl-tests output (``all_reduce_perf``, ``all_gather_perf``, ``alltoall_perf``, ...).
 
 The parser takes the text as people save it: with or without the ``# nThread ...`` header and the
-``# Using devices`` rank lines, with MPI output prefixes (``[0]``, ``[1,0]<stdout>:``) or indentation,
-the current ``#wrong`` column or the old ``error`` column (max absolute error), ``N/A`` cells, and
-tables cut at either end (no column header, no ``# Avg bus bandwidth`` line).
+``# Using devices`` rank lines, with any launcher's line prefixes (a run of tags in any order:
+``[0]``, ``[1,0]<stdout>:``, Ray's ``(RayWorker pid=N, ip=...)``, ``host:`` and ``srun -l`` ``0:``
+labels, timestamps; :data:`MAX_PREFIX_TAGS`) or indentation, the current ``#wrong`` column or the old
+``error`` column (max absolute error), ``N/A`` cells, and tables cut at either end (no column header,
+no ``# Avg bus bandwidth`` line). A run that failed, with or without a table, is read from its error
+lines: nccl-tests' ``HOST: Test NCCL failure`` / ``Test CUDA failure`` lines and NCCL's ``HOST:PID:TID
+[DEV] ... NCCL WARN`` lines, which name the hosts, pids and devices and give the failure a class
+(:data:`ERROR_CLASSES`: CUDA device state, NVLS, IB/RoCE transport, socket bootstrap, other).
 
 Bus bandwidth (nccl-tests ``doc/PERFORMANCE.md``, https://github.com/NVIDIA/nccl-tests/blob/master/doc/PERFORMANCE.md):
 ``busbw = algbw x factor`` with factor ``2(n-1)/n`` for all-reduce, ``(n-1)/n`` for reduce-scatter,
@@ -15,7 +20,9 @@ Verdict (:func:`evaluate`), most severe first:
 - wrong values -> CRITICAL: any ``#wrong`` > 0, an old ``error`` value above the data type's
   tolerance (nccl-tests' ``DeltaMaxValue``: 5e-2 for 16-bit floats, 1e-5 for float, 1e-12 for
   double, any non-zero for integers), or ``# Out of bounds values : N FAILED`` (NVIDIA/nccl-tests#37);
-- the run aborted (``Test NCCL failure``, ``Test CUDA failure``) -> CRITICAL;
+- the run failed (``Test NCCL failure``, ``Test CUDA failure``, an NCCL ``communicator encountered a
+  fatal error``, or NCCL ``WARN`` lines and no table row) -> CRITICAL, with its error lines, hosts and
+  class; NCCL ``WARN`` lines beside a complete table -> WARNING;
 - busbw 0 at every size with more than one rank -> CRITICAL (invalid measurement);
 - one rank -> NOT_APPLICABLE for bandwidth;
 - an expected busbw given: peak busbw below it -> WARNING, below ``critical_fraction`` (default 0.8)
@@ -59,13 +66,18 @@ __all__ = [
     "COLLAPSE_MIN_PEAK_GBPS",
     "COLLAPSE_MIN_SIZES",
     "COLLAPSE_RATIO",
+    "ERROR_CLASSES",
+    "ERROR_HINTS",
     "BusbwCollapse",
+    "NcclErrorHost",
+    "NcclErrorLine",
     "NcclMeasurement",
     "NcclRank",
     "NcclRow",
     "NcclTestsResult",
     "busbw_collapses",
     "busbw_factor",
+    "error_class",
     "evaluate",
     "infer_rank_count",
     "looks_like_nccl_tests",

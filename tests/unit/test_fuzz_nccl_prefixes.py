@@ -3,7 +3,8 @@ every real nccl-tests output of tests/data/nccl-tests (tables, and runs that fai
 each line wrapped in a generated stack of launcher tags (bracketed ``[1,0]<stdout>:`` / ``[0]`` /
 ``[timestamp]``, parenthesised Ray ``(RayWorker pid=N, ip=...)``, ``host:`` and ``N:`` labels,
 timestamps; in any order, one stack per line or one for the whole run), parses to exactly the result
-of the unprefixed text (same rows and values, ranks, error lines, hosts) and gets the same verdict.
+of the unprefixed text (same rows and values, ranks, error lines, hosts), gets the same verdict and is
+recognised as the same kind.
 Seeded and bounded by the ``ci`` profile (tests/conftest.py).
 """
 
@@ -33,8 +34,10 @@ REAL_FAILED_RUNS = (
     "issue-nccltests252-h100-2node-ib-completion-error.txt",
     "issue-nccltests14-docker-8gpu-socket-no-interface.txt",
     "issue-nccltests5-p100-8gpu-nccl1-unhandled-cuda.txt",
+    "issue-nccl1705-h100-nvls-invalid-argument.txt",
 )
 TEXTS = {name: (DATA / name).read_text() for name in REAL_TABLES + REAL_FAILED_RUNS}
+KINDS = {name: analyze_text(text).kind for name, text in TEXTS.items()}
 
 _RANK = st.integers(0, 4095)
 _PID = st.integers(1, 4_194_304)
@@ -104,7 +107,7 @@ def test_a_prefix_stack_changes_nothing(case: tuple[str, str]) -> None:
         b.summary,
         [f.message for f in b.findings],
     )
-    assert analyze_text(text).kind == "nccl-tests"
+    assert analyze_text(text).kind == KINDS[name]
 
 
 def test_the_fixtures_parse_as_their_threads_say() -> None:

@@ -171,3 +171,20 @@ def test_failure_host_survives_a_host_label_prefix() -> None:
     )
     assert r.failures == ("node2: Test NCCL failure common.cu:1005 'internal error'",)
     assert [h.host for h in r.error_hosts] == ["node2"]
+
+
+def test_nccl1705_nvls_warns_behind_timestamps_name_the_gpus() -> None:
+    """NCCL WARN lines only (the paste stops before nccl-tests' failure line): not nccl-tests output on
+    its own, but read as nccl-tests output the NVLS class and the GPUs of bm-h100-02 come out."""
+    text = load("issue-nccl1705-h100-nvls-invalid-argument.txt")
+    assert not looks_like_nccl_tests(text)
+    r = parse_nccl_tests(text)
+    assert r.error_class == "nvls" and r.error_counts == {"nvls": 4}
+    (host,) = r.error_hosts
+    assert (host.host, host.pids, host.devices) == ("bm-h100-02", (630335,), (2, 1, 6, 5))
+    v = evaluate(r)
+    assert v.status is Status.CRITICAL and "NVLS/NVSwitch" in v.summary
+    assert "NCCL_NVLS_ENABLE=0" in v.findings[0].message
+    with_failure = text + "bm-h100-02: Test NCCL failure common.cu:1097 'unhandled cuda error'\n"
+    a = analyze_text(with_failure)
+    assert (a.kind, a.status) == ("nccl-tests", Status.CRITICAL) and "NVLS/NVSwitch" in a.summary
