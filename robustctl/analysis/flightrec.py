@@ -849,7 +849,6 @@ def _waits(views: Mapping[int, _View], groups: Mapping[str, FrGroup]) -> _Graph:
         if peers is None:
             graph.unplaced.append(rank)
             continue
-        label = group.label if group is not None else e.pg_name
         out: list[int] = []
         for b in peers:
             bv = views.get(b)
@@ -862,9 +861,7 @@ def _waits(views: Mapping[int, _View], groups: Mapping[str, FrGroup]) -> _Graph:
                 out.append(b)
                 kind = "p2p operation" if e.is_p2p else "collective"
                 graph.why[(rank, b)] = (
-                    f"rank {b}'s last {kind} in {label} is #{last}"
-                    if last
-                    else f"rank {b} recorded none in {label}"
+                    f"rank {b}'s last {kind} there is #{last}" if last else f"rank {b} recorded none there"
                 )
         if out:
             graph.edges[rank] = out
@@ -1014,10 +1011,10 @@ def _root_suspects(
             for a in direct[:MAX_LISTED]
         ]
         end_hop = chain.hops[-1]
-        state = "left no dump" if missing else f"waits on nobody ({end_hop.what})"
+        state = "left no dump" if missing else "waits on nobody"
         reason = (
             f"root of the waits: {len(dist) - 1} rank(s) wait on it and it {state}; rank {direct[0]} waits "
-            f"in {_what(first, groups)} and {graph.why[(direct[0], end)]}; chain {_short(chain)}"
+            f"in {_what(first, groups)}, {graph.why[(direct[0], end)]}; chain {_short(chain)}"
         )
         host, machine = placer.where(end)
         suspect = FrSuspect(

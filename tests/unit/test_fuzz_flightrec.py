@@ -25,8 +25,8 @@ pytestmark = pytest.mark.fuzz
 PICKLE_HEADS = st.sampled_from([b"", b"\x80\x02", b"\x80\x04", b"\x80\x05", b"{", b'{"entries": ['])
 
 
-def _no_system(*args: Any) -> int:
-    raise AssertionError(f"os.system called: {args!r}")
+def _no_system(command: str | bytes | os.PathLike[str] | os.PathLike[bytes]) -> int:
+    raise AssertionError(f"os.system called: {command!r}")
 
 
 @given(head=PICKLE_HEADS, body=st.binary(max_size=300))
