@@ -1142,15 +1142,12 @@ def _silent(
             device=label if len(silent) == 1 else None,
         )
     ]
-    for rank in silent[: MAX_SUSPECTS + 1]:
-        evidence = _group_evidence(topology, rank, reporters)
-        suspects.add(
-            rank,
-            "silent",
-            "printed nothing while "
-            + ("the others reported a timeout or failure" if failed else "the other ranks printed"),
-            evidence=evidence,
-        )
+    reason = "printed nothing while " + (
+        "the others reported a timeout or failure" if failed else "the other ranks printed"
+    )
+    for rank in silent:  # every one counted in suspect_ranks; past MAX_SUSPECTS not listed one by one
+        evidence = _group_evidence(topology, rank, reporters) if len(suspects.items) < MAX_SUSPECTS else []
+        suspects.add(rank, "silent", reason, evidence=evidence)
     return findings, info
 
 

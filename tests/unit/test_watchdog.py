@@ -391,3 +391,15 @@ def test_a_heartbeat_monitor_timeout_names_its_rank(tmp_path: Path) -> None:
     entry = judge(write_ranks(tmp_path / "job", logs))
     assert entry.details["suspect_ranks"] == [3]
     assert entry.details["watchdog_stuck"][0]["process_group"] == "PG 0 (default_pg)"
+
+
+def test_many_silent_ranks_are_all_counted_and_the_first_listed(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(watchdog, "MAX_SUSPECTS", 4)
+    tally = WatchdogTally()
+    for line in rank_log(0):
+        tally.add_line(f"[rank0]:{line}")
+    verdict = evaluate(tally, layout=parse_layout("tp=8,dp=8"), ranks_per_host=8)
+    assert verdict.details["silent_ranks"] == "1-63"
+    assert verdict.details["suspect_ranks"] == list(range(1, 64))
+    assert [s["rank"] for s in verdict.details["suspects"]] == [1, 2, 3, 4]
+    assert verdict.details["suspects_not_listed"] == 59
