@@ -153,7 +153,8 @@ class EventKind(str, Enum):
     STUCK = "stuck"
     """``ProcessGroupNCCL's watchdog got stuck for N seconds``."""
     FAILED = "failed"
-    """``Some NCCL operations have failed or timed out``."""
+    """``Some NCCL operations have failed or timed out``, ``… watchdog thread terminated with exception``
+    (an NCCL error when no timeout is quoted), ``WorkNCCL(…) raised the following async exception``."""
     DESYNC = "desync"
     """A ``TORCH_NCCL_DESYNC_DEBUG`` verdict line."""
     MARKER = "marker"
@@ -257,6 +258,14 @@ _DESYNC_RES: tuple[tuple[str, re.Pattern[str]], ...] = (
         ),
     ),
 )
+_FAILED_MARKERS = (
+    "Some NCCL operations have failed or timed out",
+    "watchdog thread terminated with exception",  # "NCCL watchdog …" (<= 2.1), "Process group watchdog …"
+    "raised the following async exception",  # "WorkNCCL(…) raised the following async exception: NCCL error"
+)
+_WORK_RE = re.compile(
+    r"WorkNCCL\((?P<body>[^()]{0,512}(?:\([^()]{0,16}\)[^()]{0,512}){0,4})\)(?: ran for (?P<ran>\d{1,19}) milliseconds)?"
+)
 _GLOG_RE = re.compile(r"\[[EWIF](?:\d{3,4} [\d:.]{8,20}(?: +\d{1,9})?)? ?ProcessGroupNCCL\.cpp:\d{1,6}\]")
 _KEYWORDS = ("ProcessGroupNCCL", "atchdog", "NCCL work", "WorkNCCL", "NCCL operations", "collective", "Rank ")
 
@@ -342,8 +351,9 @@ def _event_fields(line: str) -> dict[str, Any] | None:
     st = _STUCK_RE.search(line)
     if st is not None:
         return {"kind": EventKind.STUCK, "stuck_s": int(st.group("s"))}
-    if "Some NCCL operations have failed or timed out" in line:
-        return {"kind": EventKind.FAILED}
+    if any(marker in line for marker in _FAILED_MARKERS):
+        wm = _WORK_RE.search(line)
+        return {"kind": EventKind.FAILED, **(_timeout_fields(wm) if wm is not None else {})}
     for name, rx in _DESYNC_RES:
         dm = rx.search(line)
         if dm is not None:
@@ -423,6 +433,7 @@ _CLAIM_MARKERS = (
     b"Some NCCL operations have failed or timed out",
     b"NCCL watchdog thread",
     b"Process group watchdog thread terminated",
+    b"raised the following async exception",
     b"Timeout at NCCL work:",
     b"NCCL Work update periodically",
 )

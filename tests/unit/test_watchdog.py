@@ -403,3 +403,19 @@ def test_many_silent_ranks_are_all_counted_and_the_first_listed(monkeypatch: pyt
     assert verdict.details["suspect_ranks"] == list(range(1, 64))
     assert [s["rank"] for s in verdict.details["suspects"]] == [1, 2, 3, 4]
     assert verdict.details["suspects_not_listed"] == 59
+
+
+def test_an_nccl_error_without_a_timeout_is_a_failure(tmp_path: Path) -> None:
+    error = parse_line("[E ProcessGroupNCCL.cpp:828] [Rank 2] NCCL watchdog thread terminated with exception: "
+                       "NCCL error: remote process exited or there was a network error, NCCL version 2.14.3")  # fmt: skip
+    assert error is not None and error.kind is EventKind.FAILED
+    work = parse_line("[E ProcessGroupNCCL.cpp:542] [Rank 0] Collective WorkNCCL(SeqNum=89, OpType=ALLREDUCE, "
+                      "NumelIn=67108864, Timeout(ms)=90000) raised the following async exception: NCCL error")  # fmt: skip
+    assert work is not None and (work.kind, work.seq, work.op) == (EventKind.FAILED, 89, "ALLREDUCE")
+    assert claim("x", work.raw.encode())
+    (tmp_path / "job").mkdir()
+    (tmp_path / "job" / "rank2.log").write_text(error.raw + "\n")
+    entry = judge(tmp_path / "job", layout=None)
+    assert entry.status is Status.CRITICAL
+    assert "NCCL operations failed" in entry.summary
+    assert any("on rank 2" in f.message or "on ranks 2" in f.message for f in entry.findings)
