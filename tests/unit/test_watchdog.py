@@ -172,6 +172,18 @@ def test_claim_takes_watchdog_logs_and_leaves_other_artefacts() -> None:
     assert not claim("x", b"\x80\x04\x95 Watchdog caught collective operation timeout \x00\x00")
 
 
+def test_no_other_shipped_artefact_is_claimed() -> None:
+    """nccl-tests output, kernel logs, dcgmi output, py-spy dumps, Flight Recorder dumps keep their kinds."""
+    data = Path(__file__).resolve().parents[1] / "data"
+    others = [p for p in data.rglob("*") if p.is_file() and "nccl-watchdog" not in p.parts]
+    assert len(others) > 50
+    for p in others:
+        head = p.read_bytes()[: detect.HEAD_BYTES]
+        if head[:2] == b"\x1f\x8b":
+            head = gzip.decompress(p.read_bytes())[: detect.HEAD_BYTES]
+        assert not claim(p.name, head), p
+
+
 # --- crafted 8-rank jobs ------------------------------------------------------------------------
 
 
