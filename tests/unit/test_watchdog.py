@@ -180,7 +180,10 @@ def test_no_other_shipped_artefact_is_claimed() -> None:
     for p in others:
         head = p.read_bytes()[: detect.HEAD_BYTES]
         if head[:2] == b"\x1f\x8b":
-            head = gzip.decompress(p.read_bytes())[: detect.HEAD_BYTES]
+            try:
+                head = gzip.decompress(p.read_bytes())[: detect.HEAD_BYTES]
+            except (OSError, EOFError):  # a deliberately damaged archive: its raw bytes are offered
+                pass
         assert not claim(p.name, head), p
 
 
