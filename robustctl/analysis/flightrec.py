@@ -280,12 +280,18 @@ def _sizes(value: Any) -> tuple[tuple[int, ...], ...]:
     return tuple(out)
 
 
+_LIBRARY_FRAME_RE = re.compile(r"/torch/|/multiprocessing/|^<")
+"""Frames of torch itself and of the process launcher: the caller's frame below them is the evidence."""
+
+
 def _frame(frames: Any) -> str | None:
-    if not isinstance(frames, (list, tuple)) or not frames:
+    """The innermost recorded frame outside torch (else the innermost), ``"file:line name"``."""
+    if not isinstance(frames, (list, tuple)):
         return None
-    f = frames[0]
-    if not isinstance(f, Mapping):
+    usable = [f for f in frames[:MAX_SIZES] if isinstance(f, Mapping)]
+    if not usable:
         return None
+    f = next((f for f in usable if not _LIBRARY_FRAME_RE.search(str(f.get("filename", "")))), usable[0])
     return f"{str(f.get('filename', '?'))[-120:]}:{f.get('line', '?')} {str(f.get('name', '?'))[:80]}"
 
 
@@ -517,11 +523,13 @@ class FrHop:
     Attributes:
         rank: the rank. state: ``"waiting"``, ``"not waiting"`` or ``"no dump"``.
         what: ``"all_reduce #2 in TENSOR_MODEL_PARALLEL_GROUP 2"``, or for the end what it did last.
+        frame: the caller's frame of that operation (``"train.py:42 train_step"``), when recorded.
     """
 
     rank: int
     state: str
     what: str
+    frame: str | None = None
 
 
 @dataclass(frozen=True)
@@ -914,9 +922,11 @@ def _chain(path: Sequence[int], views: Mapping[int, _View], groups: Mapping[str,
         if v is None:
             hops.append(FrHop(r, "no dump", "no dump"))
         elif v.blocked is not None:
-            hops.append(FrHop(r, "waiting", _what(v.blocked, groups)))
+            hops.append(FrHop(r, "waiting", _what(v.blocked, groups), v.blocked.frame))
         elif v.latest is not None:
-            hops.append(FrHop(r, "not waiting", f"last recorded: {_what(v.latest, groups)}, complete"))
+            hops.append(
+                FrHop(r, "not waiting", f"last recorded: {_what(v.latest, groups)}, complete", v.latest.frame)
+            )
         else:
             hops.append(FrHop(r, "not waiting", "no operation recorded"))
     parts = [

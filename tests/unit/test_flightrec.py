@@ -424,3 +424,31 @@ def test_torchfrtrace_crashes_on_the_same_gloo_dumps_and_exits_1(tmp_path: Path)
     assert "KeyError" in proc.stderr
     mine = analyze_dumps([load_dump(str(p), p.read_bytes()) for p in tmp_path.iterdir()], LAYOUT)
     assert mine.suspect_ranks == (1,)
+
+
+def test_torchfrtrace_given_the_groups_lists_every_blocked_group_names_a_victim_and_exits_0(
+    tmp_path: Path,
+) -> None:
+    """The same cascade with ``pg_config`` filled in (as NCCL dumps carry it): torchfrtrace reports
+    three groups "not all ranks joining", names rank 3 (a victim, blocked in PP) missing from its TP
+    group next to rank 1, and exits 0; robustctl names rank 1 alone, with the chain."""
+    exe = Path(sys.executable).with_name("torchfrtrace")
+    if not exe.exists():
+        pytest.skip("torchfrtrace is not installed")
+    dumps = []
+    for p in sorted((DATA / "cascade").glob("nccl_trace_rank_?")):
+        doc = pickle.loads(p.read_bytes())  # our own fixture, written by tests/fr_gen.py
+        doc["pg_config"] = NCCL_PG
+        data = pickle.dumps(doc, protocol=2)
+        (tmp_path / p.name).write_bytes(data)
+        dumps.append(load_dump(p.name, data))
+    proc = subprocess.run([str(exe), str(tmp_path)], capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout + proc.stderr
+    assert out.count("Not all ranks joining collective") == 3
+    assert "missing ranks: {3}" in out and "missing ranks: {1}" in out
+    mine = analyze_dumps(dumps)
+    assert {g.membership for g in mine.groups} == {"pg_config"}
+    assert mine.suspect_ranks == (1,)
+    assert [h.rank for h in mine.chains[0].hops] == [2, 3, 1]
+    assert mine.chains[0].hops[0].frame is not None and "fr_gen.py" in mine.chains[0].hops[0].frame
