@@ -22,7 +22,7 @@ Verdict (:func:`evaluate`), most severe first:
   double, any non-zero for integers), or ``# Out of bounds values : N FAILED`` (NVIDIA/nccl-tests#37);
 - the run failed (``Test NCCL failure``, ``Test CUDA failure``, an NCCL ``communicator encountered a
   fatal error``, or NCCL ``WARN`` lines and no table row) -> CRITICAL, with its error lines, hosts and
-  class; NCCL ``WARN`` lines beside a complete table -> WARNING;
+  class; NCCL ``WARN`` lines naming a device or transport class beside a complete table -> WARNING;
 - busbw 0 at every size with more than one rank -> CRITICAL (invalid measurement);
 - one rank -> NOT_APPLICABLE for bandwidth;
 - an expected busbw given: peak busbw below it -> WARNING, below ``critical_fraction`` (default 0.8)
@@ -1424,9 +1424,11 @@ def _error_where(result: NcclTestsResult) -> str:
 
 
 def _error_finding(result: NcclTestsResult) -> Finding:
-    """The finding of a run's error lines: CRITICAL when the run failed (:attr:`NcclTestsResult.failed`),
-    WARNING for ``WARN`` lines beside a completed table. The message names the class, the hosts and the
-    first line of the class; the evidence holds every line kept, the hosts and the counts."""
+    """The finding of a run's error lines: CRITICAL when the run failed (:attr:`NcclTestsResult.failed`);
+    for ``WARN`` lines beside a completed table WARNING when they name a device or transport class, else
+    OK (reported, verdict unchanged: NCCL warns of benign conditions such as a missing libibverbs). The
+    message names the class, the hosts and the first line of the class; the evidence holds every line
+    kept, the hosts and the counts."""
     cls = result.error_class or "other"
     first = next((e.text for e in result.errors if e.error_class == cls), None)
     if first is None:
@@ -1435,8 +1437,9 @@ def _error_finding(result: NcclTestsResult) -> Finding:
     label = ERROR_CLASSES[cls]
     if result.failed:
         status, head = Status.CRITICAL, "the run failed"
-    else:
-        status, head = Status.WARNING, f"NCCL warned ({len(result.errors) + result.errors_dropped} lines)"
+    else:  # WARN lines beside a complete table: worth a look when they name a device or a transport
+        status = Status.OK if cls == "other" else Status.WARNING
+        head = f"NCCL warned ({len(result.errors) + result.errors_dropped} lines)"
     message = f"{head}: {first}" if cls == "other" else f"{head} ({label}): {first}"
     if where:
         message += f" [on {where}]"

@@ -128,7 +128,8 @@ def test_run_class_precedence() -> None:
 
 def test_fatal_communicator_line_fails_a_run_with_a_table() -> None:
     """Error lines after a complete table are findings: a communicator's fatal error makes it CRITICAL,
-    a WARN beside a complete table is a WARNING, with the table's figures kept."""
+    a WARN naming a transport beside a complete table a WARNING, a benign WARN an OK finding; the
+    table's figures are kept."""
     table = load("bitdeer-h100-8gpu-1node-allreduce.txt")
     fatal = "node1:55:66 [2] NCCL INFO comm 0x1 rank 2 nranks 8 - communicator encountered a fatal error"
     v = evaluate(parse_nccl_tests(table + "\n" + fatal + "\n"))
@@ -139,6 +140,9 @@ def test_fatal_communicator_line_fails_a_run_with_a_table() -> None:
     warn = "host:1:2 [0] transport/net_ib.cc:99 NCCL WARN NET/IB : port down"
     v = evaluate(parse_nccl_tests(table + "\n" + warn + "\n"))
     assert v.status is Status.WARNING and "NCCL warned" in v.summary
+    benign = "host:1:2 [0] misc/ibvwrap.cc:63 NCCL WARN Failed to open libibverbs.so[.1]"
+    v = evaluate(parse_nccl_tests(table + "\n" + benign + "\n"))
+    assert v.status is Status.OK and any("Failed to open libibverbs" in f.message for f in v.findings)
     assert evaluate(parse_nccl_tests(table)).status is Status.OK
 
 
