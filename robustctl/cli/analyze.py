@@ -26,7 +26,7 @@ def analyze(
         list[str],
         typer.Argument(
             help="Artefacts: nccl-tests output, kernel logs with XID lines, dcgmi diag output, py-spy dumps,"
-            " NCCL watchdog logs (one with [rankN]: prefixes, or one per rank),"
+            " NCCL watchdog logs (one with \\[rankN]: prefixes, or one per rank),"
             " PyTorch Flight Recorder dumps (pickle or JSON, one per rank; give --layout for gloo's);"
             " files, directories of them (one level deep) or .tar/.tar.gz/.tgz archives of them.",
             show_default=False,
