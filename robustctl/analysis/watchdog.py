@@ -1285,7 +1285,11 @@ def _desync_findings(tally: WatchdogTally, suspects: _Suspects) -> list[Finding]
 
 
 def _summary(
-    rows: Sequence[dict[str, Any]], suspects: _Suspects, tally: WatchdogTally, status: Status
+    rows: Sequence[dict[str, Any]],
+    suspects: _Suspects,
+    tally: WatchdogTally,
+    status: Status,
+    layout_known: bool,
 ) -> str:
     parts = []
     if rows:
@@ -1310,6 +1314,8 @@ def _summary(
             else first[0]["process_group"]
         )
         parts.append(f"suspect {who} ({', '.join(cats)})")
+    elif status is Status.CRITICAL and layout_known:
+        parts.append("no rank named: every rank of the layout printed, none behind or odd")
     elif status is Status.CRITICAL:
         parts.append("no rank named (pass --layout to find ranks that printed nothing)")
     if not parts:
@@ -1371,7 +1377,8 @@ def evaluate(
     if status is Status.SKIPPED:
         status = Status.OK
     details = _details(tally, rows, suspects, silent_info)
-    return Verdict(status, _summary(rows, suspects, tally, status), sort_findings(findings), details)
+    summary = _summary(rows, suspects, tally, status, layout is not None)
+    return Verdict(status, summary, sort_findings(findings), details)
 
 
 def _details(

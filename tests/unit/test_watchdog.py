@@ -439,3 +439,10 @@ def test_an_nccl_error_without_a_timeout_is_a_failure(tmp_path: Path) -> None:
     assert entry.status is Status.CRITICAL
     assert "NCCL operations failed" in entry.summary
     assert any("on rank 2" in f.message or "on ranks 2" in f.message for f in entry.findings)
+
+
+def test_with_a_layout_and_every_rank_printing_the_summary_says_so(tmp_path: Path) -> None:
+    entry = judge(write_ranks(tmp_path / "job", {r: rank_log(r) for r in range(8)}))
+    assert entry.status is Status.CRITICAL
+    assert entry.details["suspect_ranks"] == []
+    assert "every rank of the layout printed" in entry.summary
