@@ -739,7 +739,7 @@ class _View:
     dump: FrDump
     last: dict[tuple[str, bool], int] = field(default_factory=dict)
     first: dict[tuple[str, bool], int] = field(default_factory=dict)
-    at: dict[tuple[str, int], FrEntry] = field(default_factory=dict)
+    at: dict[str, dict[int, FrEntry]] = field(default_factory=dict)  # group -> seq -> collective
     blocked: FrEntry | None = None
     latest: FrEntry | None = None
 
@@ -751,7 +751,7 @@ class _View:
             v.last[key] = max(v.last.get(key, 0), e.seq)
             v.first[key] = min(v.first.get(key, e.seq), e.seq)
             if not e.is_p2p:
-                v.at.setdefault((e.pg_name, e.seq), e)
+                v.at.setdefault(e.pg_name, {}).setdefault(e.seq, e)
             if v.blocked is None and not e.complete:
                 v.blocked = e
             v.latest = e
@@ -821,9 +821,8 @@ def _mismatches(views: Mapping[int, _View], groups: Mapping[str, FrGroup]) -> li
             v = views.get(r)
             if v is None:
                 continue
-            for (gname, seq), e in v.at.items():
-                if gname == g.name:
-                    seqs.setdefault(seq, {})[r] = e
+            for seq, e in v.at.get(g.name, {}).items():
+                seqs.setdefault(seq, {})[r] = e
         for seq in sorted(seqs):
             if len(seqs[seq]) < 2:
                 continue
@@ -1259,9 +1258,15 @@ def to_verdict(analysis: FrAnalysis, unloaded: Iterable[tuple[str, str]] = ()) -
         The verdict; its details hold the analysis as JSON-ready data.
     """
     findings: list[Finding] = []
-    for s in analysis.suspects:
+    for s in analysis.suspects[:MAX_LISTED]:
         where = f" on {s.host}" if s.host else ""
         findings.append(Finding(Status.CRITICAL, f"rank {s.rank}{where}: {s.reason}", asdict(s), device=None))
+    rest = analysis.suspects[MAX_LISTED:]
+    if rest:
+        ranks = compact_ranges(s.rank for s in rest)
+        findings.append(
+            Finding(Status.CRITICAL, f"{len(rest)} more suspect(s): rank(s) {ranks}", {"ranks": ranks})
+        )
     for m in analysis.mismatches:
         if not m.decided:
             findings.append(
