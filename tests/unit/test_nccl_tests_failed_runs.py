@@ -192,3 +192,26 @@ def test_nccl1705_nvls_warns_behind_timestamps_name_the_gpus() -> None:
     with_failure = text + "bm-h100-02: Test NCCL failure common.cu:1097 'unhandled cuda error'\n"
     a = analyze_text(with_failure)
     assert (a.kind, a.status) == ("nccl-tests", Status.CRITICAL) and "NVLS/NVSwitch" in a.summary
+
+
+def test_memory_is_bounded_on_endless_error_lines(monkeypatch: pytest.MonkeyPatch) -> None:
+    """5,000 WARN lines, each from a new host and 2,000 characters long, read as a stream: what is kept
+    stops at the caps (50 lines, each cut; the host cap, lowered here to 500), so the peak stays far
+    below the 10 MB the lines take."""
+    import tracemalloc
+
+    monkeypatch.setattr(nccl_tests, "MAX_ERROR_HOSTS", 500)
+
+    def lines() -> object:
+        for i in range(5_000):
+            yield f"gpu{i:05d}:{i}:{i} [{i % 8}] transport/net_ib.cc:1 NCCL WARN NET/IB : error " + "z" * 2000
+
+    tracemalloc.start()
+    try:
+        r = parse_nccl_tests(lines())  # type: ignore[arg-type]
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert len(r.errors) == nccl_tests.MAX_ERROR_LINES and r.errors_dropped == 5_000 - len(r.errors)
+    assert len(r.error_hosts) == 500 and r.error_counts == {"ib-transport": 5_000}
+    assert peak < 2 * 1024 * 1024, peak
