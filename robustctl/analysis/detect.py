@@ -22,7 +22,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, cast
 
-from robustctl.analysis import Finding, Verdict, dcgm, nccl_tests, sort_findings, sxid, watchdog, xid
+from robustctl.analysis import (
+    Finding,
+    Verdict,
+    dcgm,
+    flightrec,
+    nccl_tests,
+    sort_findings,
+    sxid,
+    watchdog,
+    xid,
+)
 from robustctl.exit_codes import ExitCode
 from robustctl.inputfile import NotReadable, open_regular
 from robustctl.models import SCHEMA_VERSION, Status
@@ -667,6 +677,15 @@ register_group_kind(
         claim=watchdog.claim,
         analyze=watchdog.analyze_members,
         priority=50,
+    )
+)
+register_group_kind(
+    GroupKind(
+        name="flight-recorder",
+        description="PyTorch Flight Recorder dumps (pickle or JSON, one per rank), analysed together",
+        claim=flightrec.claim,
+        analyze=flightrec.analyze_members,
+        priority=40,
     )
 )
 
