@@ -1,6 +1,7 @@
 """``python -m bench`` (``make bench``): every benchmark, each printing ratios against a baseline run
 in the same process.
 
+- :mod:`bench.agent`: the in-job agent's overhead per step (10 ms and 1 s steps), with vs without it.
 - :mod:`bench.fanout`: the L0 probe fanned out to loopback sshd hosts, robustctl vs ``pdsh -R ssh``.
 - :mod:`bench.stacks`: stack clustering + blame on synthetic dumps of 1K-100K ranks (linearity, 100K target).
 - :mod:`bench.saved_dumps`: ``robustctl analyze`` of 10K and 100K saved dumps (files, a directory, a
@@ -29,6 +30,7 @@ in the same process.
 import sys
 
 from bench import (
+    agent,
     failslow,
     fanout,
     recovery,
@@ -56,6 +58,7 @@ BENCHES = {
     "recovery": recovery.main,
     "failslow": failslow.main,
     "soak": soak.main,
+    "agent": agent.main,
 }
 
 args = sys.argv[1:]

@@ -141,6 +141,8 @@ class Agent:
         self._last_write = -math.inf
         self._closed = False
         self._stop = threading.Event()
+        self._wake = threading.Event()
+        self._due = False
         self._thread: threading.Thread | None = None
         self._stacks_file: IO[str] | None = None
         self._server: Any = None
@@ -162,9 +164,11 @@ class Agent:
         """Record that this rank finished ``step``; write the heartbeat when due. Never raises for I/O.
 
         The heartbeat is written at once for the first call, a new ``phase`` and a NaN/Inf loss,
-        else at most every ``interval_s`` (a held-back step is written by the background thread).
-        A loss that is not finite also writes ``run_dir/events/rankRRRRR-STEP-nan.json`` at once
-        (at most :data:`MAX_NAN_EVENTS`).
+        else at most every ``interval_s``, by the agent's writer thread (woken when a write is due;
+        a step held back by the rate limit is written within 1.5 intervals), so the loop never waits
+        on the file system; without the thread (``flusher=False``) in this call. A loss that is not
+        finite also writes ``run_dir/events/rankRRRRR-STEP-nan.json`` in this call (at most
+        :data:`MAX_NAN_EVENTS`).
 
         Args:
             step: the step just finished (the heartbeat's ``step``).
@@ -193,14 +197,33 @@ class Agent:
                 "extra": extra,
             }
             force = self._phase != phase
+            self._phase = phase
             if lossf is not None and not math.isfinite(lossf):
                 force = self._nan_event(step, lossf, tokens) or force
+            self._pending = True
             if force or now - self._last_write >= self.interval_s:
-                self._write()
-            else:
-                self._pending = True
+                if self._thread is None:
+                    self._write()
+                else:  # the writer thread does the I/O: a slow shared file system never stalls the loop
+                    self._due = True
+                    self._wake.set()
         except Exception as exc:  # the training loop goes on whatever the agent met
             self._error("recording a step", exc)
+
+    def writer_cpu_s(self) -> float | None:
+        """CPU seconds the writer thread has used so far (its per-thread clock).
+
+        Returns:
+            The seconds, or None without the thread (``flusher=False``, ended, or a system without
+            per-thread CPU clocks).
+        """
+        thread = self._thread
+        if thread is None or thread.ident is None or not thread.is_alive():
+            return None
+        try:
+            return time.clock_gettime(time.pthread_getcpuclockid(thread.ident))
+        except (AttributeError, OSError):
+            return None
 
     def dump_flight_recorder(self, path: str | os.PathLike[str] | None = None) -> Path | None:
         """Write this rank's Flight Recorder ring as torch's JSON dump (atomically).
@@ -235,6 +258,7 @@ class Agent:
             return
         self._closed = True
         self._stop.set()
+        self._wake.set()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout=5.0)
         if self._server is not None:
@@ -306,7 +330,6 @@ class Agent:
                 doc["extra_dropped"] = len(extra)
                 text = json.dumps(doc, allow_nan=False)
             self._last_write = self._clock()
-            self._phase = state["phase"] if state is not None else None
             try:
                 self._atomic(self.heartbeat_path, text.encode())
                 self.writes += 1
@@ -364,13 +387,19 @@ class Agent:
     # ---- background and signals ----------------------------------------------------------------------
 
     def _flush_loop(self) -> None:
-        tick = self.interval_s / 2
-        while not self._stop.wait(tick):
-            if self._pending and self._clock() - self._last_write >= self.interval_s:
+        """The writer thread: a write the loop found due, or a held-back step once its interval passed."""
+        tick = self.interval_s / 2 or None  # no rate limit: nothing is held back, every write is woken
+        while True:
+            self._wake.wait(tick)
+            self._wake.clear()
+            if self._stop.is_set():
+                return
+            if self._pending and (self._due or self._clock() - self._last_write >= self.interval_s):
+                self._due = False
                 try:
                     self._write()
                 except Exception as exc:
-                    self._error("writing a held-back heartbeat", exc)
+                    self._error("writing the heartbeat", exc)
 
     def _start_flusher(self) -> None:
         if self._use_flusher:

@@ -84,13 +84,12 @@ traceback and exits 1; where the harness drops the host's traffic instead, it bl
 
 Outputs: ``--progress-dir P``: ``P/rankRRRRR.json`` (the heartbeat), written by the in-job agent
 (:mod:`robustctl.agent`, which also writes ``P/events/``, ``P/stacks/`` on SIGUSR1 and serves
-``P/debug/rankRRRRR.sock``) atomically after init (``step`` 0, ``phase`` "ready"), after the steps
-(``phase`` "train": the first at once, then at most once a second, a step held back written within
-1.5 s) and at the end (``phase`` "done"): ``{rank, pid, step, phase, time, step_s, loss, local_rank,
-world_size, debug_socket, straggle_s, init_s, started_at, timings: {import_s, init_process_group_s,
-new_groups_s, model_and_loader_s}}`` (seconds, UNIX time; ``init_s``
-counts from the process start; ``straggle_s``: what a ``slow`` fault added to the step, 0 without
-one). ``loss`` is the step's DP-averaged loss on a last-stage rank: a JSON number when finite, the
+``P/debug/rankRRRRR.sock``) atomically after init (``step`` 0, ``phase`` "ready"), after every step
+(``phase`` "train"; the agent's rate limit is off here) and at the end (``phase`` "done"): ``{rank,
+pid, step, phase, time, step_s, loss, local_rank, world_size, debug_socket, straggle_s, init_s,
+started_at, timings: {import_s, init_process_group_s, new_groups_s, model_and_loader_s}}`` (seconds,
+UNIX time; ``init_s`` counts from the process start; ``straggle_s``: what a ``slow`` fault added to
+the step, 0 without one). ``loss`` is the step's DP-averaged loss on a last-stage rank: a JSON number when finite, the
 string ``"NaN"``, ``"Infinity"`` or ``"-Infinity"`` when not (robustctl's spelling: the file is strict
 JSON, which has no NaN, and ``float()`` reads either form), null on the other ranks and before the
 first step; "done" keeps the last step's. Logs: every last-stage rank prints Megatron's training-log
@@ -783,8 +782,13 @@ class Trainer:
         self.nan_iterations = 0  # steps with a loss that is not finite since the last log line
         self.straggle_s = 0.0
         self.agent = (
-            robustctl.agent.start(
-                args.progress_dir, rank=self.rank, local_rank=self.local_rank, world_size=self.world
+            robustctl.agent.start(  # every step written (no rate limit): bench.failslow reads each
+                # step's step_s from the heartbeats of the ranks that print none
+                args.progress_dir,
+                rank=self.rank,
+                local_rank=self.local_rank,
+                world_size=self.world,
+                interval_s=0.0,
             )
             if args.progress_dir
             else None
