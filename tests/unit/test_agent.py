@@ -24,6 +24,7 @@ from robustctl.agent import HEARTBEAT_MAX_BYTES, MAX_NAN_EVENTS, Agent, jsonsafe
 from robustctl.config import ProgressSpec
 from robustctl.jobcode import progress
 from robustctl.models import NON_FINITE_JSON
+from robustctl.watch.signals import parse_progress_output
 
 REPO = Path(__file__).resolve().parents[2]
 DEADLINE_S = 30.0
@@ -101,13 +102,25 @@ def test_the_heartbeat_is_read_by_robustctls_progress_reader(tmp_path: Path) -> 
 
 
 def test_a_non_finite_loss_is_spelled_as_the_watch_reads_it(tmp_path: Path) -> None:
+    """The watch's NaN rule reads the heartbeat's ``loss`` (and ``step_s``) through
+    ``parse_progress_output``: the agent's NaN and infinities come out as such."""
     agent, clock = make(tmp_path)
-    for i, (loss, spelled) in enumerate(
-        [(math.nan, "NaN"), (math.inf, "Infinity"), (-math.inf, "-Infinity")]
-    ):
+    spec = ProgressSpec(files=str(agent.run_dir / "rank*.json"))
+    for i, loss in enumerate([math.nan, math.inf, -math.inf, 2.5]):
         clock.now += 10
-        agent.step(i + 1, loss=loss)
-        assert beat(agent)["loss"] == spelled and math.isnan(float(spelled)) == math.isnan(loss)
+        agent.step(i + 1, loss=loss, step_s=0.25)
+        assert beat(agent)["loss"] == (NON_FINITE_JSON[repr(loss)] if not math.isfinite(loss) else loss)
+        out = subprocess.run(
+            [sys.executable, "-c", progress.READER, "files", spec.files or "", "64", "65536"],
+            capture_output=True,
+            check=True,
+            timeout=60,
+        )
+        (sample,) = parse_progress_output("h1", out.stdout, spec, None).samples
+        assert sample.step == i + 1 and sample.step_time_s == 0.25
+        assert sample.loss is not None and (
+            sample.loss == loss or (math.isnan(sample.loss) and math.isnan(loss))
+        )
     agent.close()
 
 
