@@ -252,11 +252,15 @@ class Agent:
         """Stop the background writer, the debug server and the SIGUSR1 dump; write the last heartbeat.
 
         The last heartbeat is the latest step's, without ``debug_socket`` (the server is gone).
-        Idempotent; also run at interpreter exit. Never raises for I/O.
+        Idempotent; also run at interpreter exit. Never raises for I/O. In a process forked from the
+        agent's (a data-loader worker that exits through ``sys.exit``) it does nothing: the server,
+        the socket and the files are the parent's.
         """
         if self._closed:
             return
         self._closed = True
+        if os.getpid() != self._pid:  # a forked child (a data-loader worker): the parent's server and files
+            return
         self._stop.set()
         self._wake.set()
         if self._thread is not None and self._thread is not threading.current_thread():
@@ -318,6 +322,8 @@ class Agent:
 
     def _write(self) -> None:
         """Write the latest step's heartbeat now (under the lock; an error is counted)."""
+        if os.getpid() != self._pid:  # a forked child writes nothing in its parent's name
+            return
         with self._lock:
             self._pending = False
             state = self._state
@@ -338,7 +344,7 @@ class Agent:
 
     def _nan_event(self, step: Any, loss: float, tokens: Any) -> bool:
         """Write the event file of a NaN/Inf loss (within :data:`MAX_NAN_EVENTS`); whether it did."""
-        if self.nan_events >= MAX_NAN_EVENTS:
+        if self.nan_events >= MAX_NAN_EVENTS or os.getpid() != self._pid:
             return False
         self.nan_events += 1
         tag = str(step) if type(step) is int and step >= 0 else f"x{self.nan_events}"

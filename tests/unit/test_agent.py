@@ -258,6 +258,29 @@ def test_a_run_dir_that_cannot_be_written_never_raises_into_the_loop(
     assert capsys.readouterr().err.count("No such file or directory") == 1
 
 
+def test_a_forked_child_leaves_its_parents_heartbeat_alone(tmp_path: Path) -> None:
+    """A data-loader worker forked from the rank that steps, hits a NaN and closes (atexit) writes nothing."""
+    agent, clock = make(tmp_path)
+    agent.step(1, loss=1.0)
+    pid = os.fork()
+    if pid == 0:  # the child: never back into pytest
+        code = 1
+        try:
+            clock.now += 10
+            agent.step(99, loss=math.nan)
+            agent.close()
+            code = 0
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert beat(agent)["step"] == 1 and not (agent.run_dir / "events").exists()
+    clock.now += 10
+    agent.step(2)
+    assert beat(agent)["step"] == 2, "the parent's agent still runs"
+    agent.close()
+
+
 def test_torch_is_left_alone_when_asked_and_the_features_that_need_it_say_so(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
