@@ -32,11 +32,11 @@ __all__ = [
 
 HEARTBEAT_INTERVAL_S = 1.0
 """Least time between two heartbeat writes, seconds (the first step, a phase change, a NaN/Inf loss
-and :meth:`Agent.close` write at once regardless). The watch reads progress every few seconds and
-calls a job hung after minutes (ByteRobust §5.1 reads a stall over tens of seconds), so 1 s loses
-nothing; it bounds a fast loop's cost to one small file write per second (~50 µs,
-``python -m bench agent``). A step held back by it is written by a background thread within
-1.5 intervals, so a rank that then hangs still shows its last step."""
+and :meth:`Agent.close` write at once regardless). The watch evaluates a job every 30 s by default
+and calls a stall a hang after ``stall_after_s`` (at least 10 s; ``robustctl.config``), so 1 s loses
+nothing it reads; it bounds a fast loop's cost to one small file write per second (130-400 µs of the
+writer thread's CPU on the test machine's disk, ``python -m bench agent``). A step held back by it
+is written by the writer thread within 1.5 intervals, so a rank that then hangs still shows it."""
 HEARTBEAT_MAX_BYTES = 65_536
 """Largest heartbeat written: what the control side reads of one (``robustctl.jobcode.progress.
 MAX_HEARTBEAT_BYTES``, 64 KiB; a longer file is cut and unreadable). A step's ``extra`` fields that
