@@ -17,7 +17,10 @@ EXAMPLES = examples(
         "robustctl analyze dumps/ --layout tp=8,pp=8,dp=16 -G 8",
         "cluster saved py-spy dumps (a dir, files, .tgz)",
     ),
-    ("robustctl analyze nccl.log --expected-busbw 180 --json", "busbw below 180 GB/s is a finding"),
+    (
+        "robustctl analyze fr/ logs/rank*.log --layout tp=8,pp=4,dp=32 -G 8",
+        "one job's Flight Recorder dumps and watchdog logs: who the others wait on",
+    ),
 )
 
 
@@ -45,12 +48,15 @@ def analyze(
         str | None,
         typer.Option(
             "--layout",
-            help="Parallel layout of the job the py-spy dumps came from, e.g. 'tp=2,pp=4,dp=4' (order=tp-cp-ep-dp-pp).",
+            help="Parallel layout of the job the dumps or logs came from, e.g. 'tp=2,pp=4,dp=4'"
+            " (order=tp-cp-ep-dp-pp): groups, world size, silent ranks.",
         ),
     ] = None,
     ranks_per_host: Annotated[
         int | None,
-        typer.Option("--ranks-per-host", "-G", min=1, help="Ranks (GPUs) per machine, for py-spy dumps."),
+        typer.Option(
+            "--ranks-per-host", "-G", min=1, help="Ranks (GPUs) per machine, to name the machine of a rank."
+        ),
     ] = None,
     json_out: JsonOpt = False,
     output: OutputOpt = None,
@@ -61,6 +67,8 @@ def analyze(
     A directory gives the files directly inside it; a .tar/.tar.gz/.tgz archive its members
     (ARCHIVE:MEMBER). When every file is a py-spy dump (or --layout is given), the dumps are clustered together as one
     job's ranks: outlier ranks, their machines and the smallest parallel group holding them.
+    Per-rank files given together (Flight Recorder dumps, NCCL watchdog logs) are read as one job's
+    ranks, whichever arguments they came from: give one job's files at a time.
     Exit: 0 nothing wrong, 1 warning, 2 faults found, 3 a file could not be read or recognised.
     """
     from robustctl.commands.analyze import analyze_request, run_analyze
