@@ -389,9 +389,13 @@ _FAILURE_CONT_RE = re.compile(r"^\.\.\s*(?P<host>\S+) pid (?P<pid>\d+): Test fai
 _NCCL_LINE_RE = re.compile(r"^(?P<host>[^\s:\[\]()]+) ?:(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\] ")
 _WARN_RE = re.compile(r"\bNCCL WARN\b|^[^\s:]+ ?:\d+:\d+ \[\d+\] (?:\S+:\d+ )?WARN\b")
 _FATAL_RE = re.compile(r"communicator encountered a fatal error|\bncclCommInitRank\w*\b.*\bfailed\b")
-# A WARN that NCCL prints on every host without IB and then carries on over sockets (NCCL maintainer in
-# NVIDIA/nccl-tests#14: "the first one is to be ignored unless you want to use Infiniband/RoCE").
-_BENIGN_WARN_RE = re.compile(r"Failed to open libibverbs", re.IGNORECASE)
+# WARNs that NCCL prints on every host without IB (or without a network plugin) and then carries on
+# over sockets or its internal transport (NCCL maintainer in NVIDIA/nccl-tests#14: "the first one is to
+# be ignored unless you want to use Infiniband/RoCE"): no IB library, no IB device, no net plugin.
+_BENIGN_WARN_RE = re.compile(
+    r"Failed to open libibverbs|NET/IB ?: ?No device found|NET/Plugin ?: ?(?:No plugin found|Plugin load returned)",
+    re.IGNORECASE,
+)
 # The class of one error line, tried in this order on its message (the text after the host prefix):
 # an NVLS failure reads "Cuda failure 'invalid argument'" and an IB one may say "Network is unreachable",
 # so the transport that printed the line is tried before the device and the socket words.

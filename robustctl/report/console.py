@@ -37,13 +37,14 @@ WIDE_COLUMNS = 200
 
 
 def stderr_console(*, wide: bool = False) -> Console:
-    """A console on stderr (highlighting off: verdict colours carry the meaning).
+    """A console on stderr (highlighting off: verdict colours carry the meaning; emoji codes off:
+    ``host:1234:1234`` in an NCCL line, or ``:smile:`` from a host, is text, not a picture).
 
     ``wide``: when stderr is not a terminal and ``$COLUMNS`` is unset, lay out to
     :data:`WIDE_COLUMNS` columns instead of 80, so a table piped to a file or a pager keeps whole
     rows (tables still take only the width they need).
     """
-    console = Console(stderr=True, highlight=False, soft_wrap=False)
+    console = Console(stderr=True, highlight=False, soft_wrap=False, emoji=False)
     if wide and not console.is_terminal and not os.environ.get("COLUMNS"):
         console.width = WIDE_COLUMNS
     return console

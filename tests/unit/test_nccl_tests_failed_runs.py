@@ -110,6 +110,11 @@ def test_failed_run_exits_2_through_the_cli(capsys: pytest.CaptureFixture[str]) 
         ("bootstrap.cc:37 NCCL WARN Bootstrap : no socket interface found", "socket-bootstrap"),
         ("NCCL WARN NCCL_SOCKET_IFNAME set to eth9 but no interface matched", "socket-bootstrap"),
         ("misc/ibvwrap.cu:61 WARN Failed to open libibverbs.so[.1]", "other"),
+        ("transport/net_ib.cc:62 NCCL WARN NET/IB : No device found.", "other"),
+        (
+            "net.cc:1 NCCL WARN NET/Plugin : No plugin found (libnccl-net.so), using internal implementation",
+            "other",
+        ),
         ("enqueue.cc:47 NCCL WARN Cuda failure 'named symbol not found'", "other"),
     ],
 )
@@ -143,6 +148,8 @@ def test_fatal_communicator_line_fails_a_run_with_a_table() -> None:
     benign = "host:1:2 [0] misc/ibvwrap.cc:63 NCCL WARN Failed to open libibverbs.so[.1]"
     v = evaluate(parse_nccl_tests(table + "\n" + benign + "\n"))
     assert v.status is Status.OK and any("Failed to open libibverbs" in f.message for f in v.findings)
+    no_ib = "host:1:2 [0] transport/net_ib.cc:62 NCCL WARN NET/IB : No device found."
+    assert evaluate(parse_nccl_tests(table + "\n" + no_ib + "\n")).status is Status.OK  # sockets carry on
     assert evaluate(parse_nccl_tests(table)).status is Status.OK
 
 
