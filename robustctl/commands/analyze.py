@@ -125,15 +125,15 @@ def run_analyze(request: AnalyzeRequest) -> AnalyzeResult:
         UsageError: the dumps do not fit the layout, or ``ranks_per_host`` does not divide the
             world size.
     """
-    from robustctl.analysis.detect import analyze_inputs, group_claims_any
+    from robustctl.analysis.detect import analyze_inputs
     from robustctl.stacks.analyze import analyze_if_dumps
 
-    # a layout forces the py-spy reading unless per-rank group kinds (Flight Recorder dumps,
-    # watchdog logs) claim some input: the layout then serves them
-    if request.layout is None or not group_claims_any(request.files):
-        report = analyze_if_dumps(request.files, layout=request.layout, ranks_per_host=request.ranks_per_host)
-        if report is not None:
-            return AnalyzeResult(report)
+    # stack evidence (py-spy, faulthandler, exception texts), with Flight Recorder dumps beside it,
+    # is one job's: clustered together; a layout forces that reading unless another group kind
+    # (watchdog logs) claims an input or only Flight Recorder dumps are there: the layout then serves them
+    report = analyze_if_dumps(request.files, layout=request.layout, ranks_per_host=request.ranks_per_host)
+    if report is not None:
+        return AnalyzeResult(report)
     return AnalyzeResult(
         analyze_inputs(
             request.files,

@@ -200,7 +200,39 @@ def render_stacks(report: StacksReport, console: Console, *, verbose: bool = Fal
         console.print(f"[magenta]outliers without a rank[/]: {escape(', '.join(report.unplaced[:10]))}")
     for n in report.notes:
         console.print(f"[dim]note: {escape(n)}[/]")
+    _render_flight_recorder(report, console, verbose)
     console.print(f"{styled(report.status)}: {escape(report.summary)} → exit {int(report.exit_code)}")
+
+
+_FR_SHOWN = 5
+"""Flight Recorder suspects and chains printed without ``--verbose`` (the JSON has them all)."""
+
+
+def _render_flight_recorder(report: StacksReport, console: Console, verbose: bool) -> None:
+    """The Flight Recorder section of a directory read whole: its verdict, suspects, chains, the
+    files it could not read, and the agreement with the stacks."""
+    fr = report.flight_recorder
+    if fr is None:
+        return
+    n = len(fr.files)
+    console.print(
+        f"[bold]Flight Recorder[/] ({n} dump{'s' if n != 1 else ''}): {styled(fr.status)} {escape(fr.summary)}"
+    )
+    limit = None if verbose else _FR_SHOWN
+    for s in fr.suspects[:limit]:
+        mark = " [bold]*[/]" if s.likely_culprit else ""
+        where = f" on {escape(s.host)}" if s.host else ""
+        console.print(f"  rank {s.rank}{mark}{where} ({escape(s.kind)}): {escape(s.reason)}")
+    for ch in fr.chains[:limit]:
+        console.print(f"  chain: {escape(ch.text)}")
+    if fr.undecided:
+        console.print(f"  [yellow]undecided[/]: {escape(fr.undecided)}")
+    for bad in fr.not_read[:limit]:
+        console.print(f"  [magenta]not read[/]: {escape(bad.get('reason', ''))}")
+    if report.agreement is not None:
+        a = report.agreement
+        colour = {"agree": "green", "overlap": "yellow", "disagree": "bold red"}.get(a.verdict, "yellow")
+        console.print(f"[bold]agreement[/]: [{colour}]{escape(a.summary)}[/]")
 
 
 def _render_waits(report: StacksReport, console: Console, verbose: bool) -> None:

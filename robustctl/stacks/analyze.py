@@ -22,12 +22,21 @@ import gc
 import time
 from collections import Counter
 from collections.abc import Iterator, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from robustctl.analysis import Finding, Verdict
-from robustctl.analysis.detect import AnalysisOptions, ArtefactKind, kinds, register_kind
+from robustctl.analysis.detect import (
+    HEAD_BYTES,
+    AnalysisOptions,
+    ArtefactKind,
+    group_kinds,
+    kinds,
+    register_kind,
+)
+from robustctl.analysis.flightrec import FrDump, FrLoadError, load_dump
+from robustctl.analysis.flightrec import analyze_dumps as analyze_fr_dumps
 from robustctl.analysis.sources import Source, iter_sources
 from robustctl.config import ParallelLayout
 from robustctl.errors import UsageError
@@ -42,14 +51,31 @@ from robustctl.stacks.cluster import (
     normalize_function,
     normalize_path,
 )
+from robustctl.stacks.faulthandler import looks_like_traceback, parse_traceback_text
 from robustctl.stacks.model import DumpParseError, ProcessDump, ProcessRole
-from robustctl.stacks.parse import MAX_DUMP_BYTES, looks_like_pyspy, parse_dump_data, parse_dump_text
-from robustctl.stacks.result import InputFile, StacksReport, analyze_stacks, build_report
+from robustctl.stacks.parse import (
+    MAX_DUMP_BYTES,
+    looks_like_pyspy,
+    parse_dump_data,
+    parse_dump_text,
+    rank_from_name,
+)
+from robustctl.stacks.result import (
+    InputFile,
+    StacksReport,
+    analyze_stacks,
+    build_report,
+    with_flight_recorder,
+)
 
-__all__ = ["KIND", "all_pyspy", "analyze_dumps", "analyze_if_dumps", "load_dumps"]
+__all__ = ["FLIGHT_RECORDER", "KIND", "all_pyspy", "analyze_dumps", "analyze_if_dumps", "load_dumps"]
 
 KIND = "pyspy"
 """Name of the registered artefact kind."""
+
+FLIGHT_RECORDER = "flight-recorder"
+"""Name of the group kind (:mod:`robustctl.analysis.detect`) whose files are Flight Recorder dumps:
+the files it claims are set aside and analysed by :func:`robustctl.analysis.flightrec.analyze_dumps`."""
 
 _SNIFF_BYTES = 256 * 1024
 
@@ -70,9 +96,10 @@ def load_dumps(paths: Sequence[str | Path]) -> tuple[list[ProcessDump], list[Inp
         input (UNKNOWN with the reason for one that could not be used; SKIPPED for a link,
         subdirectory or device inside a directory or archive).
     """
-    loaded = _load(paths, only_pyspy=False)
-    assert loaded is not None  # only_pyspy=False never stops early
-    return loaded
+    with _gc_paused():
+        loaded = _load_all(paths, strict=False, groups=False)
+    assert loaded is not None  # strict=False and groups=False never stop early
+    return loaded.dumps, loaded.inputs
 
 
 def _source_error(src: Source) -> str:
@@ -83,16 +110,6 @@ def _source_error(src: Source) -> str:
     if src.unopened and not reason.startswith("cannot read"):
         return f"{src.name}: cannot read: {reason}"
     return f"{src.name}: {reason}"
-
-
-def _load(
-    paths: Sequence[str | Path], *, only_pyspy: bool
-) -> tuple[list[ProcessDump], list[InputFile]] | None:
-    """:func:`load_dumps`; with ``only_pyspy``, ``None`` (and nothing more read) as soon as an input
-    is not a py-spy dump by :func:`all_pyspy`'s test (unreadable, binary, or its first 256 KiB
-    not py-spy output)."""
-    with _gc_paused():
-        return _load_all(paths, only_pyspy=only_pyspy)
 
 
 @contextlib.contextmanager
@@ -114,45 +131,133 @@ def _gc_paused() -> Iterator[None]:
             gc.enable()
 
 
-def _load_all(
-    paths: Sequence[str | Path], *, only_pyspy: bool
-) -> tuple[list[ProcessDump], list[InputFile]] | None:
-    dumps: list[ProcessDump] = []
-    inputs: list[InputFile] = []
+@dataclass
+class _Loaded:
+    """What one pass over the inputs read.
+
+    Attributes:
+        dumps: the processes of the stack-like inputs (py-spy, faulthandler, exception texts).
+        inputs: one entry per stack-like input or unusable input (Flight Recorder files are in
+            ``fr_files``).
+        fr: the Flight Recorder dumps loaded. fr_files: every Flight Recorder file (loaded or not).
+        fr_not_read: ``(file, reason)`` of those that could not be loaded.
+        notes: what the traceback parser observed (fatal errors).
+        stack_files: inputs read as py-spy or faulthandler dumps (an exception text alone is not).
+    """
+
+    dumps: list[ProcessDump] = field(default_factory=list)
+    inputs: list[InputFile] = field(default_factory=list)
+    fr: list[FrDump] = field(default_factory=list)
+    fr_files: list[str] = field(default_factory=list)
+    fr_not_read: list[tuple[str, str]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    stack_files: int = 0
+
+
+def _claimed_by(base: str, data: bytes) -> str | None:
+    """The name of the group kind (:func:`robustctl.analysis.detect.group_kinds`) that claims a
+    file, in their priority order, else ``None`` (a claim that raises claims nothing)."""
+    head = data[:HEAD_BYTES]
+    for kind in group_kinds():
+        try:
+            if kind.claim(base, head):
+                return kind.name
+        except Exception:  # noqa: S112 - a broken claim must not hide the other kinds
+            continue
+    return None
+
+
+def _load_all(paths: Sequence[str | Path], *, strict: bool, groups: bool) -> _Loaded | None:
+    """One pass over the inputs; each file's kind from its content.
+
+    Args:
+        paths: files, directories and archives.
+        strict: ``None`` as soon as an input is unreadable or not a stack-like text (py-spy,
+            faulthandler, exception; with ``groups``, a Flight Recorder dump too); at the end,
+            ``None`` when nothing was read (with ``groups``: no py-spy or faulthandler dump).
+        groups: Flight Recorder dumps (:data:`FLIGHT_RECORDER`'s claim) are loaded apart, and a
+            file another group kind claims (a watchdog log without a traceback) ends the pass
+            (``None``): the per-file analysis reads it. Without it, the claims are not tested.
+
+    Returns:
+        What was read, or ``None`` (see ``strict`` and ``groups``).
+    """
+    out = _Loaded()
     read_one = False
     for src in iter_sources(paths, max_bytes=MAX_DUMP_BYTES):
         data = src.data
         if data is None:
             if src.skipped:
-                inputs.append(
+                out.inputs.append(
                     InputFile(path=src.name, status=Status.SKIPPED, error=f"{src.name}: {src.error}")
                 )
                 continue
-            if only_pyspy:
+            if strict:
                 return None
-            inputs.append(InputFile(path=src.name, status=Status.UNKNOWN, error=_source_error(src)))
+            out.inputs.append(InputFile(path=src.name, status=Status.UNKNOWN, error=_source_error(src)))
             continue
-        if only_pyspy and not _sniff(data):
+        claimant = _claimed_by(src.base, data) if groups else None
+        if claimant == FLIGHT_RECORDER:
+            _load_fr(out, src, data)
+            continue
+        pyspy = _sniff(data)
+        text = None if pyspy or b"\x00" in data[:_SNIFF_BYTES] else data.decode("utf-8", errors="replace")
+        traceback = text is not None and looks_like_traceback(text[:_SNIFF_BYTES])
+        if not pyspy and not traceback and (strict or claimant is not None):
             return None
         read_one = True
+        if traceback and text is not None and len(data) <= MAX_DUMP_BYTES:
+            _load_traceback(out, src, text)
+            continue
         try:
             found = parse_dump_data(data, source=src.name, name=src.base)
         except DumpParseError as exc:
-            inputs.append(InputFile(path=src.name, status=Status.UNKNOWN, error=str(exc)))
+            out.inputs.append(InputFile(path=src.name, status=Status.UNKNOWN, error=str(exc)))
             continue
-        dumps.extend(found)
-        ranks = [d.rank for d in found if d.rank is not None]
-        inputs.append(
-            InputFile(
-                path=src.name,
-                status=Status.OK,
-                processes=len(found),
-                ranks=str(ranks[0]) if len(ranks) == 1 else compact_ranges(ranks),
-            )
-        )
-    if only_pyspy and not read_one:
+        out.stack_files += pyspy
+        _add(out, src.name, found)
+    if strict and not read_one:
         return None
-    return dumps, inputs
+    if (strict or out.fr_files) and groups and not out.stack_files:
+        return None
+    return out
+
+
+def _add(out: _Loaded, name: str, found: Sequence[ProcessDump]) -> None:
+    out.dumps.extend(found)
+    ranks = [d.rank for d in found if d.rank is not None]
+    out.inputs.append(
+        InputFile(
+            path=name,
+            status=Status.OK,
+            processes=len(found),
+            ranks=str(ranks[0]) if len(ranks) == 1 else compact_ranges(ranks),
+        )
+    )
+
+
+def _load_traceback(out: _Loaded, src: Source, text: str) -> None:
+    """A faulthandler dump or exception text: its processes (a rank's error for an exception)."""
+    try:
+        parsed = parse_traceback_text(text, source=src.name, rank=rank_from_name(src.base))
+    except DumpParseError as exc:
+        out.inputs.append(InputFile(path=src.name, status=Status.UNKNOWN, error=f"{src.name}: {exc}"))
+        return
+    out.stack_files += any(d.threads for d in parsed.dumps)
+    out.notes.extend(parsed.notes)
+    _add(out, src.name, parsed.dumps)
+
+
+def _load_fr(out: _Loaded, src: Source, data: bytes) -> None:
+    """A Flight Recorder dump, loaded (or why not) and kept apart."""
+    out.fr_files.append(src.name)
+    if len(data) > MAX_DUMP_BYTES:
+        out.fr_not_read.append((src.name, f"{src.name}: larger than {MAX_DUMP_BYTES // (1024 * 1024)} MiB"))
+        return
+    try:
+        out.fr.append(load_dump(src.name, data, base=src.base))
+    except FrLoadError as exc:
+        out.fr_not_read.append((src.name, str(exc)))
 
 
 def _sniff(data: bytes) -> bool:
@@ -207,11 +312,14 @@ def analyze_dumps(
             number of ranks the dumps span, highest rank + 1).
     """
     t0 = time.perf_counter()
-    dumps, inputs = load_dumps(paths)
+    with _gc_paused():
+        loaded = _load_all(paths, strict=False, groups=False)
+    assert loaded is not None  # strict=False and groups=False never stop early
     return _report(
-        dumps,
-        inputs,
+        loaded.dumps,
+        loaded.inputs,
         t0,
+        notes=loaded.notes,
         layout=layout,
         ranks_per_host=ranks_per_host,
         hosts=hosts,
@@ -226,27 +334,46 @@ def analyze_if_dumps(
     layout: ParallelLayout | None = None,
     ranks_per_host: int | None = None,
 ) -> StacksReport | None:
-    """:func:`analyze_dumps` in one pass over the inputs when a layout is given or every input is a
-    py-spy dump (:func:`all_pyspy`), else ``None``, having stopped reading at the first input that
-    is not one (the caller then explains each input alone).
+    """:func:`analyze_dumps` in one pass over the inputs, each file's kind from its content, when
+    they are one job's stack evidence; else ``None`` (the caller then explains each input alone).
+
+    Stack evidence: py-spy dumps, faulthandler dumps and exception texts
+    (:mod:`robustctl.stacks.faulthandler`), clustered together. Flight Recorder dumps beside them
+    (pickle or JSON, whatever their names) are set aside and analysed together
+    (:func:`robustctl.analysis.flightrec.analyze_dumps`); the report then carries their section and
+    whether both name the same ranks (:func:`robustctl.stacks.result.with_flight_recorder`).
+
+    ``None`` (having stopped reading at the first input that decides it) when: no layout is given
+    and an input is unreadable or not stack evidence or a Flight Recorder dump; another group kind
+    claims an input (a watchdog log without a traceback); or no input is a py-spy or faulthandler
+    dump while Flight Recorder dumps are there or no layout is given (a directory of Flight Recorder
+    dumps alone is then read again by their group kind). With a layout and no group kind's file,
+    every input is analysed as a dump, as before (one that is not is an UNKNOWN input).
 
     Args:
         paths: dump files, directories of them and tar archives of them (:func:`load_dumps`).
-        layout: the job's layout, as :func:`analyze_dumps`; when given, every input is analyzed
-            as a dump without the py-spy test.
+        layout: the job's layout, as :func:`analyze_dumps`; when given, an input that is not stack
+            evidence is an UNKNOWN input instead of ending the pass.
         ranks_per_host: G, as :func:`analyze_dumps`.
 
     Returns:
-        The report, or None when a layout is not given and an input is not a py-spy dump.
+        The report, or None (see above).
 
     Raises:
         UsageError: as :func:`analyze_dumps`.
     """
     t0 = time.perf_counter()
-    loaded = _load(paths, only_pyspy=layout is None)
+    with _gc_paused():
+        loaded = _load_all(paths, strict=layout is None, groups=True)
     if loaded is None:
         return None
-    return _report(*loaded, t0, layout=layout, ranks_per_host=ranks_per_host)
+    report = _report(
+        loaded.dumps, loaded.inputs, t0, notes=loaded.notes, layout=layout, ranks_per_host=ranks_per_host
+    )
+    if loaded.fr_files:
+        analysis = analyze_fr_dumps(loaded.fr, layout, ranks_per_host)
+        report = with_flight_recorder(report, analysis, files=loaded.fr_files, not_read=loaded.fr_not_read)
+    return report
 
 
 def _report(
@@ -256,6 +383,7 @@ def _report(
     *,
     layout: ParallelLayout | None,
     ranks_per_host: int | None,
+    notes: Sequence[str] = (),
     hosts: Sequence[str] | None = None,
     cluster_options: ClusterOptions | None = None,
     blame_options: BlameOptions | None = None,
@@ -273,7 +401,7 @@ def _report(
         if n > 1
     ]
     report = build_report(clusters, result, topology, inputs=inputs, elapsed_s=time.perf_counter() - t0)
-    extra: list[str] = []
+    extra: list[str] = list(notes)
     if dup:
         extra.append(f"ranks {compact_ranges(dup)} have more than one main-process dump")
     no_rank = sum(1 for d in dumps if d.rank is None and d.role is ProcessRole.MAIN)

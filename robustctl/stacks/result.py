@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from robustctl.analysis.flightrec import FrAnalysis, FrChain, FrSuspect
 from robustctl.config import ParallelLayout
 from robustctl.exit_codes import ExitCode
 from robustctl.inventory.hostrange import compact_ranges
@@ -36,14 +37,18 @@ from robustctl.stacks.model import ProcessDump
 from robustctl.stacks.waitsfor import WaitsFor
 
 __all__ = [
+    "Agreement",
     "ClassSummary",
+    "FlightRecorderSection",
     "InputFile",
     "ProcessRef",
     "RoleSummary",
     "StacksReport",
     "analyze_stacks",
     "build_report",
+    "compare_ranks",
     "hosts_from_dumps",
+    "with_flight_recorder",
 ]
 
 MAX_CLASSES_PER_ROLE = 50
@@ -144,6 +149,63 @@ class RoleSummary:
 
 
 @dataclass(frozen=True)
+class FlightRecorderSection:
+    """The Flight Recorder dumps of a directory read whole by ``analyze`` (:mod:`robustctl.analysis.flightrec`).
+
+    Attributes:
+        status: the analysis's (UNKNOWN also when a dump could not be read and nothing was found).
+        summary: its one line. suspects: the ranks at fault, named as ``stacks --json`` names its
+            suspects (rank, host, machine, kind, reason, evidence). suspect_ranks: their ranks.
+        likely_culprits: suspects not waiting on a peer (roots, missing ranks, odd ranks of a vote).
+        chains: the chains of waits to each root. ranks: ranks with a dump (compact ranges).
+        missing_dumps: member ranks without one (compact ranges). blocked: rank → its oldest
+        incomplete operation. undecided: why nobody is named while ranks are blocked.
+        files: the dumps read. not_read: ``{"file", "reason"}`` of each dump that could not be
+        loaded. notes: the analysis's other observations.
+    """
+
+    status: Status
+    summary: str
+    suspects: tuple[FrSuspect, ...]
+    suspect_ranks: tuple[int, ...]
+    likely_culprits: tuple[int, ...]
+    chains: tuple[FrChain, ...]
+    ranks: str
+    missing_dumps: str
+    blocked: Mapping[str, str]
+    undecided: str | None
+    files: tuple[str, ...]
+    not_read: tuple[Mapping[str, str], ...] = ()
+    notes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Agreement:
+    """Whether the stacks and the Flight Recorder name the same ranks.
+
+    Each source's ranks are its likely culprits (ranks at fault that wait on nobody) when it has
+    any, else all its suspect ranks.
+
+    Attributes:
+        verdict: ``"agree"`` (the same ranks), ``"overlap"`` (some in common, some not),
+            ``"disagree"`` (none in common), ``"stacks-only"`` / ``"flight-recorder-only"`` (one
+            source names a rank) or ``"none"`` (neither does).
+        summary: one line (``"stacks and Flight Recorder agree on rank 3"``).
+        agree: ranks both name. stacks_only: ranks only the stacks name. fr_only: ranks only the
+            Flight Recorder names.
+        stacks_ranks: the stacks' ranks compared. fr_ranks: the Flight Recorder's.
+    """
+
+    verdict: str
+    summary: str
+    agree: tuple[int, ...]
+    stacks_only: tuple[int, ...]
+    fr_only: tuple[int, ...]
+    stacks_ranks: tuple[int, ...]
+    fr_ranks: tuple[int, ...]
+
+
+@dataclass(frozen=True)
 class StacksReport:
     """The result of ``robustctl stacks`` or of ``robustctl analyze`` on py-spy dumps.
 
@@ -166,6 +228,11 @@ class StacksReport:
         waits_for: the waits-for analysis (who waits for whom; chains ending at the suspects), when run.
         decided_by: ``"classes"`` (outlier stack classes) or ``"waits-for"`` (the chains named the
             suspects where the classes could not).
+        flight_recorder: ``analyze`` of a directory holding Flight Recorder dumps beside the stack
+            dumps: their analysis (:class:`FlightRecorderSection`); ``None`` otherwise. With it,
+            ``status`` is the worse of the stacks' and the Flight Recorder's.
+        agreement: whether the stacks and the Flight Recorder name the same ranks
+            (:class:`Agreement`), with ``flight_recorder``; ``None`` otherwise.
         schema_version, kind (``"stacks"``).
     """
 
@@ -196,6 +263,8 @@ class StacksReport:
     elapsed_s: float = 0.0
     waits_for: WaitsFor | None = None
     decided_by: str = "classes"
+    flight_recorder: FlightRecorderSection | None = None
+    agreement: Agreement | None = None
     schema_version: int = SCHEMA_VERSION
     kind: str = "stacks"
 
@@ -430,3 +499,93 @@ def analyze_stacks(
     result = blame(clusters, topology, blame_options, expected_ranks=expected_ranks)
     progress = compare_samples(previous, dumps) if previous is not None else None
     return build_report(clusters, result, topology, progress=progress, elapsed_s=time.perf_counter() - t0)
+
+
+def _ranks_text(ranks: Sequence[int]) -> str:
+    return f"rank{'s' if len(ranks) != 1 else ''} {compact_ranges(ranks)}"
+
+
+def compare_ranks(stacks_ranks: Sequence[int], fr_ranks: Sequence[int]) -> Agreement:
+    """The :class:`Agreement` of two sets of ranks at fault (pure).
+
+    Args:
+        stacks_ranks: the ranks the stacks name.
+        fr_ranks: the ranks the Flight Recorder names.
+
+    Returns:
+        The verdict, its line, and the ranks in common and apart.
+    """
+    st, fr = sorted(set(stacks_ranks)), sorted(set(fr_ranks))
+    both = sorted(set(st) & set(fr))
+    only_st = sorted(set(st) - set(fr))
+    only_fr = sorted(set(fr) - set(st))
+    if st and fr and not only_st and not only_fr:
+        verdict, line = "agree", f"stacks and Flight Recorder agree on {_ranks_text(both)}"
+    elif both:
+        extra = [f"stacks also name {compact_ranges(only_st)}"] if only_st else []
+        extra += [f"Flight Recorder also names {compact_ranges(only_fr)}"] if only_fr else []
+        verdict = "overlap"
+        line = f"stacks and Flight Recorder agree on {_ranks_text(both)} ({'; '.join(extra)})"
+    elif st and fr:
+        verdict = "disagree"
+        line = f"disagree: stacks name {compact_ranges(st)}, Flight Recorder names {compact_ranges(fr)}"
+    elif st:
+        verdict, line = "stacks-only", f"only one source names a rank: stacks name {compact_ranges(st)}"
+    elif fr:
+        verdict = "flight-recorder-only"
+        line = f"only one source names a rank: Flight Recorder names {compact_ranges(fr)}"
+    else:
+        verdict, line = "none", "neither stacks nor Flight Recorder names a rank"
+    return Agreement(verdict, line, tuple(both), tuple(only_st), tuple(only_fr), tuple(st), tuple(fr))
+
+
+def with_flight_recorder(
+    report: StacksReport,
+    analysis: FrAnalysis,
+    *,
+    files: Sequence[str],
+    not_read: Sequence[tuple[str, str]] = (),
+) -> StacksReport:
+    """``report`` with the Flight Recorder section, the agreement and the worse of both statuses (pure).
+
+    The summary gains the agreement's line; suspects, classes and every other field of the stacks
+    stay as they were.
+
+    Args:
+        report: the stacks' report.
+        analysis: :func:`robustctl.analysis.flightrec.analyze_dumps` of the same job's dumps.
+        files: the Flight Recorder files read.
+        not_read: ``(file, reason)`` of each Flight Recorder file that could not be loaded.
+
+    Returns:
+        The combined report.
+    """
+    fr_status = analysis.status
+    if not_read and fr_status in (Status.OK, Status.WARNING):
+        fr_status = Status.UNKNOWN
+    culprits = tuple(sorted({s.rank for s in analysis.suspects if s.likely_culprit}))
+    section = FlightRecorderSection(
+        status=fr_status,
+        summary=analysis.summary + (f"; {len(not_read)} file(s) not read" if not_read else ""),
+        suspects=analysis.suspects,
+        suspect_ranks=analysis.suspect_ranks,
+        likely_culprits=culprits,
+        chains=analysis.chains,
+        ranks=compact_ranges(analysis.ranks),
+        missing_dumps=compact_ranges(analysis.missing_dumps),
+        blocked={str(k): v for k, v in analysis.blocked.items()},
+        undecided=analysis.undecided,
+        files=tuple(files),
+        not_read=tuple({"file": f, "reason": r} for f, r in not_read),
+        notes=analysis.notes,
+    )
+    agreement = compare_ranks(
+        report.likely_culprits or report.suspect_ranks, culprits or analysis.suspect_ranks
+    )
+    return replace(
+        report,
+        status=Status.worst([report.status, fr_status]),
+        summary=f"{report.summary}; {agreement.summary}",
+        flight_recorder=section,
+        agreement=agreement,
+    )
