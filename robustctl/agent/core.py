@@ -134,7 +134,8 @@ class Agent:
         self._clock, self._wall = clock, wall
         self._pid = os.getpid()
         self._lock = threading.Lock()
-        self._state: dict[str, Any] | None = None
+        self._state: tuple[Any, str, float, Any, float | None, Any, dict[str, Any]] | None = None
+        """The latest step: (step, phase, time, step_s, loss, tokens, extra), a tuple (the cheapest to build)."""
         self._pending = False
         self._phase: str | None = None
         self._last_call: float | None = None
@@ -183,19 +184,11 @@ class Agent:
             return
         try:
             now = self._clock()
+            last, self._last_call = self._last_call, now
             if step_s is _MEASURE:
-                step_s = None if self._last_call is None else now - self._last_call
-            self._last_call = now
-            lossf = _as_float(loss)
-            self._state = {
-                "step": step,
-                "phase": phase,
-                "time": self._wall(),
-                "step_s": step_s,
-                "loss": lossf,
-                "tokens": tokens,
-                "extra": extra,
-            }
+                step_s = None if last is None else now - last
+            lossf = loss if loss is None or loss.__class__ is float else _as_float(loss)
+            self._state = (step, phase, self._wall(), step_s, lossf, tokens, extra)
             force = self._phase != phase
             self._phase = phase
             if lossf is not None and not math.isfinite(lossf):
@@ -289,33 +282,37 @@ class Agent:
 
     # ---- writing -------------------------------------------------------------------------------------
 
-    def heartbeat_doc(self) -> dict[str, Any]:
+    def heartbeat_doc(self, state: tuple[Any, ...] | None = None) -> dict[str, Any]:
         """The heartbeat document of the latest step, as it is written (strict JSON values).
 
         Keys: ``rank``, ``pid``, ``step``, ``phase``, ``time``, ``step_s``, ``loss`` (minimegatron's
         heartbeat and :mod:`robustctl.jobcode.progress`'s reader), ``local_rank``, ``world_size``,
         ``tokens`` when given, ``debug_socket`` when the server runs, then the step's ``extra``.
 
+        Args:
+            state: a step as the agent keeps it; default the latest.
+
         Returns:
             The document (step 0, phase ``"start"`` before the first step).
         """
-        state = self._state or {"step": 0, "phase": "start", "time": self._wall(), "extra": {}}
+        state = state or self._state or (0, "start", self._wall(), None, None, None, {})
+        step, phase, at, step_s, loss, tokens, extra = state
         doc: dict[str, Any] = {
             "rank": self.rank,
             "pid": self._pid,
-            "step": state["step"] if type(state["step"]) is int else jsonable(state["step"]),
-            "phase": jsonable(state["phase"]),
-            "time": state["time"],
-            "step_s": jsonable(state.get("step_s")),
-            "loss": loss_json(state.get("loss")),
+            "step": step if type(step) is int else jsonable(step),
+            "phase": jsonable(phase),
+            "time": at,
+            "step_s": jsonable(step_s),
+            "loss": loss_json(loss),
             "local_rank": self.local_rank,
             "world_size": self.world_size,
         }
-        if state.get("tokens") is not None:
-            doc["tokens"] = jsonable(state["tokens"])
+        if tokens is not None:
+            doc["tokens"] = jsonable(tokens)
         if self.debug_socket is not None:
             doc["debug_socket"] = self.debug_socket
-        for key, value in state["extra"].items():
+        for key, value in extra.items():
             if key not in _CORE_KEYS:
                 doc[key] = jsonable(value)
         return doc
@@ -327,10 +324,10 @@ class Agent:
         with self._lock:
             self._pending = False
             state = self._state
-            doc = self.heartbeat_doc()
+            doc = self.heartbeat_doc(state)
             text = json.dumps(doc, allow_nan=False)
             if len(text) > HEARTBEAT_MAX_BYTES:
-                extra = state["extra"] if state is not None else {}
+                extra = state[6] if state is not None else {}
                 for key in extra:
                     doc.pop(key, None)
                 doc["extra_dropped"] = len(extra)
