@@ -223,7 +223,7 @@ def _render_flight_recorder(report: StacksReport, console: Console, verbose: boo
         mark = " [bold]*[/]" if s.likely_culprit else ""
         where = f" on {escape(s.host)}" if s.host else ""
         console.print(f"  rank {s.rank}{mark}{where} ({escape(s.kind)}): {escape(s.reason)}")
-    for ch in fr.chains[:limit]:
+    for ch in [c for c in fr.chains if len(c.hops) > 2][:limit]:  # a two-hop chain is in its root's reason
         console.print(f"  chain: {escape(ch.text)}")
     if fr.undecided:
         console.print(f"  [yellow]undecided[/]: {escape(fr.undecided)}")

@@ -255,3 +255,15 @@ def test_cli_end_to_end(tmp_path: Path) -> None:
     assert doc["flight_recorder"]["chains"][0]["text"].endswith("complete)")
     assert "agreement: stacks and Flight Recorder agree on rank 3" in " ".join(proc.stderr.split())
     assert "Traceback" not in proc.stderr
+
+
+def test_the_shipped_evidence_directory() -> None:
+    d = ROOT / "tests" / "data" / "mixed" / "skipped-allreduce"
+    report = analyze(d)
+    assert report.suspect_ranks == (3,) and report.agreement is not None
+    assert report.agreement.summary == "stacks and Flight Recorder agree on rank 3"
+    assert (
+        len(report.inputs) == 4
+        and report.flight_recorder is not None
+        and len(report.flight_recorder.files) == 4
+    )
