@@ -149,6 +149,7 @@ class Agent:
         self._server: Any = None
         self._use_flusher = flusher
         self._torch = False
+        self._torch_allowed = True
 
     # ---- the training loop's calls -------------------------------------------------------------------
 
@@ -229,7 +230,7 @@ class Agent:
             an I/O error: counted, reported once).
         """
         target = Path(path) if path is not None else self.run_dir / "fr" / f"rank{self.rank:05d}.json"
-        if not self._torch:
+        if not self._torch and not (self._torch_allowed and "torch" in sys.modules):
             self._note("Flight Recorder dump asked for, but the agent runs without torch")
             return None
         try:
@@ -440,13 +441,15 @@ class Agent:
         self._stacks_file.close()
         self._stacks_file = None
 
-    def _start_torch(self, flight_recorder: int, debug_server: bool | None, socket_dir: Path | None) -> None:
-        """Flight Recorder's size and the debug server, when torch is in use."""
+    def _start_flight_recorder(self, entries: int) -> None:
+        """Size Flight Recorder's ring (environment only: torch may be imported after start())."""
+        warning = torchside.enable_flight_recorder(entries)
+        if warning is not None:
+            self._note(warning)
+
+    def _start_torch(self, debug_server: bool | None, socket_dir: Path | None) -> None:
+        """The debug server, when torch is in use."""
         self._torch = True
-        if flight_recorder > 0:
-            warning = torchside.enable_flight_recorder(flight_recorder)
-            if warning is not None:
-                self._note(warning)
         if debug_server is False:
             return
         where = socket_dir if socket_dir is not None else self.run_dir / "debug"
@@ -496,8 +499,10 @@ def start(
             it, None (default) uses it only when the script has imported it already.
         debug_server: start the per-rank debug server when torch is in use (default: when the build
             has ``_WorkerServer``); False: never.
-        flight_recorder: entries of Flight Recorder's ring per process group (0: leave it as it is).
-            It takes effect only for groups created after this call.
+        flight_recorder: entries of Flight Recorder's ring per process group (0: leave it as it is):
+            sets ``TORCH_FR_BUFFER_SIZE`` (and the older name), so it takes effect for the groups
+            created after this call, whether torch is imported yet or not; a default process group
+            that exists already is warned about (its ring was sized when it was created).
         socket_dir: where the debug socket goes instead of ``run_dir/debug`` (a shorter path).
         stacks_on_sigusr1: dump every thread's stack to ``run_dir/stacks/rankRRRRR.txt`` on SIGUSR1.
         interval_s: least time between heartbeat writes (:data:`HEARTBEAT_INTERVAL_S`).
@@ -537,12 +542,13 @@ def start(
         agent._error(f"creating {agent.run_dir}", exc)
     if stacks_on_sigusr1:
         agent._start_stacks()
+    agent._torch_allowed = torch is not False
+    if flight_recorder > 0:
+        agent._start_flight_recorder(flight_recorder)
     if _wants_torch(torch):
-        agent._start_torch(
-            flight_recorder, debug_server, Path(socket_dir) if socket_dir is not None else None
-        )
-    elif flight_recorder > 0 or debug_server:
-        agent._note("torch is not in use (not imported, or torch=False): no debug server, no Flight Recorder")
+        agent._start_torch(debug_server, Path(socket_dir) if socket_dir is not None else None)
+    elif debug_server:
+        agent._note("torch is not in use (not imported, or torch=False): no debug server")
     agent._start_flusher()
     atexit.register(agent.close)
     return agent

@@ -282,11 +282,19 @@ def test_a_forked_child_leaves_its_parents_heartbeat_alone(tmp_path: Path) -> No
 
 
 def test_torch_is_left_alone_when_asked_and_the_features_that_need_it_say_so(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """torch=False: no debug server (said once); Flight Recorder is still sized through the
+    environment (torch reads it when the script creates its process group), a dump is refused."""
+    for var in ("TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE"):
+        monkeypatch.delenv(var, raising=False)
     agent, _ = make(tmp_path, flight_recorder=100, debug_server=True)
-    assert agent.debug_socket is None and "torch is not in use" in agent.notes[0]
-    assert "torch is not in use" in capsys.readouterr().err
+    assert os.environ["TORCH_FR_BUFFER_SIZE"] == os.environ["TORCH_NCCL_TRACE_BUFFER_SIZE"] == "100"
+    assert agent.debug_socket is None and agent.notes == [
+        "torch is not in use (not imported, or torch=False): no debug server"
+    ]
+    assert agent.dump_flight_recorder() is None and "runs without torch" in agent.notes[1]
+    assert capsys.readouterr().err.count("robustctl.agent: rank 3:") == 2
     agent.close()
 
 
