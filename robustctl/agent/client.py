@@ -5,6 +5,11 @@ its path in the heartbeat's ``debug_socket``): PyTorch's ``c10d._WorkerServer``,
 ``POST /handler/NAME[?param=value&...]`` with the handler's bytes (status 200), 404 for a name it does
 not know and 500 with the handler's error text. :func:`fetch` is what a node-side probe runs on the
 rank's host (the control side reaches it over its transport): bounded in time and size.
+
+The module imports only the standard library and nothing of robustctl, so the control side can
+stream its source to a host's ``python3 -`` as it streams a probe (no robustctl installed there):
+``python3 - SOCKET HANDLER [TIMEOUT_S [MAX_BYTES]]`` writes the answer's bytes to stdout and exits
+0, or writes one line to stderr and exits 3 (could not check) or 64 (bad arguments).
 """
 
 from __future__ import annotations
@@ -12,11 +17,12 @@ from __future__ import annotations
 import http.client
 import re
 import socket
+import sys
 import time
 import urllib.parse
 from collections.abc import Mapping
 
-__all__ = ["MAX_ERROR_CHARS", "MAX_RESPONSE_BYTES", "FetchError", "fetch"]
+__all__ = ["MAX_ERROR_CHARS", "MAX_RESPONSE_BYTES", "FetchError", "fetch", "main"]
 
 MAX_RESPONSE_BYTES = 16 * 1024 * 1024
 """Most bytes of one answer (a larger one is an error): a Flight Recorder dump of 2,000 entries, the
@@ -121,3 +127,33 @@ def fetch(
         raise FetchError(f"{where}: {handler}: {' '.join(why.split())[:MAX_ERROR_CHARS]}") from None
     finally:
         conn.close()
+
+
+def main(argv: list[str]) -> int:
+    """``SOCKET HANDLER [TIMEOUT_S [MAX_BYTES]]``: the answer on stdout (see the module docstring).
+
+    Args:
+        argv: the arguments after the program's name.
+
+    Returns:
+        0 with the answer written, 3 when the server could not be asked, 64 for bad arguments.
+    """
+    try:
+        if not 2 <= len(argv) <= 4:
+            raise ValueError("usage: SOCKET HANDLER [TIMEOUT_S [MAX_BYTES]]")
+        timeout_s = float(argv[2]) if len(argv) > 2 else 10.0
+        max_bytes = int(argv[3]) if len(argv) > 3 else MAX_RESPONSE_BYTES
+        body = fetch(argv[0], argv[1], timeout_s, max_bytes=max_bytes)
+    except ValueError as exc:
+        print(f"robustctl.agent.client: {exc}", file=sys.stderr)
+        return 64
+    except FetchError as exc:
+        print(f"robustctl.agent.client: {exc}", file=sys.stderr)
+        return 3
+    sys.stdout.buffer.write(body)
+    sys.stdout.buffer.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -264,3 +264,31 @@ def test_the_client_bounds_time_and_size(short_dir: Path) -> None:
         fetch(sock, "../x", 1.0)
     with pytest.raises(ValueError, match="timeout_s must be > 0"):
         fetch(sock, "ping", 0)
+
+
+def test_the_client_runs_as_a_streamed_program_on_a_host(short_dir: Path) -> None:
+    """The client's source fed to ``python3 -`` (as the control side streams a probe): the answer on
+    stdout, exit 0; no server: one line on stderr, exit 3; bad arguments: exit 64."""
+    source = (REPO / "robustctl" / "agent" / "client.py").read_bytes()
+    sock = str(short_dir / "c.sock")
+    t = serve_once(sock, b"HTTP/1.1 200 OK\r\nContent-Length: 4\r\nConnection: close\r\n\r\npong")
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}  # no PYTHONPATH: robustctl is not importable
+    run = subprocess.run(
+        [sys.executable, "-I", "-", sock, "ping", "10"],
+        input=source,
+        capture_output=True,
+        env=env,
+        timeout=60,
+    )
+    t.join(DEADLINE_S)
+    assert (run.returncode, run.stdout) == (0, b"pong"), run.stderr
+    os.unlink(sock)
+    run = subprocess.run(
+        [sys.executable, "-I", "-", sock, "ping", "1"], input=source, capture_output=True, env=env, timeout=60
+    )
+    assert run.returncode == 3 and run.stdout == b""
+    assert run.stderr.decode().strip().startswith(f"robustctl.agent.client: debug server {sock}: ping:")
+    run = subprocess.run(
+        [sys.executable, "-I", "-", sock], input=source, capture_output=True, env=env, timeout=60
+    )
+    assert run.returncode == 64 and b"usage: SOCKET HANDLER" in run.stderr
