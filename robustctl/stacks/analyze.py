@@ -154,11 +154,22 @@ class _Loaded:
     stack_files: int = 0
 
 
-def _claimed_by(base: str, data: bytes) -> str | None:
+def _claimed_by(base: str, data: bytes, *, only: str | None = None) -> str | None:
     """The name of the group kind (:func:`robustctl.analysis.detect.group_kinds`) that claims a
-    file, in their priority order, else ``None`` (a claim that raises claims nothing)."""
+    file, in their priority order, else ``None`` (a claim that raises claims nothing).
+
+    Args:
+        base: the file's own name.
+        data: its content (the claims see the first :data:`~robustctl.analysis.detect.HEAD_BYTES`).
+        only: test this kind's claim alone (None: every kind's).
+
+    Returns:
+        The claiming kind's name, or None.
+    """
     head = data[:HEAD_BYTES]
     for kind in group_kinds():
+        if only is not None and kind.name != only:
+            continue
         try:
             if kind.claim(base, head):
                 return kind.name
@@ -170,20 +181,28 @@ def _claimed_by(base: str, data: bytes) -> str | None:
 def _load_all(paths: Sequence[str | Path], *, strict: bool, groups: bool) -> _Loaded | None:
     """One pass over the inputs; each file's kind from its content.
 
+    A file is, in this order: a Flight Recorder dump (with ``groups``: its group kind's claim),
+    a py-spy dump, a faulthandler dump or exception text (its first 256 KiB), or something else
+    (read as a py-spy dump: an UNKNOWN input saying what it is). Only a file that is not a py-spy
+    dump is offered to the other group kinds' claims (a watchdog log; py-spy dumps, nearly every
+    file of a large job, never print their markers).
+
     Args:
         paths: files, directories and archives.
         strict: ``None`` as soon as an input is unreadable or not a stack-like text (py-spy,
-            faulthandler, exception; with ``groups``, a Flight Recorder dump too); at the end,
-            ``None`` when nothing was read (with ``groups``: no py-spy or faulthandler dump).
-        groups: Flight Recorder dumps (:data:`FLIGHT_RECORDER`'s claim) are loaded apart, and a
-            file another group kind claims (a watchdog log without a traceback) ends the pass
-            (``None``): the per-file analysis reads it. Without it, the claims are not tested.
+            faulthandler, exception; with ``groups``, a Flight Recorder dump too), and at the end
+            when nothing was read or no input was a py-spy or faulthandler dump.
+        groups: Flight Recorder dumps are loaded apart; a file another group kind claims ends the
+            pass (``None``) unless it is an exception text (a watchdog log holding a rank's
+            traceback is that rank's error); with Flight Recorder dumps or another kind's file,
+            no py-spy or faulthandler dump among the inputs ends it too (the group kinds read
+            them). Without ``groups`` no claim is tested.
 
     Returns:
         What was read, or ``None`` (see ``strict`` and ``groups``).
     """
     out = _Loaded()
-    read_one = False
+    read_one = claimed = False
     for src in iter_sources(paths, max_bytes=MAX_DUMP_BYTES):
         data = src.data
         if data is None:
@@ -196,18 +215,20 @@ def _load_all(paths: Sequence[str | Path], *, strict: bool, groups: bool) -> _Lo
                 return None
             out.inputs.append(InputFile(path=src.name, status=Status.UNKNOWN, error=_source_error(src)))
             continue
-        claimant = _claimed_by(src.base, data) if groups else None
-        if claimant == FLIGHT_RECORDER:
+        if groups and _claimed_by(src.base, data, only=FLIGHT_RECORDER) is not None:
             _load_fr(out, src, data)
             continue
         pyspy = _sniff(data)
-        text = None if pyspy or b"\x00" in data[:_SNIFF_BYTES] else data.decode("utf-8", errors="replace")
-        traceback = text is not None and looks_like_traceback(text[:_SNIFF_BYTES])
-        if not pyspy and not traceback and (strict or claimant is not None):
+        traceback = not pyspy and _sniff_traceback(data)
+        if groups and not pyspy and _claimed_by(src.base, data) is not None:
+            if not traceback:
+                return None
+            claimed = True
+        if not pyspy and not traceback and strict:
             return None
         read_one = True
-        if traceback and text is not None and len(data) <= MAX_DUMP_BYTES:
-            _load_traceback(out, src, text)
+        if traceback and len(data) <= MAX_DUMP_BYTES:
+            _load_traceback(out, src, data.decode("utf-8", errors="replace"))
             continue
         try:
             found = parse_dump_data(data, source=src.name, name=src.base)
@@ -218,9 +239,15 @@ def _load_all(paths: Sequence[str | Path], *, strict: bool, groups: bool) -> _Lo
         _add(out, src.name, found)
     if strict and not read_one:
         return None
-    if (strict or out.fr_files) and groups and not out.stack_files:
+    if groups and (strict or out.fr_files or claimed) and not out.stack_files:
         return None
     return out
+
+
+def _sniff_traceback(data: bytes) -> bool:
+    """The first 256 KiB hold no NUL byte and a faulthandler dump or an exception traceback."""
+    head = data[:_SNIFF_BYTES]
+    return b"\x00" not in head and looks_like_traceback(head.decode("utf-8", errors="replace"))
 
 
 def _add(out: _Loaded, name: str, found: Sequence[ProcessDump]) -> None:

@@ -257,13 +257,55 @@ def test_cli_end_to_end(tmp_path: Path) -> None:
     assert "Traceback" not in proc.stderr
 
 
-def test_the_shipped_evidence_directory() -> None:
-    d = ROOT / "tests" / "data" / "mixed" / "skipped-allreduce"
-    report = analyze(d)
+def test_the_shipped_evidence_with_the_flight_recorder_fixture() -> None:
+    paths = [ROOT / "tests" / "data" / "mixed" / "skipped-allreduce", FR / "skipped-allreduce"]
+    result = run_analyze(analyze_request(paths, layout=LAYOUT, ranks_per_host=2))
+    report = result.report
+    assert isinstance(report, StacksReport)
     assert report.suspect_ranks == (3,) and report.agreement is not None
     assert report.agreement.summary == "stacks and Flight Recorder agree on rank 3"
-    assert (
-        len(report.inputs) == 4
-        and report.flight_recorder is not None
-        and len(report.flight_recorder.files) == 4
-    )
+    assert len(report.inputs) == 4 and report.flight_recorder is not None
+    assert len(report.flight_recorder.files) == 8  # pickle and JSON side by side: one per rank used
+
+
+WATCHDOG = (
+    "[E1127 04:10:02.451803116 ProcessGroupNCCL.cpp:632] [Rank 3] Watchdog caught collective operation timeout: "
+    "WorkNCCL(SeqNum=2, OpType=ALLREDUCE, NumelIn=1024, NumelOut=1024, Timeout(ms)=600000) ran for 600004 "
+    "milliseconds before timing out.\n"
+)
+WATCHDOG_EXCEPTION = (
+    WATCHDOG + "Traceback (most recent call last):\n"
+    '  File "/job/train.py", line 88, in train_step\n'
+    "    dist.all_reduce(grads)\n"
+    "torch.distributed.DistBackendError: [Rank 3] Watchdog caught collective operation timeout: "
+    "WorkNCCL(SeqNum=2, OpType=ALLREDUCE)\n"
+)
+
+
+def test_a_watchdog_log_holding_a_ranks_traceback_is_that_ranks_error(tmp_path: Path) -> None:
+    d = make_dir(tmp_path, "skipped-allreduce", {0: "all_reduce", 1: "all_reduce", 2: "all_reduce"})
+    (d / "rank3.log").write_text(WATCHDOG_EXCEPTION)
+    report = analyze(d)
+    (s,) = report.suspects
+    assert s.rank == 3 and "DistBackendError" in s.reason
+    assert report.agreement is not None and report.agreement.verdict == "agree"
+
+
+def test_a_watchdog_log_without_a_traceback_keeps_the_per_file_analysis(tmp_path: Path) -> None:
+    d = make_dir(tmp_path, "skipped-allreduce", SKIPPED)
+    (d / "rank3.log").write_text(WATCHDOG)
+    for layout in (LAYOUT, None):
+        result = run_analyze(analyze_request([d], layout=layout))
+        assert result.kind == "analyze"
+        assert {"flight-recorder", "nccl-watchdog"} <= {a.kind for a in result.report.artefacts}  # type: ignore[union-attr]
+
+
+def test_watchdog_logs_alone_stay_the_watchdog_kinds_even_with_tracebacks(tmp_path: Path) -> None:
+    d = tmp_path / "logs"
+    d.mkdir()
+    for r in range(4):
+        (d / f"rank{r}.log").write_text(WATCHDOG_EXCEPTION.replace("Rank 3", f"Rank {r}"))
+    for layout in (LAYOUT, None):
+        result = run_analyze(analyze_request([d], layout=layout))
+        assert result.kind == "analyze"
+        assert [a.kind for a in result.report.artefacts] == ["nccl-watchdog"]  # type: ignore[union-attr]
