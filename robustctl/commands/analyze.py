@@ -41,8 +41,8 @@ class AnalyzeRequest:
 
 @dataclass(frozen=True)
 class AnalyzeResult:
-    """The analysis: a :class:`~robustctl.stacks.result.StacksReport` when the files are py-spy dumps
-    (clustered together as one job's ranks), else an :class:`~robustctl.analysis.detect.AnalysisReport`
+    """The analysis: a :class:`~robustctl.stacks.result.StacksReport` when the files are stack dumps
+    (clustered together as one job's ranks, with the Flight Recorder dumps beside them), else an :class:`~robustctl.analysis.detect.AnalysisReport`
     (one explanation per file). Its JSON document is the inner report's (``kind`` ``"stacks"`` or
     ``"analyze"``)."""
 
@@ -105,9 +105,13 @@ def run_analyze(request: AnalyzeRequest) -> AnalyzeResult:
 
     Files, directories (the regular files directly inside, sorted by name) and tar archives
     (``.tar``, ``.tar.gz``, ``.tgz``: each regular member, ``ARCHIVE:MEMBER``) are accepted, mixed
-    (:mod:`robustctl.analysis.sources`). When every input is a py-spy dump (or a layout is given),
-    the dumps are clustered together in one pass over the inputs: outlier ranks, their machines and
-    the smallest parallel group holding them.
+    (:mod:`robustctl.analysis.sources`). When the inputs are one job's stack evidence (py-spy
+    dumps, faulthandler dumps, exception texts; or a layout is given), they are clustered together
+    in one pass over the inputs: outlier ranks, their machines and the smallest parallel group
+    holding them. Flight Recorder dumps beside them are analysed together and the report says
+    whether both name the same ranks
+    (:func:`robustctl.stacks.analyze.analyze_if_dumps`); Flight Recorder dumps alone, and any
+    input another group kind claims, are explained by :func:`robustctl.analysis.detect.analyze_inputs`.
 
     Memory is bounded whatever the files' sizes (:func:`robustctl.analysis.detect.analyze_file`):
     the kind is detected from the first MiB, nccl-tests output, kernel logs and ``dcgmi diag``
