@@ -6,13 +6,18 @@ Two entry points:
   (sniff: :func:`~robustctl.stacks.parse.looks_like_pyspy`), so ``robustctl analyze`` recognises a
   py-spy dump among other artefacts and reports each one alone (its processes, their state; a file
   holding several main processes is clustered within itself);
-* :func:`analyze_dumps` clusters *across* all the given files and blames, like the live command: the
-  CLI calls it when every file is a py-spy dump (:func:`all_pyspy`) or ``--layout`` is given.
+* :func:`analyze_dumps` clusters *across* all the given files and blames, like the live command; the
+  CLI goes through :func:`analyze_if_dumps`, which reads a job's evidence directory whole: py-spy
+  dumps, faulthandler dumps and exception texts (:mod:`robustctl.stacks.faulthandler`) clustered
+  together, the Flight Recorder dumps beside them (their group kind's claim, whatever their names)
+  analysed by :func:`robustctl.analysis.flightrec.analyze_dumps`, and whether both name the same
+  ranks (:func:`robustctl.stacks.result.with_flight_recorder`).
 
-The rank of a file's processes comes from the dump (``RANK=N``, a JSON record's ``rank``), else from
-the file name (``rank12.txt``, ``rank_12``, ``dump-r12``). A file that cannot be read or is not a
-py-spy dump is an UNKNOWN input with its reason, never a traceback and never a suspect; py-spy's own
-error output is parsed into an unreadable process (evidence, a suspect when it has a rank).
+The rank of a file's processes comes from the dump (``RANK=N``, a JSON record's ``rank``, a
+``[rankN]:`` line prefix), else from the file name (``rank12.txt``, ``rank_12``, ``dump-r12``). A
+file that cannot be read or is not stack evidence is an UNKNOWN input with its reason, never a
+traceback and never a suspect; py-spy's own error output, and a rank's exception text, are parsed
+into an unreadable process (evidence, a suspect when it has a rank).
 """
 
 from __future__ import annotations
