@@ -29,6 +29,7 @@ def analyze(
         list[str],
         typer.Argument(
             help="Artefacts: nccl-tests output, kernel logs with XID lines, dcgmi diag output, py-spy dumps,"
+            " faulthandler tracebacks and exception texts (one per rank),"
             " NCCL watchdog logs (one with \\[rankN]: prefixes, or one per rank),"
             " PyTorch Flight Recorder dumps (pickle or JSON, one per rank; give --layout for gloo's);"
             " files, directories of them (one level deep) or .tar/.tar.gz/.tgz archives of them.",
@@ -65,8 +66,10 @@ def analyze(
     """Detect each file's kind from its content and explain it: verdict, findings, evidence.
 
     A directory gives the files directly inside it; a .tar/.tar.gz/.tgz archive its members
-    (ARCHIVE:MEMBER). When every file is a py-spy dump (or --layout is given), the dumps are clustered together as one
-    job's ranks: outlier ranks, their machines and the smallest parallel group holding them.
+    (ARCHIVE:MEMBER). Per-rank stacks (py-spy dumps, faulthandler tracebacks, with exception texts as
+    a rank's error) are clustered together as one job's ranks: outlier ranks, their machines and the
+    smallest parallel group holding them; Flight Recorder dumps beside them are analysed too, and
+    the report says whether both sources name the same ranks.
     Per-rank files given together (Flight Recorder dumps, NCCL watchdog logs) are read as one job's
     ranks, whichever arguments they came from: give one job's files at a time.
     Exit: 0 nothing wrong, 1 warning, 2 faults found, 3 a file could not be read or recognised.

@@ -22,7 +22,7 @@ from robustctl import __version__, interrupts
 from robustctl.cli import diagnose as diagnose_cmd
 from robustctl.cli import inventory as inventory_cmd
 from robustctl.cli.common import State
-from robustctl.cli.help import examples, hide_switch_types
+from robustctl.cli.help import examples, hide_switch_types, reflow_help
 from robustctl.errors import RobustctlError
 from robustctl.exit_codes import ExitCode
 
@@ -129,6 +129,7 @@ _register_optional()
 _register_actions()
 _register_sweep()
 _register_watch()
+reflow_help(app)
 
 
 def main(argv: list[str] | None = None) -> int:
