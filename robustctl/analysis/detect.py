@@ -56,7 +56,6 @@ __all__ = [
     "analyze_paths",
     "analyze_text",
     "detect_kind",
-    "group_claims_any",
     "group_kinds",
     "kinds",
     "register_group_kind",
@@ -996,44 +995,6 @@ def analyze_inputs(
         artefacts=tuple(done),
         expected_busbw_gbps=expected_busbw_gbps,
     )
-
-
-def group_claims_any(paths: Sequence[str | os.PathLike[str]]) -> bool:
-    """Whether a :class:`GroupKind` claims any file of the inputs (expanded as
-    :func:`analyze_inputs` expands them); stops at the first claimed file.
-
-    ``analyze --layout`` reads every input as a py-spy dump unless this is true: the layout then
-    serves the group kinds (Flight Recorder dumps, per-rank logs) instead.
-
-    Args:
-        paths: files, directories and archives.
-
-    Returns:
-        True when some file is claimed; False when none is, or no group kind is registered.
-    """
-    if not _GROUP_REGISTRY:
-        return False
-    from robustctl.analysis.sources import iter_sources
-
-    for src in iter_sources(paths, max_bytes=MAX_BYTES, read=False):
-        if src.path is not None:
-            try:
-                fh = _open_binary(Path(src.path))
-            except _Unreadable:
-                continue
-            try:
-                head = fh.read(HEAD_BYTES)
-            except _READ_ERRORS:
-                continue
-            finally:
-                _close(fh)
-        elif src.data is not None:
-            head = src.data[:HEAD_BYTES]
-        else:
-            continue
-        if _claimant(src.base, head) is not None:
-            return True
-    return False
 
 
 class _Groups:

@@ -149,5 +149,3 @@ def test_layout_serves_the_group_kind_instead_of_forcing_the_pyspy_reading(tmp_p
     options = SEEN[-1][1]
     assert options.layout is not None and options.layout.tp == 2
     assert options.ranks_per_host == 2
-    assert detect.group_claims_any([tmp_path])
-    assert not detect.group_claims_any([tmp_path / "missing"])
