@@ -31,6 +31,21 @@ What it does:
    ``RUST_BACKTRACE=0`` in py-spy's environment. A process py-spy cannot read (permission denied,
    ``D`` state, not Python, gone, zombie, timed out) gets ``dump: null`` and a one-line ``error``:
    evidence, never a crash of the probe.
+5. Before py-spy, a rank's **main** process is read through the in-job agent's debug server
+   (``robustctl.agent``: torch's ``_WorkerServer`` on ``RUN_DIR/debug/rankRRRRR.sock``), unless
+   ``--no-debug-server``. Its socket is found from the process itself: the inodes of its
+   ``/proc/PID/fd/*`` links ``socket:[INODE]``, looked up in ``/proc/PID/net/unix`` among the
+   listening sockets, named ``rankRRRRR.sock`` (the owner of a process may read these without ptrace
+   rights); else from the agent's heartbeat files (``--run-dir DIR``: ``DIR/rank*.json``;
+   ``--heartbeats GLOB``), their ``pid``/``rank`` and ``debug_socket``. The server is asked for
+   ``dump_traceback`` (faulthandler text of every thread), ``pyspy_dump`` (py-spy text, run by the
+   rank on itself) and ``fr_trace_json`` (its Flight Recorder ring), each within
+   ``--debug-timeout`` seconds and the probe's deadline, each answer bounded
+   (``DEBUG_MAX_TEXT_BYTES``, ``DEBUG_MAX_FR_BYTES``, all traces together ``DEBUG_FR_TOTAL_BYTES``).
+   When a stack came back the process's ``source`` is ``"debug-server"``; else (no socket, a server
+   error, a timeout: ``fallback_reason``) py-spy reads it as in 4 and ``source`` is ``"py-spy"``.
+   The HTTP-over-unix-socket client is a copy of ``robustctl/agent/client.py``'s (a test keeps them
+   equal): the probe still imports nothing of robustctl.
 
 ``py-spy`` is ``--py-spy PATH``, else the first ``py-spy`` on ``PATH``, else one beside
 ``sys.executable`` (a virtual environment's ``bin``). ``--root`` and ``--nvml-injection`` (common
@@ -48,12 +63,20 @@ namespace, so the live ``/proc`` is always the one scanned.
                    error: str|null,         # why dump is null
                    elapsed_s: float|null,   # wall seconds of the py-spy calls for this process
                    attempts: int,           # py-spy calls made (a transient failure is retried)
-                   complete: bool|null} ],  # the MainThread reaches <module> (null: no dump)
+                   complete: bool|null,     # the MainThread reaches <module> (null: no dump)
+                   source: "debug-server"|"py-spy"|null,  # what read it (null: nothing did)
+                   fallback_reason: "no socket"|"server error"|"timed out"|null,  # main read by py-spy
+                   fallback_detail: str|null,             # the debug server's failure, one line
+                   debug_socket: str|null, debug_socket_from: "process"|"heartbeat"|null,
+                   debug: {traceback: str|null,   # dump_traceback's faulthandler text
+                           pyspy: str|null,       # pyspy_dump's py-spy text
+                           fr_trace: str|null,    # fr_trace_json's JSON text
+                           errors: [str]}|null} ],  # the handlers that failed
      launchers: [ {pid: int, cmdline: str} ],
      py_spy: {path: str, version: str|null} | null,
      match: str, requested_ranks: [int]|null, unmatched_ranks: [int],
      options: {nonblocking: bool, native: bool, timeout_s: float, per_process_timeout_s: float,
-               parallel: int, retries: int},
+               parallel: int, retries: int, debug_server: bool, debug_timeout_s: float},
      scanned: int,                # /proc entries looked at
      error: str|null}             # a probe-level failure: py-spy missing, bad --match
 
@@ -65,16 +88,21 @@ first. Processes are sorted by (rank, role, pid).
 from __future__ import annotations
 
 import argparse
+import glob
+import http.client
 import json
 import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import threading
 import time
-from typing import Any, Sequence
+import urllib.parse
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from _prelude import Document, probe_main
 
@@ -128,8 +156,13 @@ class MatchBudget:
         """``pattern.search`` of the first ``MATCH_CMDLINE_CHARS`` characters of ``text``.
 
         Args:
-            pattern: the compiled pattern. text: the command line. option: ``--match`` or
-                ``--rank-cmdline`` (for the message). pid: whose command line (for the message).
+            pattern: the compiled pattern.
+            text: the command line.
+            option: ``--match`` or ``--rank-cmdline`` (for the message).
+            pid: whose command line (for the message).
+
+        Returns:
+            The match, or None.
 
         Raises:
             MatchTimeout: this scan's searches ran past the budget.
@@ -270,8 +303,15 @@ def parse_ranks(text: str) -> list[int]:
 def scan(
     args: argparse.Namespace, match_re: re.Pattern[str], rank_re: re.Pattern[str] | None
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], int, list[int]]:
-    """Find the rank processes. Returns ``(processes, launchers, scanned, unmatched ranks)`` (dicts without
-    dumps).
+    """Find the rank processes.
+
+    Args:
+        args: the probe's arguments (``--match``, ``--ranks``, the rank variables).
+        match_re: ``--match`` compiled.
+        rank_re: ``--rank-cmdline`` compiled, or None.
+
+    Returns:
+        ``(processes, launchers, scanned, unmatched ranks)`` (dicts without dumps).
 
     Raises:
         MatchTimeout: the searches of ``match_re`` and ``rank_re`` ran past ``MATCH_BUDGET_S``.
@@ -347,9 +387,19 @@ def _match(
     match_re: re.Pattern[str],
     rank_re: re.Pattern[str] | None,
 ) -> tuple[dict[int, dict[str, Any]], dict[int, str]]:
-    """The processes whose command line matches ``--match`` (py-spy and sibling probes left out):
-    ``({pid: {rank, local_rank, rank_source, environ_error}}, {pid: command line})``. The rank comes
-    from ``--rank-env`` in the environment, else ``--rank-cmdline`` on the command line.
+    """The processes whose command line matches ``--match`` (py-spy and sibling probes left out). The
+    rank comes from ``--rank-env`` in the environment, else ``--rank-cmdline`` on the command line.
+
+    Args:
+        args: the probe's arguments.
+        proc: the ``/proc`` to read.
+        table: ``{pid: (state, ppid)}`` of the scan.
+        excluded: pids never matched (the probe and its ancestors).
+        match_re: ``--match`` compiled.
+        rank_re: ``--rank-cmdline`` compiled, or None.
+
+    Returns:
+        ``({pid: {rank, local_rank, rank_source, environ_error}}, {pid: command line})``.
 
     Raises:
         MatchTimeout: the searches ran past ``MATCH_BUDGET_S``.
@@ -495,6 +545,12 @@ def _entry(
         "elapsed_s": None,
         "attempts": 0,
         "complete": None,
+        "source": None,
+        "fallback_reason": None,
+        "fallback_detail": None,
+        "debug_socket": None,
+        "debug_socket_from": None,
+        "debug": None,
     }
 
 
@@ -685,10 +741,16 @@ def current_state(pid: int) -> str | None:
         return None
 
 
-def dump_all(pyspy: str, entries: list[dict[str, Any]], args: argparse.Namespace, deadline: float) -> None:
-    """Dump ``entries`` with up to ``args.parallel`` py-spy processes at once, all before ``deadline``."""
+def dump_all(
+    pyspy: str | None, entries: list[dict[str, Any]], args: argparse.Namespace, deadline: float
+) -> None:
+    """Read ``entries`` with up to ``args.parallel`` workers at once, all before ``deadline``: a rank's
+    main process through its debug server when it has one (:func:`debug_one`), else, and every
+    child, with py-spy (:func:`dump_one`; ``pyspy`` None: py-spy is missing, nothing else is read)."""
     lock = threading.Lock()
     todo = list(entries)
+    beats = read_heartbeats(heartbeat_patterns(args)) if args.debug_server else ({}, {})
+    fr = FrBudget(DEBUG_FR_TOTAL_BYTES)
 
     def worker() -> None:
         while True:
@@ -696,13 +758,22 @@ def dump_all(pyspy: str, entries: list[dict[str, Any]], args: argparse.Namespace
                 if not todo:
                     return
                 entry = todo.pop(0)
-            left = deadline - time.monotonic()
-            if left <= 0.05:
+            if deadline - time.monotonic() <= 0.05:
                 entry["error"] = "not dumped: the probe's --timeout ran out"
+                continue
+            if args.debug_server and entry["role"] == "main" and entry["state"] != "Z":
+                if through_debug_server(entry, args, deadline, beats, fr):
+                    continue
+            left = deadline - time.monotonic()
+            if pyspy is None or left <= 0.05:
+                entry["error"] = "not dumped: " + (
+                    "py-spy not found" if pyspy is None else "the probe's --timeout ran out"
+                )
                 continue
             dump_one(
                 pyspy, entry, args.nonblocking, args.native, min(args.per_process_timeout, left), args.retries
             )
+            entry["source"] = "py-spy"
 
     threads = [
         threading.Thread(target=worker, daemon=True) for _ in range(max(1, min(args.parallel, len(todo))))
@@ -711,6 +782,369 @@ def dump_all(pyspy: str, entries: list[dict[str, Any]], args: argparse.Namespace
         t.start()
     for t in threads:
         t.join(max(0.0, deadline - time.monotonic()) + 1.0)
+
+
+def through_debug_server(
+    entry: dict[str, Any],
+    args: argparse.Namespace,
+    deadline: float,
+    beats: tuple[dict[int, str], dict[int, str]],
+    fr: FrBudget,
+) -> bool:
+    """Read a rank's main process through its debug server; False (with ``fallback_reason``) when it
+    has none or the server did not give a stack."""
+    path, how = find_agent_socket("/proc", entry, beats)
+    if path is None:
+        entry["fallback_reason"] = "no socket"
+        entry["fallback_detail"] = (
+            "no debug-server socket (none listening in the process, none in a heartbeat)"
+        )
+        return False
+    entry["debug_socket_from"] = how
+    return debug_one(entry, path, args, deadline, fr)
+
+
+# ---------------------------------------------------------------------- debug-server client
+# BEGIN copy of robustctl/agent/client.py (MAX_RESPONSE_BYTES, MAX_ERROR_CHARS, _HANDLER,
+# FetchError, _UnixConnection, _one_line, fetch): the probe streams alone and never imports
+# robustctl; tests/unit/test_probe_stacks_agent.py fails when the two differ.
+MAX_RESPONSE_BYTES = 16 * 1024 * 1024
+"""Most bytes of one answer (a larger one is an error): a Flight Recorder dump of 2,000 entries, the
+largest ring people run (``TORCH_FR_BUFFER_SIZE=2000``), is ~1.5 MB of JSON with stack frames; a
+py-spy dump of a rank with 200 threads ~200 KB."""
+MAX_ERROR_CHARS = 300
+"""Longest server text quoted in a :class:`FetchError`."""
+
+_HANDLER = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
+
+
+class FetchError(Exception):
+    """The debug server could not be asked or did not answer: no socket, refused, timed out, an
+    answer other than 200, or one over the size bound. The message is one line naming the socket."""
+
+
+class _UnixConnection(http.client.HTTPConnection):
+    """An HTTP connection whose transport is the unix socket ``path``."""
+
+    def __init__(self, path: str, timeout: float) -> None:
+        super().__init__("localhost", timeout=timeout)
+        self.unix_path = path
+
+    def connect(self) -> None:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(self.timeout)
+        try:
+            sock.connect(self.unix_path)
+        except BaseException:
+            sock.close()
+            raise
+        self.sock = sock
+
+
+def _one_line(data: bytes) -> str:
+    return " ".join(data.decode("utf-8", "replace").split())[:MAX_ERROR_CHARS]
+
+
+def fetch(
+    socket_path: str,
+    handler: str,
+    timeout_s: float = 10.0,
+    *,
+    params: Mapping[str, str] | None = None,
+    max_bytes: int = MAX_RESPONSE_BYTES,
+) -> bytes:
+    """The answer of ``handler`` from the debug server on ``socket_path``.
+
+    Args:
+        socket_path: the rank's socket (the heartbeat's ``debug_socket``).
+        handler: a handler name (``dump_traceback``, ``pyspy_dump``, ``fr_trace_json``, ``ping``).
+        timeout_s: the whole exchange's deadline, seconds (connect, send, every read).
+        params: query parameters the handler reads (``pyspy_dump``: ``native``, ``subprocesses``).
+        max_bytes: most bytes accepted.
+
+    Returns:
+        The answer's body.
+
+    Raises:
+        ValueError: ``handler`` is not a handler name, or ``timeout_s`` is not positive.
+        FetchError: see :class:`FetchError`.
+    """
+    if not _HANDLER.fullmatch(handler):
+        raise ValueError(f"not a debug-server handler name: {handler[:80]!r}")
+    if not timeout_s > 0:
+        raise ValueError(f"timeout_s must be > 0, not {timeout_s!r}")
+    deadline = time.monotonic() + timeout_s
+    query = f"?{urllib.parse.urlencode(dict(params))}" if params else ""
+    conn = _UnixConnection(socket_path, timeout_s)
+    where = f"debug server {socket_path}"
+    try:
+        conn.request("POST", f"/handler/{handler}{query}", body=b"", headers={"Connection": "close"})
+        resp = conn.getresponse()
+        length = resp.getheader("Content-Length")
+        if length is not None and length.isdigit() and int(length) > max_bytes:
+            raise FetchError(f"{where}: {handler} answers {length} bytes, over the {max_bytes} bound")
+        chunks: list[bytes] = []
+        got = 0
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise FetchError(f"{where}: {handler} did not answer within {timeout_s:g} s")
+            if conn.sock is not None:
+                conn.sock.settimeout(left)
+            chunk = resp.read1(65536)
+            if not chunk:
+                break
+            got += len(chunk)
+            if got > max_bytes:
+                raise FetchError(f"{where}: {handler} answers more than {max_bytes} bytes")
+            chunks.append(chunk)
+        body = b"".join(chunks)
+        if resp.status != 200:
+            raise FetchError(f"{where}: {handler} answered {resp.status} {resp.reason}: {_one_line(body)}")
+        return body
+    except FetchError:
+        raise
+    except TimeoutError:
+        raise FetchError(f"{where}: {handler} did not answer within {timeout_s:g} s") from None
+    except (OSError, http.client.HTTPException) as exc:
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc) or type(exc).__name__
+        raise FetchError(f"{where}: {handler}: {' '.join(why.split())[:MAX_ERROR_CHARS]}") from None
+    finally:
+        conn.close()
+
+
+# END copy of robustctl/agent/client.py
+
+
+# --------------------------------------------------------------------------- the agent's debug server
+DEBUG_CALL_TIMEOUT_S = 3.0
+"""Default seconds of one call to a rank's debug server (``--debug-timeout``). Measured on the test bed
+with the rank blocked in a collective: ``dump_traceback`` 0.01 s, ``pyspy_dump`` 0.08 s,
+``fr_trace_json`` 0.1 s; 30x that is left for a loaded host. A rank whose interpreter cannot run the
+handler (the GIL held in native code) costs at most this per call before py-spy is tried."""
+DEBUG_MAX_TEXT_BYTES = 2 * 1024 * 1024
+"""Most bytes kept of a ``dump_traceback`` or ``pyspy_dump`` answer: faulthandler prints at most 100
+threads of 100 frames (CPython's ``Python/traceback.c``), ~1 MB at 100 characters a frame; a py-spy
+text dump of 200 threads is ~200 KB. A larger answer is refused (the rank falls back to py-spy)."""
+DEBUG_MAX_FR_BYTES = 4 * 1024 * 1024
+"""Most bytes of one rank's ``fr_trace_json`` answer: a ring of 2,000 entries (a large
+``TORCH_FR_BUFFER_SIZE``) is ~1.5 MB of JSON with stack frames; a larger trace is not kept."""
+DEBUG_FR_TOTAL_BYTES = 8 * 1024 * 1024
+"""Most bytes of Flight Recorder traces one probe document carries, all ranks of the host together:
+the controller refuses a command's output past 16 MiB (``robustctl.process.MAX_STDOUT_BYTES``) and the
+stacks themselves need room. Traces past it are left out (``debug.errors`` says so)."""
+MAX_FDS_SCANNED = 65536
+"""Most entries of ``/proc/PID/fd`` looked at when finding a rank's listening socket: a training
+process holds a few hundred (NCCL, gloo, data-loader pipes); its open-file limit is often 65536 or
+1048576, and the scan of one process stays a few milliseconds at this bound."""
+MAX_HEARTBEAT_FILES = 4096
+"""Most heartbeat files read (``--run-dir``/``--heartbeats``): as ``jobs.J.progress.max_files``'s
+upper bound, a host of 4096 ranks."""
+MAX_HEARTBEAT_BYTES = 65536
+"""Most bytes read of one heartbeat file: the agent writes a few hundred (``rank``, ``pid``, ``step``,
+``debug_socket``, a step's extra fields)."""
+SO_ACCEPTCON = 0x10000
+"""``__SO_ACCEPTCON`` in the Flags column of ``/proc/net/unix``: the socket listens (``net/unix/af_unix.c``)."""
+AGENT_SOCKET_RE = re.compile(r"(?:^|/)rank(\d+)\.sock$")
+"""The agent's socket name (``robustctl.agent``: ``RUN_DIR/debug/rankRRRRR.sock``)."""
+FALLBACK_REASONS = ("no socket", "server error", "timed out")
+"""Why a rank's evidence came from py-spy and not its debug server (``fallback_reason``)."""
+
+
+def socket_inodes(proc: str, pid: int) -> set[int]:
+    """Inodes of the sockets ``pid`` holds open (``/proc/PID/fd/*`` → ``socket:[INODE]``); empty when
+    unreadable (another user's process without privileges, a process gone)."""
+    out: set[int] = set()
+    base = os.path.join(proc, str(pid), "fd")
+    try:
+        names = os.listdir(base)
+    except OSError:
+        return out
+    for name in names[:MAX_FDS_SCANNED]:
+        try:
+            link = os.readlink(os.path.join(base, name))
+        except OSError:
+            continue
+        if link.startswith("socket:[") and link.endswith("]"):
+            inode = to_int(link[8:-1])
+            if inode is not None:
+                out.add(inode)
+    return out
+
+
+def unix_listeners(proc: str, pid: int, inodes: set[int]) -> list[str]:
+    """Paths of the listening unix sockets among ``inodes``, from ``/proc/PID/net/unix`` (the process's
+    own network namespace); abstract sockets (``@name``) and unnamed ones are left out."""
+    if not inodes:
+        return []
+    try:
+        raw = read_bytes(os.path.join(proc, str(pid), "net", "unix")).decode("utf-8", "replace")
+    except OSError:
+        return []
+    out = []
+    for line in raw.splitlines()[1:]:
+        fields = line.split(None, 7)  # Num RefCount Protocol Flags Type St Inode Path
+        if len(fields) < 8 or fields[7].startswith("@"):
+            continue
+        try:
+            flags, inode = int(fields[3], 16), int(fields[6])
+        except ValueError:
+            continue
+        if flags & SO_ACCEPTCON and inode in inodes:
+            out.append(fields[7].strip())
+    return sorted(out)
+
+
+def pick_agent_socket(paths: Sequence[str], rank: int | None) -> str | None:
+    """The agent's socket among a process's listening ``paths``: ``rankRRRRR.sock`` of its own rank
+    first, else the only one named like an agent socket, else None."""
+    named = [p for p in paths if AGENT_SOCKET_RE.search(p)]
+    if rank is not None:
+        for p in named:
+            m = AGENT_SOCKET_RE.search(p)
+            if m is not None and int(m.group(1)) == rank:
+                return p
+    return named[0] if len(named) == 1 else None
+
+
+def read_heartbeats(patterns: Sequence[str]) -> tuple[dict[int, str], dict[int, str]]:
+    """``({pid: socket}, {rank: socket})`` from the agent's heartbeat files matching ``patterns``
+    (globs), each a JSON object with ``debug_socket`` (unreadable or foreign files are skipped)."""
+    by_pid: dict[int, str] = {}
+    by_rank: dict[int, str] = {}
+    files: list[str] = []
+    for pattern in patterns:
+        files.extend(sorted(glob.glob(pattern)))
+    for path in files[:MAX_HEARTBEAT_FILES]:
+        try:
+            with open(path, "rb") as f:
+                doc = json.loads(f.read(MAX_HEARTBEAT_BYTES).decode("utf-8", "replace"))
+        except (OSError, ValueError):
+            continue
+        sock = doc.get("debug_socket") if isinstance(doc, dict) else None
+        if not isinstance(sock, str) or not sock:
+            continue
+        pid, rank = to_int(doc.get("pid")), to_int(doc.get("rank"))
+        if pid is not None:
+            by_pid[pid] = sock
+        if rank is not None:
+            by_rank[rank] = sock
+    return by_pid, by_rank
+
+
+def heartbeat_patterns(args: argparse.Namespace) -> list[str]:
+    """The heartbeat globs the probe was told: ``--heartbeats`` as given, ``--run-dir D`` as
+    ``D/rank*.json``."""
+    out = list(args.heartbeats or ())
+    out.extend(os.path.join(d, "rank*.json") for d in args.run_dir or ())
+    return out
+
+
+def find_agent_socket(
+    proc: str, entry: dict[str, Any], beats: tuple[dict[int, str], dict[int, str]]
+) -> tuple[str | None, str | None]:
+    """``(socket path, how found)`` of a rank main process's debug server: its own listening sockets
+    (``"process"``), else the heartbeat of its pid or rank (``"heartbeat"``); ``(None, None)``.
+
+    A path that does not exist in the probe's view but does under ``/proc/PID/root`` (the rank runs in
+    another mount namespace, a container) is given in that form."""
+    pid = entry["pid"]
+    path = pick_agent_socket(unix_listeners(proc, pid, socket_inodes(proc, pid)), entry["rank"])
+    how = "process" if path else None
+    if path is None:
+        path = beats[0].get(pid) or (beats[1].get(entry["rank"]) if entry["rank"] is not None else None)
+        how = "heartbeat" if path else None
+    if path is not None and not os.path.exists(path):
+        inside = os.path.join(proc, str(pid), "root") + path
+        if os.path.exists(inside):
+            path = inside
+    return path, how
+
+
+def fallback_reason(error: str) -> str:
+    """The kind of a debug-server failure (:data:`FALLBACK_REASONS`) from :class:`FetchError`'s line:
+    nothing listening at the path (missing, refused) is ``no socket``."""
+    low = error.lower()
+    if "did not answer within" in low or "timed out" in low:
+        return "timed out"
+    if "no such file" in low or "connection refused" in low:
+        return "no socket"
+    return "server error"
+
+
+def debug_params(args: argparse.Namespace) -> dict[str, str]:
+    """``pyspy_dump``'s query parameters for the probe's py-spy mode."""
+    if args.native:
+        return {"native": "1"}
+    return {"nonblocking": "1"} if args.nonblocking else {}
+
+
+class FrBudget:
+    """What is left of :data:`DEBUG_FR_TOTAL_BYTES` for one probe's Flight Recorder traces (threads)."""
+
+    def __init__(self, total: int) -> None:
+        self.left = total
+        self.lock = threading.Lock()
+
+    def take(self, size: int) -> bool:
+        """Whether ``size`` more bytes fit (and, if so, count them)."""
+        with self.lock:
+            if size > self.left:
+                return False
+            self.left -= size
+            return True
+
+
+def debug_one(
+    entry: dict[str, Any], path: str, args: argparse.Namespace, deadline: float, fr: FrBudget
+) -> bool:
+    """Ask a rank's debug server for its stacks (``dump_traceback``, ``pyspy_dump``) and its Flight
+    Recorder trace (``fr_trace_json``), each call within ``--debug-timeout`` and the probe's deadline.
+
+    Fills ``debug`` (``{traceback, pyspy, fr_trace, errors}``, texts as received) and ``source``
+    ``"debug-server"`` when a stack came back, and returns True; else sets ``fallback_reason`` and
+    ``fallback_detail`` (the first failure) and returns False, for py-spy to read the process.
+    """
+    t0 = time.monotonic()
+    got: dict[str, Any] = {"traceback": None, "pyspy": None, "fr_trace": None, "errors": []}
+    calls = (
+        ("traceback", "dump_traceback", None, DEBUG_MAX_TEXT_BYTES),
+        ("pyspy", "pyspy_dump", debug_params(args), DEBUG_MAX_TEXT_BYTES),
+        ("fr_trace", "fr_trace_json", None, DEBUG_MAX_FR_BYTES),
+    )
+    first_error: str | None = None
+    for key, handler, params, limit in calls:
+        left = deadline - time.monotonic()
+        if left <= 0.05:
+            first_error = first_error or f"debug server {path}: {handler}: the probe's --timeout ran out"
+            break
+        try:
+            body = fetch(path, handler, min(args.debug_timeout, left), params=params, max_bytes=limit)
+        except FetchError as exc:
+            first_error = first_error or str(exc)
+            got["errors"].append(str(exc)[:ERROR_MAX])
+            if key == "traceback" and fallback_reason(str(exc)) == "no socket":
+                break  # nothing listens there: the other handlers cannot answer either
+            if key == "pyspy" and got["traceback"] is None:
+                break  # neither stack came back: the trace alone is no stack evidence
+            continue
+        if key == "fr_trace" and not fr.take(len(body)):
+            got["errors"].append(
+                f"fr_trace_json: {len(body)} bytes left out (the probe's traces budget is spent)"
+            )
+            continue
+        got[key] = body.decode("utf-8", "replace")
+    entry["elapsed_s"] = round(time.monotonic() - t0, 6)
+    entry["debug_socket"] = path
+    if got["traceback"] is None and got["pyspy"] is None:
+        detail = first_error or f"debug server {path}: no stack"
+        entry["fallback_reason"] = fallback_reason(detail)
+        entry["fallback_detail"] = detail[:ERROR_MAX]
+        return False
+    entry["debug"] = got
+    entry["source"] = "debug-server"
+    entry["error"] = None
+    return True
 
 
 # --------------------------------------------------------------------------- main
@@ -729,6 +1163,14 @@ def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--retries", type=int, default=4, help="extra py-spy calls after a failure on a live process"
     )
+    p.add_argument(
+        "--no-debug-server", dest="debug_server", action="store_false", help="py-spy only, never the agent"
+    )
+    p.add_argument(
+        "--debug-timeout", type=float, default=DEBUG_CALL_TIMEOUT_S, help="per debug-server call, seconds"
+    )
+    p.add_argument("--run-dir", action="append", default=[], help="the agent's run dir (its heartbeats)")
+    p.add_argument("--heartbeats", action="append", default=[], help="glob of the agent's heartbeat files")
 
 
 def check_args(args: argparse.Namespace, p: argparse.ArgumentParser) -> None:
@@ -739,6 +1181,8 @@ def check_args(args: argparse.Namespace, p: argparse.ArgumentParser) -> None:
             p.error(f"--ranks: {exc}")
     if args.timeout <= 0 or args.per_process_timeout <= 0 or args.parallel < 1 or args.retries < 0:
         p.error("--timeout, --per-process-timeout and --parallel must be positive, --retries >= 0")
+    if not args.debug_timeout > 0:
+        p.error("--debug-timeout must be positive")
 
 
 def finalize(data: dict[str, Any]) -> None:
@@ -762,6 +1206,8 @@ def collect(args: argparse.Namespace, doc: Document) -> None:
             "per_process_timeout_s": args.per_process_timeout,
             "parallel": args.parallel,
             "retries": args.retries,
+            "debug_server": bool(args.debug_server),
+            "debug_timeout_s": args.debug_timeout,
         },
     )
     for key, value in (("processes", []), ("launchers", []), ("unmatched_ranks", []), ("scanned", 0)):
@@ -793,11 +1239,9 @@ def collect(args: argparse.Namespace, doc: Document) -> None:
         msg = f"py-spy not found (looked in {where}): install py-spy (pip install py-spy)"
         doc.set("error", msg)
         doc.error(msg)
-        for e in processes:
-            e["error"] = "not dumped: py-spy not found"
     else:
         doc.set("py_spy", {"path": pyspy, "version": pyspy_version(pyspy, min(5.0, args.timeout))})
-        dump_all(pyspy, processes, args, deadline)
+    dump_all(pyspy, processes, args, deadline)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -190,7 +190,8 @@ def run_stacks(
     pool: TransportPool | None = None,
     progress: SampleProgress | None = None,
 ) -> StacksResult | StacksFailSlowResult:
-    """Dump the job's ranks with py-spy and judge them: hang snapshot, or fail-slow vote (``slow``).
+    """Dump the job's ranks (through the in-job agent's debug server where a rank runs one, py-spy
+    otherwise) and judge them: hang snapshot, or fail-slow vote (``slow``).
 
     Hang mode records the suspect hosts (:func:`robustctl.suspects.stacks_findings`) in the store
     unless ``record`` is off: never evicted or standby hosts, nothing cleared, best effort (an error

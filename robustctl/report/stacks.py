@@ -307,8 +307,12 @@ def render_collection_note(index: int, col: StackCollection, console: Console) -
 def render_live_stacks(
     report: StacksReport, collections: Sequence[StackCollection], console: Console, *, verbose: bool = False
 ) -> None:
-    """:func:`render_stacks`, then one line per host the last collection could not read."""
+    """:func:`render_stacks`, then the last collection's evidence line (how many ranks were read
+    through the in-job agent's debug server, how many by py-spy) and one line per host it could not
+    read."""
     render_stacks(report, console, verbose=verbose)
     for col in collections[-1:]:
+        if col.sources:
+            console.print(escape(col.evidence_line()))
         for h in col.unknown_hosts:
             console.print(f"[magenta]{escape(h.host)}: {h.status.value}: {escape(str(h.error))}[/]")

@@ -15,6 +15,15 @@ What is evidence and what is not:
   out of time, py-spy missing on a host, ranks that the probe did not find. Those ranks are
   ``missing_ranks`` ("not collected", never a suspect by themselves) and the host's result is
   :attr:`~robustctl.models.Status.UNKNOWN` with a one-line reason.
+
+Where a rank runs the in-job agent (:mod:`robustctl.agent`), the probe reads its main process through
+the agent's debug server first and py-spy is the fallback, per rank. Such a process's threads come
+from the server's ``pyspy_dump`` text (:func:`~robustctl.stacks.parse.parse_pyspy_text`) when its
+main thread is whole, else from its ``dump_traceback`` faulthandler text
+(:func:`~robustctl.stacks.faulthandler.parse_traceback_text`). Which source read each process, and why
+py-spy was used for a rank main process (no socket, a server error, a timeout), is kept in
+:attr:`StackCollection.sources`; the Flight Recorder traces the servers gave in
+:attr:`StackCollection.fr_traces`.
 """
 
 from __future__ import annotations
@@ -28,8 +37,9 @@ from robustctl.errors import ConfigError, InventoryError
 from robustctl.inventory.hostrange import compact_ranges
 from robustctl.models import Outcome, Status
 from robustctl.probes import ProbeDocument, beside_interpreter, command_deadline, run_probe
+from robustctl.stacks.faulthandler import parse_traceback_text
 from robustctl.stacks.model import DumpParseError, ProcessDump, ProcessRole, ThreadStack
-from robustctl.stacks.parse import infer_role, parse_pyspy_json
+from robustctl.stacks.parse import infer_role, parse_pyspy_json, parse_pyspy_text
 from robustctl.transport.fanout import HostOutcome, fan_out
 
 if TYPE_CHECKING:
@@ -37,7 +47,23 @@ if TYPE_CHECKING:
     from robustctl.inventory import Host, Job
     from robustctl.transport.pool import TransportPool
 
-__all__ = ["CollectSettings", "HostStacks", "StackCollection", "collect_stacks", "dumps_from_document"]
+__all__ = [
+    "DEBUG_SERVER",
+    "PY_SPY",
+    "CollectSettings",
+    "FrTrace",
+    "HostStacks",
+    "ProcessSource",
+    "StackCollection",
+    "collect_stacks",
+    "dumps_from_document",
+    "sources_from_document",
+]
+
+DEBUG_SERVER = "debug-server"
+"""A process read through the in-job agent's debug server (``ProcessSource.source``)."""
+PY_SPY = "py-spy"
+"""A process read by py-spy from outside (``ProcessSource.source``)."""
 
 NOT_DUMPED = "not dumped:"
 """Prefix of a probe's per-process error when the *observer* failed (no py-spy, out of time)."""
@@ -62,6 +88,9 @@ class CollectSettings:
         deadline_s: global deadline of the whole collection (None: none beyond the per-host one).
         retries: extra connection attempts after a connection error. retry_backoff_s: base of the
             jittered exponential backoff between them.
+        debug_server: read each rank's main process through the in-job agent's debug server
+            first (py-spy the fallback); False: py-spy only.
+        debug_timeout_s: budget of one debug-server call (None: the probe's default, 3 s).
     """
 
     nonblocking: bool = True
@@ -75,6 +104,8 @@ class CollectSettings:
     deadline_s: float | None = None
     retries: int = 1
     retry_backoff_s: float = 0.5
+    debug_server: bool = True
+    debug_timeout_s: float | None = None
 
     @classmethod
     def from_diagnose(cls, diagnose: DiagnoseSettings, **overrides: Any) -> CollectSettings:
@@ -140,6 +171,61 @@ class HostStacks:
 
 
 @dataclass(frozen=True)
+class ProcessSource:
+    """Which source read one process's stacks, and why py-spy when a debug server was wanted.
+
+    Attributes:
+        host: inventory name. pid: process id. rank: its rank (None: unknown). main: a rank's main
+            process (only those are asked through a debug server).
+        source: :data:`DEBUG_SERVER` or :data:`PY_SPY`.
+        fallback_reason: for a main process read by py-spy: ``"no socket"``, ``"server error"`` or
+            ``"timed out"``; None otherwise (also when the debug server was not asked).
+        fallback_detail: the debug server's failure, one line. debug_socket: the socket asked.
+        stacks_from: for the debug server: ``"pyspy_dump"`` or ``"dump_traceback"`` (the text the
+            threads were read from).
+    """
+
+    host: str
+    pid: int
+    rank: int | None
+    main: bool
+    source: str
+    fallback_reason: str | None = None
+    fallback_detail: str | None = None
+    debug_socket: str | None = None
+    stacks_from: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return {
+            "host": self.host,
+            "pid": self.pid,
+            "rank": self.rank,
+            "main": self.main,
+            "source": self.source,
+            "fallback_reason": self.fallback_reason,
+            "fallback_detail": self.fallback_detail,
+            "debug_socket": self.debug_socket,
+            "stacks_from": self.stacks_from,
+        }
+
+
+@dataclass(frozen=True)
+class FrTrace:
+    """One rank's Flight Recorder trace as its debug server gave it (``fr_trace_json``).
+
+    Attributes:
+        host: inventory name. pid: the rank's process. rank: its rank (None: unknown).
+        data: the JSON document's bytes (at most the probe's ``DEBUG_MAX_FR_BYTES``, 4 MiB).
+    """
+
+    host: str
+    pid: int
+    rank: int | None
+    data: bytes
+
+
+@dataclass(frozen=True)
 class StackCollection:
     """Everything one live collection of a job returned.
 
@@ -150,6 +236,9 @@ class StackCollection:
         expected_ranks: ranks the asked hosts should hold. missing_ranks: those without a main
             process in ``dumps`` (not collected: unreachable host, no process, observer failure).
         started_at: UNIX time the collection started. elapsed_s: its wall seconds.
+        sources: which source read each process (:class:`ProcessSource`), in ``dumps`` order for
+            those the probe reported one for.
+        fr_traces: the Flight Recorder traces the ranks' debug servers gave.
     """
 
     job: str
@@ -159,6 +248,30 @@ class StackCollection:
     missing_ranks: tuple[int, ...]
     started_at: float
     elapsed_s: float
+    sources: tuple[ProcessSource, ...] = ()
+    fr_traces: tuple[FrTrace, ...] = ()
+
+    def source_counts(self) -> dict[str, int]:
+        """``{source: rank main processes read by it}`` (:data:`DEBUG_SERVER`, :data:`PY_SPY`)."""
+        out = {DEBUG_SERVER: 0, PY_SPY: 0}
+        for src in self.sources:
+            if src.main:
+                out[src.source] = out.get(src.source, 0) + 1
+        return out
+
+    def evidence_line(self) -> str:
+        """``"evidence: 6 ranks via the debug server, 2 via py-spy"`` (rank main processes), with the
+        fallback reasons when py-spy read a rank whose debug server was asked."""
+        n = self.source_counts()
+        reasons: dict[str, int] = {}
+        for src in self.sources:
+            if src.main and src.fallback_reason:
+                reasons[src.fallback_reason] = reasons.get(src.fallback_reason, 0) + 1
+        why = ", ".join(f"{k}: {v}" for k, v in sorted(reasons.items()))
+        ds = n[DEBUG_SERVER]
+        return f"evidence: {ds} rank{'s' if ds != 1 else ''} via the debug server, {n[PY_SPY]} via py-spy" + (
+            f" ({why})" if why else ""
+        )
 
     @property
     def mains(self) -> tuple[ProcessDump, ...]:
@@ -216,7 +329,9 @@ def dumps_from_document(host: str, data: Mapping[str, Any]) -> tuple[list[Proces
             observer.append(f"pid {pid}: {error}")
             continue
         threads: tuple[ThreadStack, ...] = ()
-        if error is None:
+        if error is None and e.get("source") == DEBUG_SERVER:
+            threads, error, _ = debug_threads(e.get("debug"))
+        elif error is None:
             try:
                 threads = parse_pyspy_json(e.get("dump"))
             except DumpParseError as exc:
@@ -245,10 +360,108 @@ def dumps_from_document(host: str, data: Mapping[str, Any]) -> tuple[list[Proces
     return dumps, observer
 
 
+def _whole(threads: tuple[ThreadStack, ...]) -> bool:
+    """The main thread reaches ``<module>`` (a nonblocking py-spy read can cut it short)."""
+    main = next((t for t in threads if t.is_main), None)
+    return main is not None and any(f.function == "<module>" for f in main.frames)
+
+
+def debug_threads(debug: Any) -> tuple[tuple[ThreadStack, ...], str | None, str | None]:
+    """The threads of a process its debug server answered for (the probe's ``debug`` object).
+
+    The ``pyspy_dump`` text is used when its main thread is whole (it names threads and qualifies
+    functions as py-spy's JSON does, so such a rank clusters with those py-spy read from outside);
+    else the ``dump_traceback`` faulthandler text (taken with the GIL: never cut short).
+
+    Args:
+        debug: ``{traceback, pyspy, fr_trace, errors}`` as the probe reported it.
+
+    Returns:
+        ``(threads, error, stacks_from)``: ``error`` one line when neither text could be read (then
+        no threads); ``stacks_from`` ``"pyspy_dump"`` or ``"dump_traceback"``.
+    """
+    if not isinstance(debug, Mapping):
+        return (), "debug server: no answer in the probe's document", None
+    why: list[str] = []
+    text = debug.get("pyspy")
+    spy: tuple[ThreadStack, ...] = ()
+    if isinstance(text, str) and text.strip():
+        try:
+            procs = parse_pyspy_text(text)
+            spy = procs[0].threads if procs and procs[0].error is None else ()
+            if procs and procs[0].error is not None:
+                why.append(f"pyspy_dump: {procs[0].error}")
+        except DumpParseError as exc:
+            why.append(f"pyspy_dump: {exc}")
+        if spy and _whole(spy):
+            return spy, None, "pyspy_dump"
+    text = debug.get("traceback")
+    if isinstance(text, str) and text.strip():
+        try:
+            parsed = parse_traceback_text(text)
+            fh = parsed.dumps[-1]
+            if fh.error is None and fh.threads:
+                return fh.threads, None, "dump_traceback"
+            why.append(f"dump_traceback: {fh.error or 'no thread'}")
+        except DumpParseError as exc:
+            why.append(f"dump_traceback: {exc}")
+    if spy:  # cut short, but the only stack there is
+        return spy, None, "pyspy_dump"
+    return (), "unreadable debug-server answer: " + ("; ".join(why) or "no stack text"), None
+
+
+def sources_from_document(host: str, data: Mapping[str, Any]) -> tuple[list[ProcessSource], list[FrTrace]]:
+    """Which source read each process of one ``stacks`` probe document, and the Flight Recorder
+    traces its debug servers gave.
+
+    Args:
+        host: inventory name of the host the document came from.
+        data: the document's ``data`` (schema: ``diagnostics/stacks.py``).
+
+    Returns:
+        ``(sources, traces)``: one :class:`ProcessSource` per well-formed process entry with a
+        ``source`` (a document of a probe without the debug-server path has none), one
+        :class:`FrTrace` per non-empty ``fr_trace``.
+    """
+    sources: list[ProcessSource] = []
+    traces: list[FrTrace] = []
+    entries = data.get("processes")
+    for e in entries if isinstance(entries, list) else ():
+        pid = _opt_int(e.get("pid")) if isinstance(e, Mapping) else None
+        if pid is None or e.get("source") not in (DEBUG_SERVER, PY_SPY):
+            continue
+        debug = e.get("debug")
+        stacks_from = None
+        if e["source"] == DEBUG_SERVER:
+            stacks_from = debug_threads(debug)[2]
+            trace = debug.get("fr_trace") if isinstance(debug, Mapping) else None
+            if isinstance(trace, str) and trace.strip():
+                traces.append(FrTrace(host, pid, _opt_int(e.get("rank")), trace.encode("utf-8")))
+        reason = e.get("fallback_reason")
+        detail = e.get("fallback_detail")
+        sock = e.get("debug_socket")
+        sources.append(
+            ProcessSource(
+                host=host,
+                pid=pid,
+                rank=_opt_int(e.get("rank")),
+                main=e.get("role") == "main",
+                source=str(e["source"]),
+                fallback_reason=str(reason) if reason and e["source"] == PY_SPY else None,
+                fallback_detail=str(detail) if detail and e["source"] == PY_SPY else None,
+                debug_socket=str(sock) if sock else None,
+                stacks_from=stacks_from,
+            )
+        )
+    return sources, traces
+
+
 @dataclass(frozen=True)
 class _HostValue:
     dumps: tuple[ProcessDump, ...]
     result: HostStacks
+    sources: tuple[ProcessSource, ...] = ()
+    traces: tuple[FrTrace, ...] = ()
 
 
 def collect_stacks(
@@ -290,6 +503,7 @@ def collect_stacks(
     g = job.ranks_per_host
     expected_of = {h.name: tuple(range(index[h.name] * g, index[h.name] * g + g)) for h in targets}
     common = _probe_args(spec, s)
+    spec_heartbeats = job.progress.files if job.progress is not None else None
     host_timeout = s.host_timeout_s if s.host_timeout_s is not None else s.probe_timeout_s + 30.0
     t0 = time.monotonic()
     started_at = time.time()
@@ -304,9 +518,13 @@ def collect_stacks(
             local = beside_interpreter("py-spy")  # e.g. installed in robustctl's own .venv
             if local:
                 args.append(f"--py-spy={local}")
+        if s.debug_server and spec_heartbeats:
+            args.append(f"--heartbeats={spec_heartbeats.replace('{host}', host.name)}")
         doc = run_probe(pool.for_host(host), host, "stacks", args, deadline=host_deadline)
         dumps, observer = dumps_from_document(host.name, doc.data)
-        return _HostValue(tuple(dumps), _host_result(host.name, expected, doc, dumps, observer))
+        sources, traces = sources_from_document(host.name, doc.data)
+        result = _host_result(host.name, expected, doc, dumps, observer)
+        return _HostValue(tuple(dumps), result, tuple(sources), tuple(traces))
 
     def on_done(o: HostOutcome[_HostValue]) -> None:
         if progress is not None:
@@ -344,6 +562,10 @@ def _probe_args(spec: RankProcessSpec, s: CollectSettings) -> list[str]:
         common.append("--blocking")
     if s.py_spy:
         common.append(f"--py-spy={s.py_spy}")
+    if not s.debug_server:
+        common.append("--no-debug-server")
+    elif s.debug_timeout_s is not None:
+        common += ["--debug-timeout", f"{s.debug_timeout_s:g}"]
     return common
 
 
@@ -359,10 +581,14 @@ def _collection(
     result, and the ``expected`` ranks no main process was found for."""
     dumps: list[ProcessDump] = []
     results: list[HostStacks] = []
+    sources: list[ProcessSource] = []
+    traces: list[FrTrace] = []
     for o in outcomes:
         results.append(_result_of(o, expected_of[o.host.name]))
         if o.value is not None:
             dumps.extend(o.value.dumps)
+            sources.extend(o.value.sources)
+            traces.extend(o.value.traces)
     found = {d.rank for d in dumps if d.role is ProcessRole.MAIN and d.rank is not None}
     dumps.sort(key=_dump_order)
     return StackCollection(
@@ -373,6 +599,14 @@ def _collection(
         missing_ranks=tuple(r for r in expected if r not in found),
         started_at=started_at,
         elapsed_s=round(elapsed_s, 6),
+        sources=tuple(
+            sorted(
+                sources, key=lambda x: (x.rank if x.rank is not None else 1 << 62, not x.main, x.host, x.pid)
+            )
+        ),
+        fr_traces=tuple(
+            sorted(traces, key=lambda t: (t.rank if t.rank is not None else 1 << 62, t.host, t.pid))
+        ),
     )
 
 

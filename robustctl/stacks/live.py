@@ -6,6 +6,13 @@ Two modes, both built from the pure pipeline (:func:`~robustctl.stacks.result.an
 
 - **hang** (default): ``samples`` collections ``interval_s`` apart; the last is clustered and blamed,
   the one before it tells a progressing job (most ranks changed stack) from a stuck one.
+Each rank's main process is read through the in-job agent's debug server where it runs one, py-spy
+otherwise (:mod:`robustctl.stacks.collect`); the ``--json`` document says which source read each
+process. When the servers gave Flight Recorder traces with entries for every rank read, they are
+analysed (:func:`robustctl.analysis.flightrec.analyze_dumps`) and joined to the stacks' verdict as
+``analyze`` joins a directory's dumps (:func:`robustctl.stacks.result.with_flight_recorder`: the
+``flight_recorder`` section and the ``agreement``).
+
 - **fail-slow** (``--slow``): ``rounds`` collections ``interval_s`` apart, each clustered; the
   parallel group with the most outlier ranks in each round gets a vote, the group voted most often
   is the degrader (ByteRobust, arXiv 2509.16293 §5: 10 s × 5 rounds).
@@ -15,14 +22,17 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
+from robustctl.analysis.flightrec import FrDump, FrLoadError, load_dump
+from robustctl.analysis.flightrec import analyze_dumps as analyze_fr_dumps
+from robustctl.inventory.hostrange import compact_ranges
 from robustctl.models import SCHEMA_VERSION, Status, to_jsonable
 from robustctl.stacks.cluster import cluster
-from robustctl.stacks.collect import CollectSettings, StackCollection, collect_stacks
+from robustctl.stacks.collect import DEBUG_SERVER, PY_SPY, CollectSettings, StackCollection, collect_stacks
 from robustctl.stacks.failslow import FailSlowResult, vote
-from robustctl.stacks.result import StacksReport, analyze_stacks
+from robustctl.stacks.result import StacksReport, analyze_stacks, with_flight_recorder
 
 if TYPE_CHECKING:
     from robustctl.exit_codes import ExitCode
@@ -50,7 +60,9 @@ class LiveStacks:
         return self.report.exit_code
 
     def to_json(self) -> dict[str, Any]:
-        """The StacksReport fields plus ``collection`` (per host, per sample)."""
+        """The StacksReport fields plus ``collection`` (per host, per sample: with ``evidence``, the
+        rank counts per source, and ``sources``, the source of each process) and ``evidence`` (the
+        last sample's counts and line)."""
         doc: dict[str, Any] = to_jsonable(self.report)
         doc["collection"] = [
             {
@@ -58,10 +70,79 @@ class LiveStacks:
                 "elapsed_s": c.elapsed_s,
                 "missing_ranks": list(c.missing_ranks),
                 "hosts": [h.as_dict() for h in c.hosts],
+                "evidence": evidence_json(c),
+                "sources": [x.as_dict() for x in c.sources],
             }
             for c in self.collections
         ]
+        doc["evidence"] = evidence_json(self.collections[-1]) if self.collections else None
         return doc
+
+
+def evidence_json(col: StackCollection) -> dict[str, Any]:
+    """``{"debug_server": n, "py_spy": m, "fallback": {reason: count}, "summary": line}`` of the rank
+    main processes of one collection.
+
+    Args:
+        col: the collection.
+
+    Returns:
+        The counts and :meth:`StackCollection.evidence_line`.
+    """
+    n = col.source_counts()
+    fallback: dict[str, int] = {}
+    for src in col.sources:
+        if src.main and src.fallback_reason:
+            fallback[src.fallback_reason] = fallback.get(src.fallback_reason, 0) + 1
+    return {
+        "debug_server": n.get(DEBUG_SERVER, 0),
+        "py_spy": n.get(PY_SPY, 0),
+        "fallback": fallback,
+        "flight_recorder_traces": len(col.fr_traces),
+        "summary": col.evidence_line(),
+    }
+
+
+def with_traces(report: StacksReport, col: StackCollection, job: Job) -> StacksReport:
+    """``report`` joined with the Flight Recorder traces the ranks' debug servers gave (pure).
+
+    Joined (:func:`~robustctl.stacks.result.with_flight_recorder`) only when a trace holds an entry
+    (the ring is on: ``TORCH_FR_BUFFER_SIZE``) and every rank read has a trace: a rank read by py-spy
+    has none, and the analysis would name it missing. Otherwise ``report`` unchanged, with a note
+    when traces with entries were left aside.
+
+    Args:
+        report: the stacks' report on ``col``.
+        col: the collection.
+        job: the job (layout, ranks per host).
+
+    Returns:
+        The report, with ``flight_recorder`` and ``agreement`` when joined.
+    """
+    if not col.fr_traces:
+        return report
+    dumps: list[FrDump] = []
+    not_read: list[tuple[str, str]] = []
+    for t in col.fr_traces:
+        name = f"{t.host}:{t.pid}"
+        base = f"rank{t.rank:05d}.json" if t.rank is not None else None
+        try:
+            dumps.append(load_dump(name, t.data, base=base))
+        except FrLoadError as exc:
+            not_read.append((name, str(exc)))
+    if not any(d.entries for d in dumps):
+        return report
+    ranks = {d.rank for d in col.mains if d.rank is not None}
+    traced = {d.rank for d in dumps if d.rank is not None}
+    if ranks - traced:
+        note = (
+            f"Flight Recorder traces of {len(traced)} of {len(ranks)} ranks left aside: ranks "
+            f"{compact_ranges(sorted(ranks - traced))} have none (read by py-spy)"
+        )
+        return replace(report, notes=(*report.notes, note))
+    analysis = analyze_fr_dumps(dumps, job.layout, job.ranks_per_host)
+    files = [f"{t.host}:{t.pid}" for t in col.fr_traces]
+    return with_flight_recorder(report, analysis, files=files, not_read=not_read)
 
 
 @dataclass(frozen=True)
@@ -159,7 +240,7 @@ def stacks_hang(
         previous=cols[-2].dumps if len(cols) > 1 else None,
         expected_ranks=last.expected_ranks,
     )
-    return LiveStacks(report, tuple(cols))
+    return LiveStacks(with_traces(report, last, job), tuple(cols))
 
 
 def stacks_failslow(
