@@ -47,6 +47,29 @@ its checkpoint writer); a bad spec in the first two is exit status 2 with one li
                                     the rank then blocks in DataLoader._next_data
     hang:checkpoint:rank=0          rank 0's checkpoint save blocks (_checkpoint_hang: in the writer
                                     process; the rank blocks at its next save waiting for it)
+    hang:skip_collective:rank=0:step=5
+                                    from step 5 on, rank 0 calls none of its DP group's collectives
+                                    (_skip_collective: the gradient all-reduce and, on a last stage,
+                                    the loss average; it goes on with its own gradients and loss) and
+                                    goes on to its next collective: its DP peers block for good in the
+                                    gradient all-reduce it skipped first, and the ranks that need them
+                                    block after them (with tp > 1, rank 0 itself, in a TP all-reduce a
+                                    step or two later). One skip (steps=1) is no hang: gloo, like
+                                    NCCL, pairs a group's collectives by order, so the rank's next DP
+                                    collective completes the one its peers wait in: the next step's
+                                    gradient all-reduce on a first stage (a silent desync), the
+                                    1-element loss all-reduce on a last stage (a size mismatch: the
+                                    rank aborts, see wrong_size)
+    hang:wrong_size:rank=3:step=5   in step 5, rank 3 calls its DP gradient all-reduce with 0 elements
+                                    (_wrong_size_collective: an empty bucket) and goes on: gloo returns
+                                    at once on rank 3 without exchanging anything, so its DP peers block
+                                    in that all-reduce for good and rank 3 blocks in its next DP
+                                    collective (a last stage's loss average, else step 6's gradient
+                                    all-reduce), which they never reach (measured, torch 2.13 gloo). Any other wrong size is no hang under gloo: a rank handed
+                                    more bytes than it posted aborts (std::terminate, "Received data
+                                    size doesn't match expected size"; the smaller rank itself, or a
+                                    ring neighbour of a larger one), its peers then fail with
+                                    "Connection closed/reset by peer"
     slow:rank=5:factor=3            (factor default 3) rank 5's compute takes factor x as long (_straggle sleeps
                                     (factor - 1) x the measured compute time of each layer)
     crash:rank=5[:signal=KILL]      rank 5 raises RuntimeError at its next step (or kills itself)
@@ -70,8 +93,9 @@ its checkpoint writer); a bad spec in the first two is exit status 2 with one li
                                     default 3
 
 Common keys: ``rank=R`` or ``ranks=R1,R2`` (default: every rank), ``step=N`` (active from step N on),
-``steps=K`` (with ``step=N``: active at steps N … N+K-1 only). Hangs other than ``p2p_recv`` end when
-the spec is removed from the fault file. ``nan:loss`` and ``spike`` change nothing on a rank that
+``steps=K`` (with ``step=N``: active at steps N … N+K-1 only). Hangs other than ``p2p_recv``,
+``skip_collective`` and ``wrong_size`` end when the spec is removed from the fault file (those three
+leave the ranks' collectives out of step for good; the last two change nothing with dp = 1). ``nan:loss`` and ``spike`` change nothing on a rank that
 computes no loss (a stage before the last); with dp > 1 the logged loss is the DP mean, so a spike of
 F on one rank raises it by (F - 1) x that rank's share. A fault with ``step=N`` is deterministic: it
 hits step N whatever the timing, and the same specs and seed give the same losses.
@@ -84,7 +108,9 @@ traceback and exits 1; where the harness drops the host's traffic instead, it bl
 
 Outputs: ``--progress-dir P``: ``P/rankRRRRR.json`` (the heartbeat), written by the in-job agent
 (:mod:`robustctl.agent`, which also writes ``P/events/``, ``P/stacks/`` on SIGUSR1 and serves
-``P/debug/rankRRRRR.sock``) atomically after init (``step`` 0, ``phase`` "ready"), after every step
+``P/debug/rankRRRRR.sock``; with ``--flight-recorder N`` the agent sizes Flight Recorder's ring to N
+collectives per process group before ``init_process_group``, so every collective is recorded, gloo's
+too, and the socket's ``fr_trace_json`` answers with it) atomically after init (``step`` 0, ``phase`` "ready"), after every step
 (``phase`` "train"; the agent's rate limit is off here) and at the end (``phase`` "done"): ``{rank,
 pid, step, phase, time, step_s, loss, local_rank, world_size, debug_socket, straggle_s, init_s,
 started_at, timings: {import_s, init_process_group_s, new_groups_s, model_and_loader_s}}`` (seconds,
@@ -150,7 +176,7 @@ def _process_start_time() -> float:
 _T0 = _process_start_time()
 _T_IMPORTED = time.time()  # torch and the rest imported
 FAULT_ENV = "ROBUSTCTL_FAULT"
-HANG_PLACES = ("compute", "p2p_recv", "dataloader", "checkpoint")
+HANG_PLACES = ("compute", "p2p_recv", "dataloader", "checkpoint", "skip_collective", "wrong_size")
 FAULT_KINDS = ("hang", "slow", "crash", "nan", "spike")
 SHOWN_SPEC_CHARS = 120
 """Most characters of a bad spec quoted in its error (a fault file may hold any text: the error stays
@@ -386,6 +412,16 @@ def _checkpoint_hang(faults: FaultSource, fault: Fault, step: int) -> None:
     """Injected: a checkpoint write stuck (storage) until the fault is removed."""
     while faults.find("hang", "checkpoint", step) is not None:
         _busy_or_sleep(fault.mode, 0.2)
+
+
+def _skip_collective() -> None:
+    """Injected (``hang:skip_collective``): the DP gradient all-reduce this rank does not call."""
+
+
+def _wrong_size_collective(group: Any) -> None:
+    """Injected (``hang:wrong_size``): the DP gradient all-reduce called with 0 elements (returns at once
+    under gloo, the peers' all-reduce of the same sequence number waits for data that never comes)."""
+    dist.all_reduce(torch.empty(0), group=group)
 
 
 def _straggle(seconds: float) -> None:
@@ -789,6 +825,7 @@ class Trainer:
                 local_rank=self.local_rank,
                 world_size=self.world,
                 interval_s=0.0,
+                flight_recorder=args.flight_recorder,  # before init_process_group (setup)
             )
             if args.progress_dir
             else None
@@ -976,6 +1013,9 @@ class Trainer:
         loss = None
         if self.last:
             total = self.corrupt_loss(torch.stack([o.detach() for o in outputs]).sum().reshape(1))
+            if self.faults.find("hang", "skip_collective", self.step) is not None:
+                _skip_collective()  # out of its DP group: logs its own loss
+                return float(total.item())
             dist.all_reduce(total, group=self.dp_group)  # loss averaged over DP, for logging
             loss = float(total.item()) / args.dp
         return loss
@@ -985,8 +1025,13 @@ class Trainer:
         grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in self.params]
         flat = torch.cat([g.reshape(-1) for g in grads])
         if self.args.dp > 1:
-            dist.all_reduce(flat, group=self.dp_group)
-            flat /= self.args.dp
+            if self.faults.find("hang", "skip_collective", self.step) is not None:
+                _skip_collective()  # goes on with this rank's own gradients
+            elif self.faults.find("hang", "wrong_size", self.step) is not None:
+                _wrong_size_collective(self.dp_group)
+            else:
+                dist.all_reduce(flat, group=self.dp_group)
+                flat /= self.args.dp
         with torch.no_grad():
             offset = 0
             for p in self.params:
@@ -1147,6 +1192,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="a fault spec fixed at start (repeatable)",
     )
     p.add_argument("--progress-dir", default=None, help="write rankRRRRR.json progress files here")
+    p.add_argument(
+        "--flight-recorder",
+        type=int,
+        default=0,
+        metavar="N",
+        help="Flight Recorder ring of N collectives per process group, gloo's too (needs --progress-dir: "
+        "the agent sets it before the process group exists; 0: off)",
+    )
     p.add_argument("--bind-addr", default=None, help="gloo bind address (default: SSH_CONNECTION's)")
     p.add_argument("--pg-timeout-s", type=float, default=900.0, help="collective timeout")
     p.add_argument("--max-runtime-s", type=float, default=0.0, help="exit after this long (0: never)")
@@ -1158,6 +1211,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         p.error("--ffn must be divisible by --tp")
     if args.log_every < 1:
         p.error("--log-every must be >= 1")
+    if args.flight_recorder < 0:
+        p.error("--flight-recorder must be >= 0")
+    if args.flight_recorder and not args.progress_dir:
+        p.error("--flight-recorder needs --progress-dir (the agent turns it on)")
     if args.pp > 1 and args.micro_batches < 1:
         p.error("--micro-batches must be >= 1")
     if args.load == "none":  # a restart with no checkpoint to load ({ckpt_iter} of a launch: template)

@@ -222,6 +222,74 @@ def test_a_bad_fault_option_is_exit_2_naming_it(
 
 @pytest.mark.slow
 @pytest.mark.external
+def test_fault_specs_of_the_desync_hangs() -> None:
+    """``hang:skip_collective`` and ``hang:wrong_size``: the grammar of the other hangs, step windows
+    included, and one-line errors naming the spec (the place list names both)."""
+    pytest.importorskip("torch")
+    from tests.jobs.minimegatron import HANG_PLACES, Fault, parse_faults
+
+    skip, wrong = parse_faults("hang:skip_collective:rank=0:step=5\nhang:wrong_size:rank=3")
+    assert skip == Fault("hang", "skip_collective", frozenset({0}), 5)
+    assert [skip.applies(0, s) for s in (4, 5, 50)] == [False, True, True] and not skip.applies(1, 5)
+    assert wrong == Fault("hang", "wrong_size", frozenset({3})) and wrong.applies(3, 1)
+    (once,) = parse_faults("hang:skip_collective:ranks=2,6:step=3:steps=1")
+    assert [once.applies(6, s) for s in (2, 3, 4)] == [False, True, False] and once.ranks == {2, 6}
+    assert {"skip_collective", "wrong_size"} <= set(HANG_PLACES)
+    for bad, says in (
+        ("hang:skip_collectives:rank=1", "hang needs a place, one of compute, p2p_recv, dataloader, "
+         "checkpoint, skip_collective, wrong_size"),
+        ("hang:wrong_size:rank=x", "invalid literal for int()"),
+        ("hang:wrong_size:step=2:steps=0", "K >= 1"),
+        ("hang:skip_collective:steps=2", "step=N to count from"),
+        ("hang:skip_collective:rank=1:numel=3", "unknown key 'numel'"),
+        ("hang:skip_collective:wrong_size", "unexpected 'wrong_size'"),
+        ("hang:wrong_size:mode=spin", "mode must be sleep or busy"),
+    ):  # fmt: skip
+        with pytest.raises(ValueError, match=re.escape(says)) as err:
+            parse_faults(bad)
+        assert repr(bad) in str(err.value) and "\n" not in str(err.value)
+
+
+@pytest.mark.slow
+@pytest.mark.external
+def test_a_bad_desync_hang_option_is_exit_2_naming_it(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A bad ``skip_collective``/``wrong_size`` spec in ``--fault`` or ``ROBUSTCTL_FAULT`` ends the rank
+    before any training with exit status 2 and one line naming it; so does ``--flight-recorder``
+    without ``--progress-dir`` (the agent turns it on) or below 0."""
+    pytest.importorskip("torch")
+    from tests.jobs.minimegatron import main
+
+    for var, value in (
+        ("RANK", "0"),
+        ("WORLD_SIZE", "1"),
+        ("MASTER_ADDR", "127.0.0.1"),
+        ("MASTER_PORT", "1"),
+    ):
+        monkeypatch.setenv(var, value)
+    monkeypatch.setenv("ROBUSTCTL_FAULT", "hang:skip_collective:rank=0:step=2")
+    assert main(["--fault", "hang:wrong_size:rank=0:step=x"]) == 2
+    says = "minimegatron: --fault: fault 'hang:wrong_size:rank=0:step=x': invalid literal for int() with base 10: 'x'"
+    assert capsys.readouterr().err == says + "\n"
+    monkeypatch.setenv("ROBUSTCTL_FAULT", "hang:skip_collective:ranks=0,")
+    assert main([]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("minimegatron: ROBUSTCTL_FAULT: fault 'hang:skip_collective:ranks=0,': ")
+    assert err.count("\n") == 1
+    monkeypatch.delenv("ROBUSTCTL_FAULT")
+    for argv, says in (
+        (["--flight-recorder", "64"], "--flight-recorder needs --progress-dir"),
+        (["--flight-recorder", "-1", "--progress-dir", "/nonexistent"], "--flight-recorder must be >= 0"),
+    ):
+        with pytest.raises(SystemExit) as exit_:
+            main(argv)
+        assert exit_.value.code == 2
+        assert f"error: {says}" in capsys.readouterr().err.splitlines()[-1]
+
+
+@pytest.mark.slow
+@pytest.mark.external
 def test_spike_then_nan_loss_at_the_steps_asked(tmp_path: Path) -> None:
     """World size 1: a x100 spike at steps 2-3 (environment), a NaN loss from step 5 (``--fault``).
 
