@@ -28,19 +28,31 @@ DATA = Path(__file__).resolve().parents[1] / "data"
 
 CHILD = textwrap.dedent(
     """
-    import faulthandler, signal, sys, threading
+    import faulthandler, signal, sys, threading, time
 
-    def helper_loop(ev):
+    def helper_loop(ev, main_id):
+        # "ready" only once the main thread waits in blocked_here's Event.wait (not in the wait of
+        # Thread.start that runs first), so a signal sent on "ready" finds it there
+        while True:
+            frame, names = sys._current_frames()[main_id], []
+            while frame is not None:
+                names.append(frame.f_code.co_name)
+                frame = frame.f_back
+            if names[0] == "wait" and "blocked_here" in names:
+                break
+            time.sleep(0.01)
+        print("ready", flush=True)
         ev.wait()
 
     def blocked_here(ev):
-        print("ready", flush=True)
         ev.wait()
 
     ev = threading.Event()
     out = open(sys.argv[1], "w")
     faulthandler.register(signal.SIGUSR1, file=out, all_threads=True)
-    threading.Thread(target=helper_loop, args=(ev,), name="helper", daemon=True).start()
+    threading.Thread(
+        target=helper_loop, args=(ev, threading.get_ident()), name="helper", daemon=True
+    ).start()
     blocked_here(ev)
     """
 )
@@ -58,10 +70,11 @@ def _signalled_dump(tmp_path: Path, times: int) -> str:
             for n in range(1, times + 1):
                 os.kill(proc.pid, signal.SIGUSR1)
                 end = time.monotonic() + 30
-                while text.count("blocked_here") < n and time.monotonic() < end:
+                # the main thread is written last and ends with its <module> frame: a whole dump
+                while text.count("in <module>") < n and time.monotonic() < end:
                     time.sleep(0.02)
                     text = out.read_text()
-            assert text.count("blocked_here") == times
+            assert text.count("blocked_here") == times, text
             return text
         finally:
             proc.kill()
