@@ -35,9 +35,9 @@ if chain:
     signal.signal(signal.SIGUSR1, lambda *a: (run / "chained").write_text("yes"))
 agent = robustctl.agent.start(run, rank=2, world_size=4, torch=False)
 def waiting_in_a_known_function():
+    (run / "ready").write_text(str(os.getpid()))  # from inside: a signal on "ready" finds it here
     while not (run / "stop").exists():
         time.sleep(0.01)
-(run / "ready").write_text(str(os.getpid()))
 waiting_in_a_known_function()
 agent.close()
 """
