@@ -1186,9 +1186,10 @@ def check_args(args: argparse.Namespace, p: argparse.ArgumentParser) -> None:
 
 
 def finalize(data: dict[str, Any]) -> None:
-    """Anything still undumped when the document goes out ran out of time."""
+    """Anything still unread when the document goes out ran out of time (a process its debug server
+    answered for has no py-spy ``dump`` but a ``source``)."""
     for e in data.get("processes") or ():
-        if e["dump"] is None and e["error"] is None:
+        if e["dump"] is None and e["error"] is None and e.get("source") is None:
             e["error"] = "not dumped: the probe's --timeout ran out"
 
 

@@ -32,7 +32,7 @@ from robustctl.models import SCHEMA_VERSION, Status, to_jsonable
 from robustctl.stacks.cluster import cluster
 from robustctl.stacks.collect import DEBUG_SERVER, PY_SPY, CollectSettings, StackCollection, collect_stacks
 from robustctl.stacks.failslow import FailSlowResult, vote
-from robustctl.stacks.result import StacksReport, analyze_stacks, with_flight_recorder
+from robustctl.stacks.result import PROGRESS_FRACTION, StacksReport, analyze_stacks, with_flight_recorder
 
 if TYPE_CHECKING:
     from robustctl.exit_codes import ExitCode
@@ -107,9 +107,12 @@ def with_traces(report: StacksReport, col: StackCollection, job: Job) -> StacksR
     """``report`` joined with the Flight Recorder traces the ranks' debug servers gave (pure).
 
     Joined (:func:`~robustctl.stacks.result.with_flight_recorder`) only when a trace holds an entry
-    (the ring is on: ``TORCH_FR_BUFFER_SIZE``) and every rank read has a trace: a rank read by py-spy
-    has none, and the analysis would name it missing. Otherwise ``report`` unchanged, with a note
-    when traces with entries were left aside.
+    (the ring is on: ``TORCH_FR_BUFFER_SIZE``), every rank read has a trace (a rank read by py-spy
+    has none, and the analysis would name it missing), and the job is not seen running: the rings of
+    a running job are caught mid-flight (ranks a collective or two apart), which the analysis reads
+    as ranks waiting on each other. Running is what the stacks say: most ranks changed stack between
+    the two samples (``PROGRESS_FRACTION``, as the verdict reads it), or, from one sample, no outlier
+    at all. Otherwise ``report`` unchanged, with a note when traces with entries were left aside.
 
     Args:
         report: the stacks' report on ``col``.
@@ -134,10 +137,21 @@ def with_traces(report: StacksReport, col: StackCollection, job: Job) -> StacksR
         return report
     ranks = {d.rank for d in col.mains if d.rank is not None}
     traced = {d.rank for d in dumps if d.rank is not None}
+    progress = report.progress
     if ranks - traced:
+        bare = sorted(ranks - traced)
         note = (
-            f"Flight Recorder traces of {len(traced)} of {len(ranks)} ranks left aside: ranks "
-            f"{compact_ranges(sorted(ranks - traced))} have none (read by py-spy)"
+            f"Flight Recorder traces of {len(traced)} of {len(ranks)} ranks left aside: "
+            f"{'ranks' if len(bare) > 1 else 'rank'} {compact_ranges(bare)} "
+            f"{'have' if len(bare) > 1 else 'has'} none (read by py-spy)"
+        )
+        return replace(report, notes=(*report.notes, note))
+    if progress is not None and progress.compared > 0 and progress.changed_fraction > PROGRESS_FRACTION:
+        note = "Flight Recorder traces left aside: the job is running (its rings were caught mid-flight)"
+        return replace(report, notes=(*report.notes, note))
+    if progress is None and report.status is Status.OK:
+        note = (
+            "Flight Recorder traces left aside: one sample with no outlier (take two to check a running job)"
         )
         return replace(report, notes=(*report.notes, note))
     analysis = analyze_fr_dumps(dumps, job.layout, job.ranks_per_host)

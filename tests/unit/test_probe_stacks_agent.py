@@ -364,6 +364,7 @@ def test_probe_reads_a_real_agent_rank_and_py_spy_only_when_told(short_dir: Path
         (main,) = [e for e in docs[False]["processes"] if e["role"] == "main"]
         assert (main["pid"], main["source"], main["debug_socket"]) == (proc.pid, "debug-server", sock)
         assert main["debug_socket_from"] == "process" and main["fallback_reason"] is None
+        assert main["error"] is None and main["dump"] is None
         assert "rank_waits_here" in main["debug"]["traceback"] and "rank_waits_here" in main["debug"]["pyspy"]
         assert json.loads(main["debug"]["fr_trace"])["version"]
         (plain,) = [e for e in docs[True]["processes"] if e["role"] == "main"]
@@ -374,3 +375,55 @@ def test_probe_reads_a_real_agent_rank_and_py_spy_only_when_told(short_dir: Path
         proc.wait(timeout=10)
         if proc.stdout is not None:
             proc.stdout.close()
+
+
+def _collection(ranks: range, traced: range, *, stack: str = "all_reduce") -> StackCollection:
+    from robustctl.stacks.collect import FrTrace, ProcessSource
+    from robustctl.stacks.model import Frame, ProcessDump, ThreadStack
+
+    fr = REPO / "tests" / "data" / "flight-recorder" / "cascade"
+    dumps = tuple(
+        ProcessDump(
+            (ThreadStack("1", "MainThread", (Frame(stack, "t.py"), Frame("<module>", "t.py"))),),
+            rank=r,
+            host="node01",
+            pid=100 + r,
+        )
+        for r in ranks
+    )
+    sources = tuple(
+        ProcessSource("node01", 100 + r, r, True, DEBUG_SERVER if r in traced else PY_SPY) for r in ranks
+    )
+    traces = tuple(
+        FrTrace("node01", 100 + r, r, (fr / f"nccl_trace_rank_{r}.json").read_bytes()) for r in traced
+    )
+    return StackCollection("j", dumps, (), tuple(ranks), (), 0.0, 0.0, sources=sources, fr_traces=traces)
+
+
+def test_flight_recorder_traces_join_the_verdict_only_when_every_rank_has_one_and_the_job_is_not_running() -> (
+    None
+):
+    from robustctl.inventory.topology import ParallelLayout
+    from robustctl.stacks.live import with_traces
+    from robustctl.stacks.result import analyze_stacks
+
+    job = SimpleNamespace(layout=ParallelLayout(tp=2, pp=2), ranks_per_host=4)
+    col = _collection(range(4), range(4))
+    still = analyze_stacks(col.dumps, previous=col.dumps)  # two identical samples: not running
+    joined = with_traces(still, col, job)  # type: ignore[arg-type]
+    assert joined.flight_recorder is not None and joined.flight_recorder.likely_culprits == (1,)
+    assert joined.agreement is not None and joined.agreement.verdict == "flight-recorder-only"
+    assert joined.status.value == "critical", "the cascade's root is named though the stacks look alike"
+
+    partial = _collection(range(4), range(3))
+    left = with_traces(still, partial, job)  # type: ignore[arg-type]
+    assert left.flight_recorder is None and "rank 3 has none (read by py-spy)" in left.notes[-1]
+
+    moved = _collection(range(4), range(4), stack="recv")
+    running = analyze_stacks(moved.dumps, previous=col.dumps)
+    out = with_traces(running, moved, job)  # type: ignore[arg-type]
+    assert out.flight_recorder is None and "the job is running" in out.notes[-1]
+
+    one = analyze_stacks(col.dumps)  # one sample, no outlier
+    out = with_traces(one, col, job)  # type: ignore[arg-type]
+    assert out.flight_recorder is None and out.status == one.status and "one sample" in out.notes[-1]
