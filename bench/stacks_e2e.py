@@ -2,8 +2,11 @@
 
 Starts 4 loopback sshd hosts and the minimegatron job (tp=2, pp=2, dp=4, 4 ranks per host), hangs
 one rank in compute, then times :func:`robustctl.stacks.live.stacks_hang` (collection through
-each host's sshd + py-spy, clustering, blame) until the suspects are named. The baseline, run in the
-same process, is one collection alone, so the ratio shows what analysis adds to it.
+each host's sshd, clustering, blame) until the suspects are named, two ways in the same run: py-spy
+over SSH only (``debug_server=False``), and through each rank's in-job agent debug server (the
+default; py-spy the fallback per rank). The baseline, run in the same process, is one py-spy
+collection alone, so the ratios show what analysis adds to it and what the debug-server path costs
+or saves against py-spy.
 """
 
 from __future__ import annotations
@@ -20,13 +23,20 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the benchmark and print a table; 0 when every run named the hung rank, else 1."""
+    """Run the benchmark and print a table; 0 when every run named the hung rank, else 1.
+
+    Args:
+        argv: the arguments (``--repeats``); None: ``sys.argv``.
+
+    Returns:
+        0 when both paths named the hung rank in every run, else 1.
+    """
     ap = argparse.ArgumentParser(prog="python -m bench stacks-e2e", description=__doc__.splitlines()[0])
     ap.add_argument("--repeats", type=int, default=3, help="measured runs (default 3)")
     args = ap.parse_args(list(argv) if argv is not None else None)
     sys.path.insert(0, str(REPO))
     from robustctl.inventory import load_inventory
-    from robustctl.stacks.collect import CollectSettings, collect_stacks
+    from robustctl.stacks.collect import DEBUG_SERVER, CollectSettings, collect_stacks
     from robustctl.stacks.live import stacks_hang
     from robustctl.transport.pool import TransportPool
     from tests.integration.jobrunner import MiniJob
@@ -43,22 +53,34 @@ def main(argv: Sequence[str] | None = None) -> int:
         pool = TransportPool()
         collect_s: list[float] = []
         total_s: list[float] = []
+        agent_s: list[float] = []
+        via_agent: list[int] = []
+        spy_only = CollectSettings(debug_server=False)
         try:
             for _ in range(args.repeats):
                 t0 = time.perf_counter()
-                collect_stacks(inv_job, pool, settings=CollectSettings())
+                collect_stacks(inv_job, pool, settings=spy_only)
                 collect_s.append(time.perf_counter() - t0)
                 t0 = time.perf_counter()
-                live = stacks_hang(inv_job, pool, samples=1)
+                live = stacks_hang(inv_job, pool, settings=spy_only, samples=1)
                 total_s.append(time.perf_counter() - t0)
                 named = named and hung in live.report.likely_culprits
+                t0 = time.perf_counter()
+                live = stacks_hang(inv_job, pool, settings=CollectSettings(), samples=1)
+                agent_s.append(time.perf_counter() - t0)
+                named = named and hung in live.report.likely_culprits
+                via_agent.append(live.collections[-1].source_counts()[DEBUG_SERVER])
         finally:
             pool.close()
-    c, t = statistics.median(collect_s), statistics.median(total_s)
+    c, t, a = statistics.median(collect_s), statistics.median(total_s), statistics.median(agent_s)
     print(f"stacks end to end, 16 ranks (+ workers) on 4 loopback hosts, median of {args.repeats}")
-    print(f"  one collection (baseline)        {c:6.2f} s")
-    print(f"  start -> named suspects          {t:6.2f} s   ratio {t / c:.2f}x the collection")
-    print(f"  hung rank named in every run:    {'PASS' if named else 'FAIL'}")
+    print(f"  one py-spy collection (baseline)           {c:6.2f} s")
+    print(f"  start -> named suspects, py-spy over SSH   {t:6.2f} s   ratio {t / c:.2f}x the collection")
+    print(
+        f"  start -> named suspects, debug server      {a:6.2f} s   ratio {a / t:.2f}x py-spy over SSH "
+        f"({min(via_agent)}-{max(via_agent)} of 16 ranks via the debug server)"
+    )
+    print(f"  hung rank named in every run:              {'PASS' if named else 'FAIL'}")
     return 0 if named else 1
 
 
