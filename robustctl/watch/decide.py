@@ -86,6 +86,7 @@ from dataclasses import dataclass, replace
 from enum import Enum
 from typing import TYPE_CHECKING, Any
 
+from robustctl.errors import ConfigError
 from robustctl.models import SCHEMA_VERSION, strict_jsonable
 from robustctl.timefmt import format_utc
 from robustctl.watch.rules import SignalClass, Verdict
@@ -361,36 +362,7 @@ class WatchMemory:
         Raises:
             ConfigError: ``doc`` is not such a document; the message names the field at fault.
         """
-        from robustctl.errors import ConfigError
-
-        def bad(field: str, value: object) -> ConfigError:
-            return ConfigError(f"watch memory: {field}: {value!r:.80} is not valid")
-
-        def obj(field: str, value: object) -> dict[str, Any]:
-            if not isinstance(value, dict):
-                raise bad(field, value)
-            return value
-
-        def time_of(field: str, value: object, optional: bool = False) -> float | None:
-            if value is None and optional:
-                return None
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-                raise bad(field, value)
-            return float(value)
-
-        def text(field: str, value: object, limit: int = MAX_MEMORY_ID_CHARS) -> str:
-            if not isinstance(value, str) or not value or len(value) > limit:
-                raise bad(field, value)
-            return value
-
-        def count(field: str, value: object, optional: bool = False) -> int | None:
-            if value is None and optional:
-                return None
-            if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**63:
-                raise bad(field, value)
-            return value
-
-        d = obj("memory", doc)
+        d = _m_obj("memory", doc)
         known = {
             "recoveries_s",
             "cooldown_until_s",
@@ -402,50 +374,52 @@ class WatchMemory:
         }
         extra = sorted(str(k) for k in d if k not in known)
         if extra:
-            raise bad(extra[0], d[extra[0]])
+            raise _m_bad(extra[0], d[extra[0]])
         recoveries = d.get("recoveries_s", [])
         if not isinstance(recoveries, list) or len(recoveries) > MAX_MEMORY_RECOVERIES:
-            raise bad("recoveries_s", recoveries)
-        rec = tuple(float(time_of("recoveries_s[]", t) or 0.0) for t in recoveries)
+            raise _m_bad("recoveries_s", recoveries)
+        rec = tuple(float(_m_time_of("recoveries_s[]", t) or 0.0) for t in recoveries)
         running = None
         if d.get("running") is not None:
-            r = obj("running", d["running"])
+            r = _m_obj("running", d["running"])
             running = RunInProgress(
-                playbook=text("running.playbook", r.get("playbook")),
-                incident=text("running.incident", r.get("incident")),
-                started_s=float(time_of("running.started_s", r.get("started_s")) or 0.0),
-                run_id=count("running.run_id", r.get("run_id"), optional=True),
+                playbook=_m_text("running.playbook", r.get("playbook")),
+                incident=_m_text("running.incident", r.get("incident")),
+                started_s=float(_m_time_of("running.started_s", r.get("started_s")) or 0.0),
+                run_id=_m_count("running.run_id", r.get("run_id"), optional=True),
             )
         incident = None
         if d.get("incident") is not None:
-            i = obj("incident", d["incident"])
+            i = _m_obj("incident", d["incident"])
             classes = {c.value: c for c in PRIORITY}
             if i.get("class") not in classes:
-                raise bad("incident.class", i.get("class"))
+                raise _m_bad("incident.class", i.get("class"))
             playbook = i.get("playbook")
             incident = OpenIncident(
-                incident_id=text("incident.id", i.get("id")),
+                incident_id=_m_text("incident.id", i.get("id")),
                 signal=classes[i["class"]],
-                onset_s=float(time_of("incident.onset_s", i.get("onset_s")) or 0.0),
-                playbook=None if playbook is None else text("incident.playbook", playbook),
-                recovery_started_s=time_of("incident.recovery_started_s", i.get("recovery_started_s"), True),
-                recovery_ended_s=time_of("incident.recovery_ended_s", i.get("recovery_ended_s"), True),
+                onset_s=float(_m_time_of("incident.onset_s", i.get("onset_s")) or 0.0),
+                playbook=None if playbook is None else _m_text("incident.playbook", playbook),
+                recovery_started_s=_m_time_of(
+                    "incident.recovery_started_s", i.get("recovery_started_s"), True
+                ),
+                recovery_ended_s=_m_time_of("incident.recovery_ended_s", i.get("recovery_ended_s"), True),
             )
         paused = None
         if d.get("paused") is not None:
-            p = obj("paused", d["paused"])
+            p = _m_obj("paused", d["paused"])
             paused = Pause(
-                reason=text("paused.reason", p.get("reason"), MAX_REASON_CHARS),
-                since_s=float(time_of("paused.since_s", p.get("since_s")) or 0.0),
+                reason=_m_text("paused.reason", p.get("reason"), MAX_REASON_CHARS),
+                since_s=float(_m_time_of("paused.since_s", p.get("since_s")) or 0.0),
             )
         return cls(
             recoveries_s=rec,
-            cooldown_until_s=time_of("cooldown_until_s", d.get("cooldown_until_s"), True),
+            cooldown_until_s=_m_time_of("cooldown_until_s", d.get("cooldown_until_s"), True),
             running=running,
             incident=incident,
             paused=paused,
-            incidents_opened=count("incidents_opened", d.get("incidents_opened", 0)) or 0,
-            last_evaluated_s=time_of("last_evaluated_s", d.get("last_evaluated_s"), True),
+            incidents_opened=_m_count("incidents_opened", d.get("incidents_opened", 0)) or 0,
+            last_evaluated_s=_m_time_of("last_evaluated_s", d.get("last_evaluated_s"), True),
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -1064,3 +1038,40 @@ def decide(
         job, now, ordered, notes, out, evidence,
         signal=signal, incident=inc.incident_id, playbook=playbook, params=out.params, notify=out.notify,
     )  # fmt: skip
+
+
+def _m_bad(field: str, value: object) -> ConfigError:
+    """The error of a stored watch memory whose ``field`` holds ``value``."""
+    return ConfigError(f"watch memory: {field}: {value!r:.80} is not valid")
+
+
+def _m_obj(field: str, value: object) -> dict[str, Any]:
+    """``value`` when it is a JSON object, else :func:`_m_bad`."""
+    if not isinstance(value, dict):
+        raise _m_bad(field, value)
+    return value
+
+
+def _m_time_of(field: str, value: object, optional: bool = False) -> float | None:
+    """``value`` as a finite time (None when ``optional`` and missing), else :func:`_m_bad`."""
+    if value is None and optional:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise _m_bad(field, value)
+    return float(value)
+
+
+def _m_text(field: str, value: object, limit: int = MAX_MEMORY_ID_CHARS) -> str:
+    """``value`` as non-empty text of at most ``limit`` characters, else :func:`_m_bad`."""
+    if not isinstance(value, str) or not value or len(value) > limit:
+        raise _m_bad(field, value)
+    return value
+
+
+def _m_count(field: str, value: object, optional: bool = False) -> int | None:
+    """``value`` as a non-negative 64-bit count (None when ``optional`` and missing), else :func:`_m_bad`."""
+    if value is None and optional:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**63:
+        raise _m_bad(field, value)
+    return value
