@@ -427,3 +427,35 @@ def test_flight_recorder_traces_join_the_verdict_only_when_every_rank_has_one_an
     one = analyze_stacks(col.dumps)  # one sample, no outlier
     out = with_traces(one, col, job)  # type: ignore[arg-type]
     assert out.flight_recorder is None and out.status == one.status and "one sample" in out.notes[-1]
+
+
+def test_debug_server_settings_and_the_jobs_heartbeats_reach_the_probe() -> None:
+    from robustctl.config import ParallelLayout, ProgressSpec, PythonSettings, RankProcessSpec, SshSettings
+    from robustctl.inventory import Host, Job
+    from robustctl.stacks.collect import CollectSettings, collect_stacks
+    from robustctl.testing.fake_transport import FakeTransport
+    from robustctl.transport.pool import TransportPool
+
+    host = Host(
+        name="n1",
+        address="127.0.0.2",
+        transport="ssh",
+        ssh=SshSettings(),
+        python=PythonSettings(path=sys.executable),
+    )
+    job = Job(
+        "toy",
+        (host,),
+        ParallelLayout(dp=2),
+        2,
+        RankProcessSpec(match="train"),
+        progress=ProgressSpec(files="/run/{host}/progress/rank*.json"),
+    )
+    fake = FakeTransport()
+    collect_stacks(job, TransportPool(override=fake), settings=CollectSettings(debug_timeout_s=1.5))
+    argv = fake.calls[0][2]
+    assert "--heartbeats=/run/n1/progress/rank*.json" in argv
+    assert argv[argv.index("--debug-timeout") + 1] == "1.5" and "--no-debug-server" not in argv
+    collect_stacks(job, TransportPool(override=fake), settings=CollectSettings(debug_server=False))
+    argv = fake.calls[1][2]
+    assert "--no-debug-server" in argv and not any(a.startswith("--heartbeats") for a in argv)
