@@ -7,6 +7,8 @@ in the same process.
 - :mod:`bench.saved_dumps`: ``robustctl analyze`` of 10K and 100K saved dumps (files, a directory, a
   tar.gz), end to end, against clustering the same ranks (100K target).
 - :mod:`bench.stacks_e2e`: live ``stacks`` on the 16-rank test-bed job, start to named suspects.
+- :mod:`bench.evidence`: each injected hang of the test-bed job named from the debug server, from Flight
+  Recorder alone and from py-spy alone (and by ``torchfrtrace``), against the truth, in one table.
 - :mod:`bench.ssh_connect`: client CPU per SSH connection, known_hosts parsed once vs per connection.
 - :mod:`bench.replay_sdc`: replay-sdc rounds vs bisection (M = 24…4,096), one round vs one group.
 - :mod:`bench.sweep_history`: a simulated year (``--days``) of 5-minute sweeps of 2,000 hosts through the
@@ -31,6 +33,7 @@ import sys
 
 from bench import (
     agent,
+    evidence,
     failslow,
     fanout,
     recovery,
@@ -59,6 +62,7 @@ BENCHES = {
     "failslow": failslow.main,
     "soak": soak.main,
     "agent": agent.main,
+    "evidence": evidence.main,
 }
 
 args = sys.argv[1:]
