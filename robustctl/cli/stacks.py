@@ -59,13 +59,23 @@ def stacks(
     timeout: Annotated[
         float, typer.Option("--timeout", min=1.0, max=86400, help="Per-host probe budget in seconds.")
     ] = 30.0,
+    no_debug_server: Annotated[
+        bool,
+        typer.Option(
+            "--no-debug-server",
+            help="py-spy for every rank, even where the in-job agent's debug server answers.",
+        ),
+    ] = False,
     json_out: JsonOpt = False,
     output: OutputOpt = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No tree or table on stderr.")] = False,
     state: StateOpt = None,
     no_record: NoRecordOpt = False,
 ) -> int:
-    """Dump every rank of a job with py-spy, cluster the stacks, name the outlier ranks, machines and group.
+    """Dump every rank of a job, cluster the stacks, name the outlier ranks, machines and group.
+
+    Each rank is read through its in-job agent's debug server (robustctl.agent) when it has one,
+    else with py-spy; the report says which source read each rank (--no-debug-server: py-spy only).
 
     Hang mode (default): the dominant stack classes are healthy, the rest are outliers; the smallest
     parallel group (TP/PP/DP/...) holding every outlier is the over-eviction set. Its suspect hosts
@@ -94,6 +104,7 @@ def stacks(
         timeout_s=timeout,
         state=state,
         record=not no_record,
+        debug_server=not no_debug_server,
     )
     console = stderr_console()
     result = run_stacks(request, progress=None if quiet else partial(render_collection_note, console=console))

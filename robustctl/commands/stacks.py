@@ -127,6 +127,7 @@ def stacks_request(
     timeout_s: float = 30.0,
     state: Path | None = None,
     record: bool = True,
+    debug_server: bool = True,
     environ: Mapping[str, str] | None = None,
 ) -> StacksRequest:
     """A :class:`StacksRequest` from command-line values, layered by :mod:`robustctl.commands.options`.
@@ -146,6 +147,8 @@ def stacks_request(
         timeout_s: the probe's own budget on a host, seconds.
         state: the state store file (None: ``$ROBUSTCTL_STATE`` or the XDG default).
         record: hang mode: record the named suspect hosts in the state store.
+        debug_server: read each rank through its in-job agent's debug server when it has one
+            (False: py-spy for every rank).
         environ: the environment read (None: ``os.environ``).
 
     Returns:
@@ -168,6 +171,7 @@ def stacks_request(
         native=native,
         nonblocking=not blocking,
         probe_timeout_s=timeout_s,
+        debug_server=debug_server,
     )
     return StacksRequest(
         inventory=inv,

@@ -146,6 +146,13 @@ def test_stacks_both_ways(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
     doc = both_ways(result, argv, capsys)
     assert doc["kind"] == "stacks" and "recorded" in doc and "collection" in doc
 
+    assert request.settings.debug_server
+    py_spy_only = stacks_request(job="j1", inventory=inv, samples=1, debug_server=False, record=False)
+    assert not py_spy_only.settings.debug_server
+    result = run_stacks(py_spy_only)
+    argv = ["stacks", "-i", str(inv), "-j", "j1", "--samples", "1", "--no-debug-server", "--no-record", "-q"]
+    assert both_ways(result, argv, capsys)["kind"] == "stacks"
+
     result = run_stacks(stacks_request(job="j1", inventory=inv, slow=True, rounds=1, interval_s=0))
     argv = ["stacks", "-i", str(inv), "-j", "j1", "--slow", "--rounds", "1", "--interval", "0", "-q"]
     doc = both_ways(result, argv, capsys)
