@@ -395,12 +395,13 @@ def fetch_evidence(progress_dir: Path, world: int, out: Path) -> dict[str, Any]:
             sock = str(beat["debug_socket"])
             fr = fetch(sock, "fr_trace_json", FETCH_TIMEOUT_S)
             tb = fetch(sock, "dump_traceback", FETCH_TIMEOUT_S)
+            as_pickle = pickle.dumps(json.loads(fr))
         except (OSError, ValueError, KeyError, FetchError) as exc:
             errors[rank] = f"{type(exc).__name__}: {exc}"[:200]
             continue
         (out / "fr" / f"nccl_trace_rank_{rank}.json").write_bytes(fr)
         (out / "tracebacks" / f"rank{rank:05d}.txt").write_bytes(tb)
-        (out / "fr-pickle" / f"rank_{rank}").write_bytes(pickle.dumps(json.loads(fr)))
+        (out / "fr-pickle" / f"rank_{rank}").write_bytes(as_pickle)
         fetched.append(rank)
     return {"fetched": fetched, "errors": errors, "fetch_s": round(time.perf_counter() - t0, 3)}
 
@@ -520,15 +521,31 @@ def ask_all(case: Case, job: Any, inventory: Path, case_dir: Path) -> Row:
     row.extra["steps"] = {str(k): v for k, v in sorted(job.steps_done().items())}
     row.extra["fetch"] = fetch_evidence(job.progress_dir, job.world_size, case_dir)
     t0 = time.perf_counter()
-    row.answers["debug_server"], more = ask_stacks_cli(inventory, case.truth)
-    row.extra.update(more, debug_server_s=round(time.perf_counter() - t0, 2))
-    row.answers["flight_recorder"] = ask_flight_recorder(case_dir, case.truth)
-    t0 = time.perf_counter()
-    row.answers["py_spy"] = ask_py_spy(inventory, case.truth)
-    row.extra["py_spy_s"] = round(time.perf_counter() - t0, 2)
-    row.answers["torchfrtrace"] = ask_torchfrtrace(case_dir, case.truth, layout_groups=False)
-    row.answers["torchfrtrace_layout"] = ask_torchfrtrace(case_dir, case.truth, layout_groups=True)
+    try:
+        row.answers["debug_server"], more = ask_stacks_cli(inventory, case.truth)
+        row.extra.update(more)
+    except Exception as exc:  # a path that fails is a finding of the table, not the harness's end
+        row.answers["debug_server"] = _failed(exc)
+    row.extra["debug_server_s"] = round(time.perf_counter() - t0, 2)
+    asks = (
+        ("flight_recorder", lambda: ask_flight_recorder(case_dir, case.truth)),
+        ("py_spy", lambda: ask_py_spy(inventory, case.truth)),
+        ("torchfrtrace", lambda: ask_torchfrtrace(case_dir, case.truth, layout_groups=False)),
+        ("torchfrtrace_layout", lambda: ask_torchfrtrace(case_dir, case.truth, layout_groups=True)),
+    )
+    for path, ask in asks:
+        t0 = time.perf_counter()
+        try:
+            row.answers[path] = ask()
+        except Exception as exc:
+            row.answers[path] = _failed(exc)
+        row.extra[f"{path}_s"] = round(time.perf_counter() - t0, 2)
     return row
+
+
+def _failed(exc: BaseException) -> Answer:
+    """The answer of a path that raised (a tool that timed out, a collection that failed)."""
+    return Answer((), "none", f"failed: {type(exc).__name__}: {' '.join(str(exc).split())[:120]}")
 
 
 # --------------------------------------------------------------------------------------------------

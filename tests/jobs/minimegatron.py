@@ -54,22 +54,23 @@ its checkpoint writer); a bad spec in the first two is exit status 2 with one li
                                     goes on to its next collective: its DP peers block for good in the
                                     gradient all-reduce it skipped first, and the ranks that need them
                                     block after them (with tp > 1, rank 0 itself, in a TP all-reduce a
-                                    step or two later). One skip (steps=1) is no hang: gloo, like
-                                    NCCL, pairs a group's collectives by order, so the rank's next DP
-                                    collective completes the one its peers wait in: the next step's
-                                    gradient all-reduce on a first stage (a silent desync), the
-                                    1-element loss all-reduce on a last stage (a size mismatch: the
-                                    rank aborts, see wrong_size)
+                                    step or two later). One step's skip (steps=1) is no hang: gloo,
+                                    like NCCL, pairs a group's collectives by order, so the rank's next
+                                    step's DP collectives complete the ones its peers wait in (a silent
+                                    desync). Skipping the gradient all-reduce alone would pair a last
+                                    stage's 1-element loss average with it: a size mismatch, the rank
+                                    aborts (see wrong_size); hence both are skipped
     hang:wrong_size:rank=3:step=5   in step 5, rank 3 calls its DP gradient all-reduce with 0 elements
                                     (_wrong_size_collective: an empty bucket) and goes on: gloo returns
                                     at once on rank 3 without exchanging anything, so its DP peers block
                                     in that all-reduce for good and rank 3 blocks in its next DP
                                     collective (a last stage's loss average, else step 6's gradient
-                                    all-reduce), which they never reach (measured, torch 2.13 gloo). Any other wrong size is no hang under gloo: a rank handed
-                                    more bytes than it posted aborts (std::terminate, "Received data
-                                    size doesn't match expected size"; the smaller rank itself, or a
-                                    ring neighbour of a larger one), its peers then fail with
-                                    "Connection closed/reset by peer"
+                                    all-reduce), which they never reach (measured, torch 2.13 gloo).
+                                    Any other wrong size is no hang under gloo: a rank handed more
+                                    bytes than it posted aborts (std::terminate, "Received data size
+                                    doesn't match expected size"; the smaller rank itself, or a ring
+                                    neighbour of a larger one), its peers then fail with "Connection
+                                    closed/reset by peer"
     slow:rank=5:factor=3            (factor default 3) rank 5's compute takes factor x as long (_straggle sleeps
                                     (factor - 1) x the measured compute time of each layer)
     crash:rank=5[:signal=KILL]      rank 5 raises RuntimeError at its next step (or kills itself)
@@ -95,7 +96,8 @@ its checkpoint writer); a bad spec in the first two is exit status 2 with one li
 Common keys: ``rank=R`` or ``ranks=R1,R2`` (default: every rank), ``step=N`` (active from step N on),
 ``steps=K`` (with ``step=N``: active at steps N … N+K-1 only). Hangs other than ``p2p_recv``,
 ``skip_collective`` and ``wrong_size`` end when the spec is removed from the fault file (those three
-leave the ranks' collectives out of step for good; the last two change nothing with dp = 1). ``nan:loss`` and ``spike`` change nothing on a rank that
+leave the ranks' collectives out of step for good; the last two change nothing with dp = 1).
+``nan:loss`` and ``spike`` change nothing on a rank that
 computes no loss (a stage before the last); with dp > 1 the logged loss is the DP mean, so a spike of
 F on one rank raises it by (F - 1) x that rank's share. A fault with ``step=N`` is deterministic: it
 hits step N whatever the timing, and the same specs and seed give the same losses.
@@ -110,8 +112,9 @@ Outputs: ``--progress-dir P``: ``P/rankRRRRR.json`` (the heartbeat), written by 
 (:mod:`robustctl.agent`, which also writes ``P/events/``, ``P/stacks/`` on SIGUSR1 and serves
 ``P/debug/rankRRRRR.sock``; with ``--flight-recorder N`` the agent sizes Flight Recorder's ring to N
 collectives per process group before ``init_process_group``, so every collective is recorded, gloo's
-too, and the socket's ``fr_trace_json`` answers with it) atomically after init (``step`` 0, ``phase`` "ready"), after every step
-(``phase`` "train"; the agent's rate limit is off here) and at the end (``phase`` "done"): ``{rank,
+too, and the socket's ``fr_trace_json`` answers with it) atomically after init (``step`` 0, ``phase``
+"ready"), after every step (``phase`` "train"; the agent's rate limit is off here) and at the end
+(``phase`` "done"): ``{rank,
 pid, step, phase, time, step_s, loss, local_rank, world_size, debug_socket, straggle_s, init_s,
 started_at, timings: {import_s, init_process_group_s, new_groups_s, model_and_loader_s}}`` (seconds,
 UNIX time; ``init_s`` counts from the process start; ``straggle_s``: what a ``slow`` fault added to
