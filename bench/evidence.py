@@ -13,9 +13,7 @@ on), injects the hang on one rank (the truth), waits until no rank finishes a st
   through the rank's socket (:func:`robustctl.agent.client.fetch`) and keeps them;
 * **Flight Recorder alone**: those ``fr_trace_json`` dumps written to a directory,
   ``robustctl analyze DIR --layout ... -G ... --json``;
-* **py-spy alone**: the same live analysis as ``robustctl stacks`` with the debug server turned off
-  (:class:`robustctl.stacks.collect.CollectSettings` ``debug_server=False``: the CLI has no switch
-  for it), py-spy over each host's sshd;
+* **py-spy alone**: ``robustctl stacks --no-debug-server --json``, py-spy over each host's sshd;
 * **torchfrtrace** (installed with torch) on the same dumps as pickles, as dumped (gloo's
   ``pg_config`` is empty), and again with ``pg_config`` filled from the layout
   (:func:`job_groups`), so its own analysis can run.
@@ -406,18 +404,29 @@ def fetch_evidence(progress_dir: Path, world: int, out: Path) -> dict[str, Any]:
     return {"fetched": fetched, "errors": errors, "fetch_s": round(time.perf_counter() - t0, 3)}
 
 
-def ask_stacks_cli(inventory: Path, truth: Sequence[int]) -> tuple[Answer, dict[str, Any]]:
-    """``robustctl stacks --json`` (the debug server first, py-spy the fallback).
+def ask_stacks_cli(
+    inventory: Path, truth: Sequence[int], *, debug_server: bool = True
+) -> tuple[Answer, dict[str, Any]]:
+    """``robustctl stacks --json``: the debug server first, py-spy the fallback; or py-spy alone.
 
     Args:
         inventory: the test bed's inventory with the job.
         truth: the true ranks.
+        debug_server: False: ``--no-debug-server`` (py-spy over each host's sshd for every rank).
 
     Returns:
         The answer and extra facts (the evidence line, the agreement with Flight Recorder).
     """
     argv = [sys.executable, "-m", "robustctl", "stacks", "-i", str(inventory), "-j", "mini"]
-    code, out, err = _run([*argv, "--samples", "1", "--no-record", "--json", "-q"])
+    argv += [
+        "--samples",
+        "1",
+        "--no-record",
+        "--json",
+        "-q",
+        *([] if debug_server else ["--no-debug-server"]),
+    ]
+    code, out, err = _run(argv)
     doc = _json_or_none(out)
     if not isinstance(doc, dict):
         line = (err.strip().splitlines() or ["no output"])[-1]
@@ -447,32 +456,6 @@ def ask_flight_recorder(case_dir: Path, truth: Sequence[int]) -> Answer:
         return Answer((), "none", f"no JSON: {line[:120]}", code)
     named, summary = fr_named(doc)
     return Answer(named, judge(named, truth), summary, code)
-
-
-def ask_py_spy(inventory: Path, truth: Sequence[int]) -> Answer:
-    """The live stacks analysis with the debug server off: py-spy over each host's sshd.
-
-    Args:
-        inventory: the test bed's inventory with the job.
-        truth: the true ranks.
-
-    Returns:
-        The answer.
-    """
-    from robustctl.inventory import load_inventory
-    from robustctl.stacks.collect import CollectSettings
-    from robustctl.stacks.live import stacks_hang
-    from robustctl.transport.pool import TransportPool
-
-    job = load_inventory(inventory).job("mini")
-    pool = TransportPool()
-    try:
-        live = stacks_hang(job, pool, settings=CollectSettings(debug_server=False), samples=1)
-    finally:
-        pool.close()
-    doc = live.to_json()
-    named = stacks_named(doc)
-    return Answer(named, judge(named, truth), str(doc.get("summary") or ""), int(live.exit_code))
 
 
 def ask_torchfrtrace(case_dir: Path, truth: Sequence[int], *, layout_groups: bool) -> Answer:
@@ -522,14 +505,18 @@ def ask_all(case: Case, job: Any, inventory: Path, case_dir: Path) -> Row:
     row.extra["fetch"] = fetch_evidence(job.progress_dir, job.world_size, case_dir)
     t0 = time.perf_counter()
     try:
-        row.answers["debug_server"], more = ask_stacks_cli(inventory, case.truth)
-        row.extra.update(more)
+        row.answers["debug_server"] = _with_evidence(
+            row, "debug_server", ask_stacks_cli(inventory, case.truth)
+        )
     except Exception as exc:  # a path that fails is a finding of the table, not the harness's end
         row.answers["debug_server"] = _failed(exc)
     row.extra["debug_server_s"] = round(time.perf_counter() - t0, 2)
     asks = (
         ("flight_recorder", lambda: ask_flight_recorder(case_dir, case.truth)),
-        ("py_spy", lambda: ask_py_spy(inventory, case.truth)),
+        (
+            "py_spy",
+            lambda: _with_evidence(row, "py_spy", ask_stacks_cli(inventory, case.truth, debug_server=False)),
+        ),
         ("torchfrtrace", lambda: ask_torchfrtrace(case_dir, case.truth, layout_groups=False)),
         ("torchfrtrace_layout", lambda: ask_torchfrtrace(case_dir, case.truth, layout_groups=True)),
     )
@@ -541,6 +528,12 @@ def ask_all(case: Case, job: Any, inventory: Path, case_dir: Path) -> Row:
             row.answers[path] = _failed(exc)
         row.extra[f"{path}_s"] = round(time.perf_counter() - t0, 2)
     return row
+
+
+def _with_evidence(row: Row, path: str, got: tuple[Answer, dict[str, Any]]) -> Answer:
+    """Keep a stacks run's extra facts in ``row.extra[path]``; return its answer."""
+    row.extra[path] = got[1]
+    return got[0]
 
 
 def _failed(exc: BaseException) -> Answer:
