@@ -24,7 +24,8 @@ stacks report's ``agreement``); :func:`judge` compares them with the truth. The 
 collectives out of step for good and get a job each. Prints one table (:func:`render_table`);
 ``--out FILE`` writes it, and every path's summary, as JSON.
 
-``python -m bench evidence [--out FILE] [--keep] [--cases kind,...]`` (about 3-4 minutes).
+``python -m bench evidence [--out FILE] [--keep] [--cases kind,...]`` (about 2 minutes on the 2-core
+test machine).
 """
 
 from __future__ import annotations
