@@ -310,10 +310,10 @@ def test_bad_files_raise_one_clear_error(data: bytes, reason: str) -> None:
 
 def test_bounds(monkeypatch: pytest.MonkeyPatch) -> None:
     doc = _dump(0, [_e(i, "0", "default_pg", i + 1) for i in range(10)])
-    monkeypatch.setattr(flightrec, "MAX_ENTRIES", 4)
+    monkeypatch.setattr(flightrec.load, "MAX_ENTRIES", 4)
     d = _load(0, doc)
     assert len(d.entries) == 4 and d.skipped == 6
-    monkeypatch.setattr(flightrec, "MAX_DUMP_BYTES", 100)
+    monkeypatch.setattr(flightrec.load, "MAX_DUMP_BYTES", 100)
     with pytest.raises(FrLoadError, match="larger than"):
         _load(0, doc)
 
@@ -360,7 +360,14 @@ def test_claims_every_fixture_and_nothing_of_the_other_kinds() -> None:
         if p.is_file() and p.name != "SOURCE.md":
             assert flightrec.claim(p.name, p.read_bytes()[: detect.HEAD_BYTES]), p
     data_root = ROOT / "tests" / "data"
-    others = [p for p in data_root.rglob("*") if p.is_file() and DATA not in p.parents]
+    recorded = ROOT / "tests" / "data" / "evidence"  # bench evidence keeps real dumps under <case>/fr/
+    for p in recorded.glob("*/fr/*"):
+        assert flightrec.claim(p.name, p.read_bytes()[: detect.HEAD_BYTES]), p
+    others = [
+        p
+        for p in data_root.rglob("*")
+        if p.is_file() and DATA not in p.parents and not (recorded in p.parents and p.parent.name == "fr")
+    ]
     assert others
     for p in others:
         assert not flightrec.claim(p.name, p.read_bytes()[: detect.HEAD_BYTES]), p
