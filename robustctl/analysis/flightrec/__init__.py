@@ -39,11 +39,18 @@ The analysis (:func:`analyze_dumps`), all of it a pure function of the dumps:
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
 from robustctl.analysis import Finding, Verdict, sort_findings
-from robustctl.analysis.flightrec.groups import RankView, build_groups, desc_kind, what
+from robustctl.analysis.flightrec.groups import (
+    RankView,
+    build_groups,
+    class_label,
+    comparable_groups,
+    desc_kind,
+    what,
+)
 from robustctl.analysis.flightrec.load import (
     MAX_DUMP_BYTES,
     MAX_ENTRIES,
@@ -69,9 +76,11 @@ from robustctl.analysis.flightrec.model import (
 )
 from robustctl.analysis.flightrec.votes import first_mismatches
 from robustctl.analysis.flightrec.waits import (
+    Skip,
     WaitGraph,
     chain_of,
     find_cycles,
+    find_skips,
     path_to,
     reverse_bfs,
     short,
@@ -206,12 +215,36 @@ def _root_suspects(
 _FIELD_WORD = {"op": "op type", "sizes": "size", "dtypes": "dtype"}
 
 
+def _mismatch_reason(m: FrMismatch, rank: int, label: str) -> str:
+    """One line: the group's own majority, or the comparable groups' (with the element counts)."""
+    head = f"{_FIELD_WORD[m.field]} mismatch at collective #{m.seq} in {label}: it called {m.values[rank]}"
+    if m.electorate is None:
+        return f"{head} where {len(m.values) - len(m.odd_ranks)} rank(s) called {m.majority}"
+    if m.field == "sizes" and rank in m.numel:
+        head += f" (numel {m.numel[rank]})"
+        used = f"used {m.majority} (numel {m.majority_numel})"
+    else:
+        used = f"called {m.majority}"
+    own = "a tie" if len(m.odd_ranks) < len(m.values) else "unanimous"
+    return f"{head} where {m.agreeing} of {m.voters} members of {m.electorate} {used} (its group's own vote: {own})"
+
+
+def _electorate_evidence(m: FrMismatch, rank: int) -> dict[str, Any]:
+    """The wider vote's numbers, for a mismatch the comparable groups decided."""
+    if m.electorate is None:
+        return {}
+    out: dict[str, Any] = {"electorate": m.electorate, "voters": m.voters, "agreeing": m.agreeing}
+    if rank in m.numel:
+        out.update(numel=m.numel[rank], majority_numel=m.majority_numel)
+    return out
+
+
 def _mismatch_suspects(mismatches: Sequence[FrMismatch], placer: _Placer) -> list[FrSuspect]:
     out: list[FrSuspect] = []
     for m in mismatches:
         if not m.decided:
             continue
-        label = f"{m.desc} {m.group}" if m.desc else f"group {m.group}"
+        label = f"{m.desc} {m.group}" if m.desc and m.desc != "undefined" else f"group {m.group}"
         for r in m.odd_ranks[:MAX_LISTED]:
             host, machine = placer.where(r)
             out.append(
@@ -222,20 +255,54 @@ def _mismatch_suspects(mismatches: Sequence[FrMismatch], placer: _Placer) -> lis
                     process_group=m.group,
                     group_desc=m.desc,
                     kind="mismatch",
-                    reason=(
-                        f"{_FIELD_WORD[m.field]} mismatch at collective #{m.seq} in {label}: it called "
-                        f"{m.values[r]} where {len(m.values) - len(m.odd_ranks)} rank(s) called {m.majority}"
-                    ),
+                    reason=_mismatch_reason(m, r, label),
                     evidence={
                         "seq": m.seq,
                         "field": m.field,
                         "majority": m.majority,
                         "value": m.values[r],
                         "values": {str(k): v for k, v in list(m.values.items())[:MAX_LISTED]},
+                        **_electorate_evidence(m, r),
                     },
                 )
             )
     return out
+
+
+def _skip_suspect(
+    skip: Skip, cyc: Sequence[int], chain: FrChain, groups: Mapping[str, FrGroup], placer: _Placer
+) -> FrSuspect:
+    """The likely culprit of a cycle: the rank that moved on past a collective its peers wait in."""
+    g = groups.get(skip.group)
+    label = g.label if g is not None else f"group {skip.group}"
+    host, machine = placer.where(skip.rank)
+    reason = (
+        f"skipped collective #{skip.seq} in {label}: its last there is #{skip.last}, and since then it "
+        f"completed {skip.moved_on} collective(s) in other groups (last {what(skip.latest, groups)}), "
+        f"more than the {skip.baseline} rank {skip.waiter} did between #{skip.last} and #{skip.seq} "
+        f"before waiting in #{skip.seq}; the likely culprit of the deadlock of ranks {compact_ranges(cyc)} "
+        f"({chain.text})"
+    )
+    return FrSuspect(
+        rank=skip.rank,
+        host=host,
+        machine=machine,
+        process_group=skip.group,
+        group_desc=g.desc if g is not None else None,
+        kind="skip",
+        reason=reason,
+        waiters=len(cyc) - 1,
+        evidence={
+            "seq": skip.seq,
+            "last": skip.last,
+            "moved_on": skip.moved_on,
+            "baseline": skip.baseline,
+            "waiter": skip.waiter,
+            "went_on_to": what(skip.latest, groups),
+            "cycle": list(cyc),
+            "chain": chain.text,
+        },
+    )
 
 
 def _cycle_results(
@@ -250,7 +317,11 @@ def _cycle_results(
     for cyc in cycles:
         chain = chain_of([*cyc, cyc[0]], views, groups)
         chains.append(chain)
-        for r in cyc:
+        skips = find_skips(cyc, graph, views)
+        for skip in skips:
+            suspects.append(_skip_suspect(skip, cyc, chain, groups, placer))
+        skippers = {s.rank for s in skips}
+        for r in (r for r in cyc if r not in skippers):
             e = views[r].blocked
             host, machine = placer.where(r)
             suspects.append(
@@ -310,8 +381,16 @@ def analyze_dumps(
     roots, chains, reached = _root_suspects(graph, views, groups, placer)
     cycles = find_cycles(graph, reached)
     cyc_suspects, cyc_chains = _cycle_results(cycles, graph, views, groups, placer)
-    mismatches = first_mismatches(views, groups)
-    suspects = [*roots, *_mismatch_suspects(mismatches, placer), *cyc_suspects]
+    classes = comparable_groups(groups, topo)
+    labels = {n: class_label(c, groups, topo) for n, c in classes.items()} if topo is not None else {}
+    mismatches = first_mismatches(views, groups, classes, labels)
+    mismatch_suspects = _mismatch_suspects(mismatches, placer)
+    p2p_recorded = any(e.is_p2p for d in chosen.values() for e in d.entries)
+    desync = [s for s in [*mismatch_suspects, *cyc_suspects] if s.kind in ("mismatch", "skip")]
+    roots, root_notes = _settle_roots(roots, views, groups, mismatches, desync, p2p_recorded)
+    notes.extend(root_notes)
+    found = [*roots, *mismatch_suspects, *cyc_suspects]
+    suspects = sorted(found, key=lambda s: not s.likely_culprit)  # stable: each kind's order kept
     blocked = {r: what(v.blocked, groups) for r, v in views.items() if v.blocked is not None}
     undecided = _undecided(graph, blocked, suspects, mismatches)
     if graph.unplaced:
@@ -319,7 +398,7 @@ def analyze_dumps(
             f"rank(s) {compact_ranges(graph.unplaced)}: blocked in a p2p operation whose peer is unknown"
         )
     status, summary = _judge(
-        suspects, chains + cyc_chains, mismatches, blocked, missing, undecided, len(chosen)
+        suspects, chains + cyc_chains, mismatches, blocked, missing, undecided, len(chosen), bool(root_notes)
     )
     return FrAnalysis(
         status=status,
@@ -334,6 +413,80 @@ def analyze_dumps(
         undecided=undecided,
         notes=tuple(notes[:MAX_LISTED]),
     )
+
+
+def _settle_roots(
+    roots: Sequence[FrSuspect],
+    views: Mapping[int, RankView],
+    groups: Mapping[str, FrGroup],
+    mismatches: Sequence[FrMismatch],
+    desync: Sequence[FrSuspect],
+    p2p_recorded: bool,
+) -> tuple[list[FrSuspect], list[str]]:
+    """Roots with what Flight Recorder can say of them: a root with nothing pending is *idle in Flight
+    Recorder* (blocked outside any recorded collective); a root blocked in the very collective a
+    decided mismatch names someone else in waits for that rank; and where a desync (a mismatch or a
+    skipped collective) explains the hang and the backend recorded no send/recv, idle roots may wait
+    on an unrecorded pipeline send/recv. The last two are not likely culprits.
+
+    Args:
+        roots: the roots, from ``_root_suspects``.
+        views: each rank's entries.
+        groups: the groups by name.
+        mismatches: the groups' first mismatches.
+        desync: the suspects of a mismatch or a skipped collective.
+        p2p_recorded: some dump holds a send/recv entry.
+
+    Returns:
+        The roots, and notes for the analysis.
+    """
+    odd_at = {(m.group, m.seq): m for m in mismatches if m.decided}
+    culprits = compact_ranges(sorted({s.rank for s in desync}))
+    out: list[FrSuspect] = []
+    idle: list[int] = []
+    for s in roots:
+        v = views.get(s.rank)
+        if s.kind != "root" or v is None:
+            out.append(s)
+            continue
+        e = v.blocked
+        if e is not None:
+            m = odd_at.get((e.pg_name, e.seq))
+            if m is not None and s.rank not in m.odd_ranks:
+                reason = (
+                    f"{s.reason}; it waits in the mismatched collective #{m.seq} (rank(s) "
+                    f"{compact_ranges(m.odd_ranks)} called it differently): a victim of that mismatch"
+                )
+                out.append(replace(s, reason=reason, likely_culprit=False))
+            else:
+                out.append(s)
+            continue
+        idle.append(s.rank)
+        last = (
+            f"last recorded: {what(v.latest, groups)}, complete"
+            if v.latest is not None
+            else "nothing recorded"
+        )
+        reason = (
+            f"{s.reason}; idle in Flight Recorder: nothing pending ({last}): blocked outside any recorded "
+            "collective (compute, data loader, or a p2p the backend does not record)"
+        )
+        evidence = {**s.evidence, "idle": True}
+        if desync and not p2p_recorded:
+            reason += (
+                f"; the desync of rank(s) {culprits} explains the hang, and this backend records no send/recv: "
+                "it may wait on a pipeline send/recv from the ranks that desync stopped"
+            )
+            out.append(replace(s, reason=reason, evidence=evidence, likely_culprit=False))
+        else:
+            out.append(replace(s, reason=reason, evidence=evidence))
+    notes: list[str] = []
+    if idle and len(idle) == sum(1 for s in roots if s.kind == "root") and not p2p_recorded:
+        notes.append(
+            f"every root (rank(s) {compact_ranges(idle)}) is idle in Flight Recorder and the backend recorded "
+            "no send/recv at all: the roots may be waiting on an unrecorded pipeline send/recv"
+        )
+    return out, notes
 
 
 def _undecided(
@@ -367,6 +520,7 @@ def _judge(
     missing: Sequence[int],
     undecided: str | None,
     n_ranks: int,
+    unrecorded_p2p: bool = False,
 ) -> tuple[Status, str]:
     head = f"Flight Recorder, {n_ranks} rank{'s' if n_ranks != 1 else ''}"
     if suspects:
@@ -376,7 +530,11 @@ def _judge(
             text = f"rank {top.rank} is the root: {top.waiters} rank(s) wait on it and it {state_word}"
             if chains and len(chains[0].hops) > 2:
                 text += f" (chain {short(chains[0])})"
-        elif top.kind == "mismatch":
+            if top.evidence.get("idle"):
+                text += "; idle in Flight Recorder (nothing pending)"
+                if unrecorded_p2p:
+                    text += ": every root is, and the backend records no send/recv, so it may wait on a pipeline send/recv"
+        elif top.kind in ("mismatch", "skip"):
             text = f"rank {top.rank}: {top.reason}"
         else:
             text = top.reason

@@ -130,6 +130,93 @@ def _name_key(name: str) -> tuple[int, int, str]:
     return (0, int(name), "") if name.isdigit() and len(name) < 12 else (1, 0, name)
 
 
+# --- comparable groups ---------------------------------------------------------------------------
+
+
+def _layout_kind(g: FrGroup, topo: Topology) -> str | None:
+    """The layout kind of ``g``: as rebuilt, or for a ``pg_config`` group the kind its description names
+    (or, undescribed, the one single-dimension kind) whose layout group holds exactly its ranks."""
+    if g.membership == "layout":
+        return g.kind
+    if g.membership != "pg_config" or not g.ranks or not 0 <= g.ranks[0] < topo.world_size:
+        return None
+    named = desc_kind(g.desc)
+    undescribed = not g.desc or g.desc == "undefined"
+    candidates = [named] if named is not None else ([d for d in topo.order] if undescribed else [])
+    finder = topo.finder
+    for kind in candidates:
+        try:
+            if finder.group_of(g.ranks[0], kind) == g.ranks:
+                return kind
+        except UsageError:
+            continue
+    return None
+
+
+def comparable_groups(groups: Mapping[str, FrGroup], topo: Topology | None) -> dict[str, tuple[str, ...]]:
+    """Which groups run the same collective schedule, so that their entries at one sequence number
+    should agree on op, sizes and dtypes: the wider electorate of a vote.
+
+    Two groups are comparable when the layout gives both the same kind (``"dp"``, ``"tp"``; rebuilt
+    from the layout, or a ``pg_config`` group whose ranks are exactly the layout's group of that kind)
+    and their ranks sit in the same pipeline stages: every DP group of stage 1, every TP group of stage
+    0, every PP group (each spans all stages). Ranks of different stages hold different layers, so
+    their groups' sizes (and even their collective counts) legitimately differ; ranks of one stage hold
+    the same layers' shards, same-sized in Megatron's even split. A kind with one group (``"job"``)
+    has nothing to compare with; a class whose groups share a rank (a description that matched two
+    groups of the same ranks, e.g. an embedding group equal to a PP group) is left out: they need not
+    run the same schedule.
+
+    Args:
+        groups: the job's groups by name.
+        topo: the job's topology; ``None`` (no layout): nothing is comparable.
+
+    Returns:
+        Group name → the names of its class (itself included, in :func:`build_groups` order), for the
+        groups of a class of two or more.
+    """
+    if topo is None:
+        return {}
+    classes: dict[tuple[str, tuple[int, ...]], list[FrGroup]] = {}
+    for g in groups.values():
+        kind = _layout_kind(g, topo)
+        if kind is None or kind == "job" or any(not 0 <= r < topo.world_size for r in g.ranks):
+            continue
+        stages = tuple(sorted({topo.coords(r).get("pp", 0) for r in g.ranks}))
+        classes.setdefault((kind, stages), []).append(g)
+    out: dict[str, tuple[str, ...]] = {}
+    for members in classes.values():
+        ranks = [r for g in members for r in g.ranks]
+        if len(members) < 2 or len(ranks) != len(set(ranks)):
+            continue
+        names = tuple(g.name for g in members)
+        for g in members:
+            out[g.name] = names
+    return out
+
+
+def class_label(names: Sequence[str], groups: Mapping[str, FrGroup], topo: Topology) -> str:
+    """``"the 2 dp groups of pipeline stage 1 (7, 8)"``: a class of :func:`comparable_groups` in words.
+
+    Args:
+        names: the class's group names.
+        groups: the groups by name.
+        topo: the job's topology.
+
+    Returns:
+        The label.
+    """
+    first = groups[names[0]]
+    kind = _layout_kind(first, topo) or "?"
+    stages = sorted({topo.coords(r).get("pp", 0) for r in first.ranks})
+    where = f" of pipeline stage {stages[0]}" if len(stages) == 1 and topo.sizes["pp"] > 1 else ""
+    return f"the {len(names)} {kind} groups{where} ({', '.join(names[:MAX_NAMES])}{', …' if len(names) > MAX_NAMES else ''})"
+
+
+MAX_NAMES = 8
+"""Group names listed in a class's label; more are elided (a 1,024-way DP job has 64 TP groups per stage)."""
+
+
 # --- per rank ------------------------------------------------------------------------------------
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -53,6 +54,13 @@ class FrMismatch:
         majority: the majority's value (``None`` on a tie). odd_ranks: the ranks off the majority
             (on a tie: every rank that recorded the sequence number). values: rank → its value.
         decided: a strict majority exists.
+        electorate: when the group's own vote tied or was unanimous and the comparable groups'
+            members decided (``votes.first_mismatches``): those groups in words
+            (``"the 2 dp groups of pipeline stage 1 (7, 8)"``); ``None``: the group's own vote.
+        voters: the electorate's members that recorded the sequence number (0: the group's own vote).
+        agreeing: how many of them hold the majority's value (0: the group's own vote).
+        numel: rank → elements of its inputs (the group's own ranks), for a size mismatch.
+        majority_numel: the majority's elements, for a size mismatch.
     """
 
     group: str
@@ -63,6 +71,11 @@ class FrMismatch:
     odd_ranks: tuple[int, ...]
     values: Mapping[int, str]
     decided: bool
+    electorate: str | None = None
+    voters: int = 0
+    agreeing: int = 0
+    numel: Mapping[int, int] = dataclasses.field(default_factory=dict)
+    majority_numel: int | None = None
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from robustctl.analysis.flightrec.groups import RankView, peers, what
+from robustctl.analysis.flightrec.load import FrEntry
 from robustctl.analysis.flightrec.model import MAX_CHAIN_HOPS, FrChain, FrGroup, FrHop
 
 # --- waits-for -----------------------------------------------------------------------------------
@@ -128,3 +129,94 @@ def path_to(end: int, dist: Mapping[int, int], edges: Mapping[int, Sequence[int]
         node = min(b for b in edges.get(node, ()) if dist.get(b) == dist[node] - 1)
         path.append(node)
     return path
+
+
+# --- a desync inside a cycle -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Skip:
+    """A rank that moved on past a collective its peers wait in: the likely culprit of a cycle.
+
+    Attributes:
+        rank: the rank. group: the group of the collective it skipped. seq: the sequence number its
+            peers wait in there. last: its own last sequence number there (behind ``seq``).
+        moved_on: collectives it completed in other groups after its last entry in ``group``.
+        baseline: the most that a waiting peer completed in other groups between that same sequence
+            number and entering ``seq`` (what the schedule has between the two).
+        waiter: that peer. latest: its last completed entry elsewhere (where it went on to).
+    """
+
+    rank: int
+    group: str
+    seq: int
+    last: int
+    moved_on: int
+    baseline: int
+    waiter: int
+    latest: FrEntry
+
+
+def _index(entries: Sequence[FrEntry], group: str, seq: int) -> int | None:
+    """Position of the last collective entry of ``group`` numbered ``seq`` (record order)."""
+    for i in range(len(entries) - 1, -1, -1):
+        e = entries[i]
+        if e.pg_name == group and not e.is_p2p and e.seq == seq:
+            return i
+    return None
+
+
+def _skip_of(b: int, bv: RankView, waiters: Sequence[int], views: Mapping[int, RankView]) -> Skip | None:
+    """``b`` as a skipper of one of the collectives ``waiters`` wait in on it, or ``None``."""
+    best: Skip | None = None
+    for a in waiters:
+        e = views[a].blocked
+        if e is None or e.is_p2p:
+            continue
+        last = bv.last.get((e.pg_name, False), 0)
+        ib = _index(bv.dump.entries, e.pg_name, last) if 0 < last < e.seq else None
+        a_entries = views[a].dump.entries
+        ia = _index(a_entries, e.pg_name, last) if ib is not None else None
+        if ib is None or ia is None:
+            continue  # the point where b stopped is not in both records: no baseline
+        ia_s = next((i for i in range(ia + 1, len(a_entries)) if a_entries[i] is e), len(a_entries))
+        baseline = sum(1 for x in a_entries[ia + 1 : ia_s] if x.pg_name != e.pg_name)
+        after = [x for x in bv.dump.entries[ib + 1 :] if x.pg_name != e.pg_name and x.complete]
+        if len(after) <= baseline:
+            continue
+        skip = Skip(b, e.pg_name, e.seq, last, len(after), baseline, a, after[-1])
+        if best is None or (skip.moved_on - skip.baseline, -skip.waiter) > (
+            best.moved_on - best.baseline,
+            -best.waiter,
+        ):
+            best = skip
+    return best
+
+
+def find_skips(members: Sequence[int], graph: WaitGraph, views: Mapping[int, RankView]) -> list[Skip]:
+    """The ranks of a waits-for cycle that skipped a collective: a member ``B`` of group ``G`` whose last
+    sequence number in ``G`` is behind the one a peer ``A`` waits in, and that since its last ``G`` entry
+    completed more collectives in other groups than ``A`` did between that same sequence number and
+    entering the one it waits in. A rank that follows the schedule and is merely blocked elsewhere has
+    done at most what its peer did; one that went past the collective (stopped calling it, or called
+    it fewer times) has done more. Record order (``record_id``) orders each rank's own entries; no
+    clock is compared across ranks.
+
+    Args:
+        members: the cycle's ranks.
+        graph: the waits-for graph.
+        views: each rank's entries.
+
+    Returns:
+        The skippers among ``members``, by rank; empty when none fits (the cycle is reported as it is).
+    """
+    out: list[Skip] = []
+    for b in sorted(set(members)):
+        bv = views.get(b)
+        if bv is None:
+            continue
+        waiters = sorted(a for a, bs in graph.edges.items() if b in bs and a in views)
+        skip = _skip_of(b, bv, waiters, views)
+        if skip is not None:
+            out.append(skip)
+    return out
