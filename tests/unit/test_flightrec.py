@@ -8,6 +8,7 @@ import itertools
 import json
 import os
 import pickle
+import random
 import shutil
 import subprocess
 import sys
@@ -18,7 +19,7 @@ import pytest
 
 from robustctl.analysis import detect, flightrec
 from robustctl.analysis.flightrec import FrDump, FrLoadError, analyze_dumps, load_dump
-from robustctl.inventory.topology import parse_layout
+from robustctl.inventory.topology import Topology, parse_layout
 from robustctl.models import Status
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -459,3 +460,218 @@ def test_torchfrtrace_given_the_groups_lists_every_blocked_group_names_a_victim_
     assert mine.suspect_ranks == (1,)
     assert [h.rank for h in mine.chains[0].hops] == [2, 3, 1]
     assert mine.chains[0].hops[0].frame is not None and "fr_gen.py" in mine.chains[0].hops[0].frame
+
+
+# --- the test-bed job's desyncs (tests/data/flight-recorder/{skip-collective,wrong-size}) ---------------
+
+JOB_LAYOUT = parse_layout("tp=2,pp=2,dp=2")
+JOB_PER_HOST = 4
+
+
+def _perms(dumps: list[FrDump]) -> list[list[FrDump]]:
+    """Read orders of 8 dumps: every rotation, forwards and backwards, and a seeded sample of shuffles
+    (all 40,320 permutations would cost minutes; the analysis first files the dumps by rank)."""
+    rng = random.Random(24)
+    out = [dumps[i:] + dumps[:i] for i in range(len(dumps))]
+    out += [list(reversed(o)) for o in out]
+    for _ in range(24):
+        shuffled = list(dumps)
+        rng.shuffle(shuffled)
+        out.append(shuffled)
+    return out
+
+
+def test_wrong_size_the_comparable_dp_groups_outvote_the_tie_and_name_rank_7() -> None:
+    dumps = _dumps("wrong-size")
+    first = analyze_dumps(dumps, JOB_LAYOUT, JOB_PER_HOST)
+    assert first.status is Status.CRITICAL
+    top = first.suspects[0]
+    assert (top.rank, top.kind, top.likely_culprit) == (7, "mismatch", True), first.summary
+    assert {s.rank for s in first.suspects if s.likely_culprit} == {7}
+    assert "numel 0" in top.reason and "3 of 4 members" in top.reason and "numel 4096" in top.reason
+    assert top.evidence["electorate"] == "the 2 dp groups of pipeline stage 1 (7, 8)"
+    assert (top.evidence["numel"], top.evidence["majority_numel"], top.evidence["voters"]) == (0, 4096, 4)
+    (m,) = [m for m in first.mismatches if m.group == "8"]
+    assert m.decided and m.odd_ranks == (7,) and m.seq == 5 and m.field == "sizes"
+    victim = next(s for s in first.suspects if s.rank == 5)
+    assert victim.kind == "root" and not victim.likely_culprit and "victim of that mismatch" in victim.reason
+    idle = [s for s in first.suspects if s.evidence.get("idle")]
+    assert sorted(s.rank for s in idle) == [1, 3] and not any(s.likely_culprit for s in idle)
+    assert all("idle in Flight Recorder" in s.reason for s in idle)
+    assert first.summary.startswith("Flight Recorder, 8 ranks: rank 7: size mismatch")
+    for perm in _perms(dumps):
+        a = analyze_dumps(perm, JOB_LAYOUT, JOB_PER_HOST)
+        assert a.suspects == first.suspects and a.summary == first.summary
+
+
+def test_wrong_size_without_a_layout_is_still_a_tie_nobody_named_for_it() -> None:
+    a = analyze_dumps(_dumps("wrong-size"))
+    assert 7 not in {s.rank for s in a.suspects if s.kind == "mismatch"}
+    (m,) = [m for m in a.mismatches if m.group == "8"]
+    assert not m.decided and m.electorate is None
+
+
+def test_skip_collective_names_rank_1_as_the_cycle_s_culprit() -> None:
+    dumps = _dumps("skip-collective")
+    first = analyze_dumps(dumps, JOB_LAYOUT, JOB_PER_HOST)
+    assert first.status is Status.CRITICAL
+    top = first.suspects[0]
+    assert (top.rank, top.kind, top.likely_culprit) == (1, "skip", True), first.summary
+    assert {s.rank for s in first.suspects if s.likely_culprit} == {1}
+    ev = top.evidence
+    assert (ev["seq"], ev["last"], ev["moved_on"], ev["baseline"], ev["waiter"]) == (3, 2, 12, 6, 3)
+    assert sorted(ev["cycle"]) == [0, 1, 2, 3]
+    assert first.summary.startswith("Flight Recorder, 8 ranks: rank 1: skipped collective #3 in group 6")
+    assert sorted(s.rank for s in first.suspects if s.kind == "cycle") == [0, 2, 3]
+    idle = [s for s in first.suspects if s.evidence.get("idle")]
+    assert sorted(s.rank for s in idle) == [6, 7] and not any(s.likely_culprit for s in idle)
+    assert any("unrecorded pipeline send/recv" in n for n in first.notes)
+    for perm in _perms(dumps):
+        a = analyze_dumps(perm, JOB_LAYOUT, JOB_PER_HOST)
+        assert a.suspects == first.suspects and a.summary == first.summary
+    # without a layout the groups are the ranks that recorded them: the same cycle, the same skipper
+    assert analyze_dumps(dumps).suspects[0].rank == 1
+
+
+def test_the_cli_names_the_desyncs_truth_rank() -> None:
+    for case, truth in (("wrong-size", 7), ("skip-collective", 1)):
+        argv = [sys.executable, "-m", "robustctl", "analyze", str(DATA / case)]
+        argv += ["--layout", "tp=2,pp=2,dp=2", "-G", "4", "--json", "-q"]
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=120, cwd=ROOT)
+        assert proc.returncode == 2, proc.stderr
+        (art,) = json.loads(proc.stdout)["artefacts"]
+        culprits = {s["rank"] for s in art["details"]["suspects"] if s["likely_culprit"]}
+        assert culprits == {truth}, art["summary"]
+
+
+# --- the comparable groups' vote on crafted dumps ----------------------------------------------------
+
+
+def _dp_job(
+    sizes: dict[int, int], layout: str = "tp=4,dp=2", state_of: dict[int, str] | None = None
+) -> tuple[list[FrDump], Any]:
+    """One DP all-reduce #1 per rank in its DP group (gloo: no pg_config, no descriptions); ``sizes``:
+    rank → numel. DP groups are created after the TP groups, as Megatron does: names ``"10"``, ``"11"``…
+    in the order of their lowest rank."""
+    lay = parse_layout(layout)
+    topo = Topology(lay)
+    dp_groups = topo.groups("dp")
+    name_of = {r: str(10 + i) for i, g in enumerate(dp_groups) for r in g}
+    state_of = state_of or {}
+    dumps = []
+    for r, n in sorted(sizes.items()):
+        e = _e(0, name_of[r], "undefined", 1, sizes=[[n]], out=[[n]], state=state_of.get(r, "completed"))
+        dumps.append(_load(r, _dump(r, [e])))
+    return dumps, lay
+
+
+def test_a_tie_in_a_two_rank_group_is_broken_by_the_comparable_groups_in_any_order() -> None:
+    sizes = {r: 8192 for r in range(8)}
+    sizes[7] = 0
+    dumps, lay = _dp_job(sizes, state_of={7: "completed", 3: "started"})
+    first = analyze_dumps(dumps, lay)
+    odd = [s for s in first.suspects if s.kind == "mismatch"]
+    assert [s.rank for s in odd] == [7], first.summary
+    assert "7 of 8 members of the 4 dp groups" in odd[0].reason and "numel 0" in odd[0].reason
+    for perm in itertools.permutations(dumps[:3]):  # the reading order of a sample (8! is too many)
+        a = analyze_dumps([*perm, *dumps[3:]], lay)
+        assert a.suspects == first.suspects
+    for perm in (dumps[::-1], dumps[4:] + dumps[:4], dumps[1::2] + dumps[::2]):
+        assert analyze_dumps(perm, lay).suspects == first.suspects
+
+
+def test_without_comparable_groups_a_tie_stays_a_tie_and_nobody_is_named() -> None:
+    dumps, lay = _dp_job({0: 8192, 1: 0}, layout="dp=2")  # one DP group: nothing to compare with
+    a = analyze_dumps(dumps, lay)
+    assert not a.suspects and a.status is Status.WARNING
+    (m,) = a.mismatches
+    assert not m.decided and m.electorate is None
+    # two DP groups, both split: the electorate has no strict majority either
+    dumps, lay = _dp_job({0: 8192, 4: 0, 1: 8192, 5: 0}, layout="tp=4,dp=2")
+    a = analyze_dumps(dumps, lay)
+    assert not [s for s in a.suspects if s.kind == "mismatch"]
+
+
+def test_groups_of_different_stages_are_not_compared_when_their_sizes_differ() -> None:
+    # tp=2, pp=2, dp=2: stage 0's DP groups carry 4096 elements, stage 1's 1024 (other layers). Rank 7
+    # (stage 1) called 0: the one other stage-1 DP group outvotes it (3 of 4), stage 0 does not vote.
+    sizes = {0: 4096, 2: 4096, 1: 4096, 3: 4096, 4: 1024, 6: 1024, 5: 1024, 7: 0}
+    lay = parse_layout("tp=2,pp=2,dp=2")
+    topo = Topology(lay)
+    name_of = {r: str(5 + i) for i, g in enumerate(topo.groups("dp")) for r in g}
+    dumps = [
+        _load(r, _dump(r, [_e(0, name_of[r], "undefined", 1, sizes=[[n]], out=[[n]])]))
+        for r, n in sizes.items()
+    ]
+    a = analyze_dumps(dumps, lay)
+    (odd,) = [s for s in a.suspects if s.kind == "mismatch"]
+    assert odd.rank == 7 and "3 of 4 members" in odd.reason and "pipeline stage 1" in odd.reason
+    # a healthy job whose stages differ in size is not a mismatch
+    sizes[7] = 1024
+    dumps = [
+        _load(r, _dump(r, [_e(0, name_of[r], "undefined", 1, sizes=[[n]], out=[[n]])]))
+        for r, n in sizes.items()
+    ]
+    healthy = analyze_dumps(dumps, lay)
+    assert healthy.status is Status.OK and not healthy.mismatches
+
+
+def test_a_unanimous_group_off_the_comparable_groups_majority_is_named() -> None:
+    sizes = {r: 8192 for r in range(8)}
+    sizes[3] = sizes[7] = 4096  # DP group [3, 7] agrees with itself, not with the other three
+    dumps, lay = _dp_job(sizes)
+    a = analyze_dumps(dumps, lay)
+    odd = sorted(s.rank for s in a.suspects if s.kind == "mismatch")
+    assert odd == [3, 7] and "unanimous" in a.suspects[0].reason
+
+
+def test_a_cycle_where_no_member_moved_on_keeps_the_cycle_report() -> None:
+    # the crafted two-group cycle: each rank blocked in the next op right after the last shared one
+    a_desc, b_desc = "GROUP_A", "GROUP_B"
+    pg = {
+        "5": {"name": "5", "desc": a_desc, "ranks": "[0, 1]"},
+        "6": {"name": "6", "desc": b_desc, "ranks": "[0, 1]"},
+    }
+    r0 = _dump(
+        0, [_e(0, "5", a_desc, 1), _e(1, "6", b_desc, 1), _e(2, "5", a_desc, 2, state="scheduled")], pg
+    )
+    r1 = _dump(
+        1, [_e(0, "5", a_desc, 1), _e(1, "6", b_desc, 1), _e(2, "6", b_desc, 2, state="scheduled")], pg
+    )
+    a = analyze_dumps([_load(0, r0), _load(1, r1)])
+    assert {s.kind for s in a.suspects} == {"cycle"}
+
+
+def test_a_cycle_member_that_went_past_the_collective_is_named_in_any_order() -> None:
+    # tp=2, dp=2 (pg_config): TP "1" [0,1], "2" [2,3]; DP "3" [0,2], "4" [1,3]; a step is TP, TP, DP.
+    # Rank 1 stops calling DP after step 1: rank 3 waits in DP #2; rank 1 goes on with its TP group
+    # (rank 0 keeps pace through step 3) and blocks in TP #7; the waits are the cycle 0 → 2 → 3 → 1.
+    tp, dp = "TENSOR_MODEL_PARALLEL_GROUP", "DATA_PARALLEL_GROUP"
+    pg = {
+        "1": {"name": "1", "desc": tp, "ranks": "[0, 1]"},
+        "2": {"name": "2", "desc": tp, "ranks": "[2, 3]"},
+        "3": {"name": "3", "desc": dp, "ranks": "[0, 2]"},
+        "4": {"name": "4", "desc": dp, "ranks": "[1, 3]"},
+    }
+    plan = {  # rank -> (group, desc, seq) in order; the last one pending
+        0: [("1", 1), ("1", 2), ("3", 1), ("1", 3), ("1", 4), ("3", 2), ("1", 5), ("1", 6), ("3", 3)],
+        1: [("1", 1), ("1", 2), ("4", 1), ("1", 3), ("1", 4), ("1", 5), ("1", 6), ("1", 7)],
+        2: [("2", 1), ("2", 2), ("3", 1), ("2", 3), ("2", 4), ("3", 2), ("2", 5)],
+        3: [("2", 1), ("2", 2), ("4", 1), ("2", 3), ("2", 4), ("4", 2)],
+    }
+    desc = {"1": tp, "2": tp, "3": dp, "4": dp}
+    dumps = []
+    for r, ops in plan.items():
+        es = [
+            _e(i, g, desc[g], s, state="scheduled" if i == len(ops) - 1 else "completed")
+            for i, (g, s) in enumerate(ops)
+        ]
+        dumps.append(_load(r, _dump(r, es, pg)))
+    first = analyze_dumps(dumps)
+    top = first.suspects[0]
+    assert (top.rank, top.kind, top.likely_culprit) == (1, "skip", True), first.summary
+    assert (top.evidence["moved_on"], top.evidence["baseline"], top.evidence["waiter"]) == (4, 2, 3)
+    assert sorted(s.rank for s in first.suspects if s.kind == "cycle") == [0, 2, 3]
+    for perm in itertools.permutations(dumps):
+        a = analyze_dumps(list(perm))
+        assert a.suspects == first.suspects and a.summary == first.summary

@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 
 from robustctl.analysis import flightrec
 from robustctl.analysis.flightrec import FrDump, FrLoadError, analyze_dumps, load_dump
+from robustctl.inventory.topology import Topology, parse_layout
 
 pytestmark = pytest.mark.fuzz
 
@@ -128,3 +129,62 @@ def test_one_odd_rank_is_always_named_in_any_order(
     assert a.suspects[0].kind == ("root" if skip else "mismatch")
     if skip:
         assert a.suspects[0].waiters == world - 1
+
+
+def _dp_entry(rid: int, group: str, seq: int, op: str, size: int, dtype: str, done: bool) -> dict[str, Any]:
+    return {
+        "record_id": rid,
+        "pg_id": int(group),
+        "process_group": [group, "undefined"],
+        "collective_seq_id": seq,
+        "p2p_seq_id": 0,
+        "profiling_name": f"gloo:{op}",
+        "input_sizes": [[size]],
+        "output_sizes": [[size]],
+        "input_dtypes": [dtype],
+        "state": "scheduled",
+        "retired": done,
+    }
+
+
+@given(
+    n_groups=st.integers(min_value=3, max_value=6),
+    pp=st.sampled_from([1, 2]),
+    steps=st.integers(min_value=1, max_value=4),
+    odd_field=st.sampled_from(["sizes", "op", "dtypes"]),
+    data=st.data(),
+)
+def test_one_odd_rank_of_a_two_rank_group_among_comparable_groups_is_named_in_any_order(
+    n_groups: int, pp: int, steps: int, odd_field: str, data: st.DataObject
+) -> None:
+    """gloo-style dumps (no pg_config, no descriptions) of a job ``tp=n_groups, dp=2, pp``: each DP
+    group of 2 ranks runs ``steps`` all-reduces (stage s's of ``4096 >> s`` elements: the stages
+    legitimately differ). One rank's last one differs in size (0, an empty bucket, or another count),
+    op or dtype: it returned, its DP peer waits. The 2-rank group's own vote ties; the comparable DP
+    groups of its stage name it, whatever order the dumps are read in."""
+    layout = parse_layout(f"tp={n_groups},dp=2,pp={pp}")
+    topo = Topology(layout)
+    dp_groups = topo.groups("dp")
+    name_of = {r: str(1 + i) for i, g in enumerate(dp_groups) for r in g}
+    odd = data.draw(st.integers(min_value=0, max_value=topo.world_size - 1), label="odd")
+    odd_size = data.draw(st.sampled_from([0, 1, 8191]), label="odd_size")
+    peer = next(r for r in topo.group_of(odd, "dp") if r != odd)
+    docs = []
+    for r in range(topo.world_size):
+        size = 4096 >> topo.coords(r)["pp"]
+        entries = []
+        for s in range(1, steps + 1):
+            op, dtype, n = "all_reduce", "Float", size
+            if r == odd and s == steps:
+                n = odd_size if odd_field == "sizes" else n
+                op = "all_gather" if odd_field == "op" else op
+                dtype = "Half" if odd_field == "dtypes" else dtype
+            entries.append(_dp_entry(s - 1, name_of[r], s, op, n, dtype, done=not (r == peer and s == steps)))
+        docs.append(json.dumps({"version": "2.10", "pg_config": {}, "entries": entries}).encode())
+    dumps = [load_dump(f"nccl_trace_rank_{r}.json", d) for r, d in enumerate(docs)]
+    order = data.draw(st.permutations(dumps), label="order")
+    a = analyze_dumps(order, layout)
+    assert a.suspect_ranks == (odd,), a.summary
+    top = a.suspects[0]
+    assert top.kind == "mismatch" and top.likely_culprit and top.evidence["field"] == odd_field
+    assert top.evidence["voters"] == 2 * n_groups and top.evidence["agreeing"] == 2 * n_groups - 1

@@ -28,12 +28,25 @@ The analysis (:func:`analyze_dumps`), all of it a pure function of the dumps:
 3. **Votes**: per (group, collective sequence number) a majority over the member ranks of op, then
    sizes, then dtypes: the ranks off the majority are the odd ones, whatever order the dumps were
    read in; a tie names nobody and says so. Only the first mismatch of a group is a suspect (the
-   later ones follow from it).
+   later ones follow from it). With a layout the electorate is wider: the groups of one kind in the
+   same pipeline stages (every DP group of stage 1, every TP group of stage 0) run the same schedule,
+   so where a group's own vote ties (a 2-rank DP group) or is unanimous, its rank off a strict
+   majority of all those groups' members at the same sequence number is named
+   (:func:`~robustctl.analysis.flightrec.groups.comparable_groups`, ``votes.wide_vote``).
 4. **Waits-for**: rank A waits on rank B when A's oldest incomplete operation, in group G, is one B
    never reached (B's last sequence number in G is behind, or B left no dump). The ends of the
    chains, ranks that wait on nobody, are the roots (a rank stuck in another group's collective
    waits on someone there, so the chain goes on through it). The longest chain to each root is the
-   evidence; ranks that only wait on each other are a cycle, reported as one.
+   evidence; ranks that only wait on each other are a cycle, reported as one. Inside a cycle the
+   rank that skipped a collective is the likely culprit: it is behind in a group where a peer
+   waits, yet since its last entry there it completed more collectives elsewhere than that peer
+   did before entering the one it waits in (``waits.find_skips``).
+5. **Roots explained**: a root with nothing pending is *idle in Flight Recorder* (blocked outside
+   any recorded collective: compute, the data loader, or a send/recv gloo does not record); a
+   root blocked in the collective a decided mismatch names someone else in is that mismatch's
+   victim; where a desync (mismatch or skip) is found and the backend recorded no send/recv, idle
+   roots may wait on an unrecorded pipeline send/recv from the stopped ranks. Neither is a likely
+   culprit then; every likely culprit comes first among the suspects.
 """
 
 from __future__ import annotations

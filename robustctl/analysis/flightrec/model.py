@@ -118,10 +118,12 @@ class FrSuspect:
         machine: its machine index, when known. process_group: the group the evidence is in.
         group_desc: that group's description. kind: ``"root"`` (others wait on it and it waits on
             nobody), ``"missing"`` (others wait on it and it left no dump), ``"mismatch"`` (the odd
-            rank of a vote) or ``"cycle"`` (waits only on ranks that wait on it).
+            rank of a vote), ``"skip"`` (the member of a cycle that moved on past a collective its peers
+            wait in) or ``"cycle"`` (waits only on ranks that wait on it).
         reason: one line. waiters: ranks waiting on it, directly or through others.
         direct: ranks waiting on it directly. evidence: the values behind the reason.
-        likely_culprit: not waiting on a peer itself (a root or the odd rank), as ``stacks``.
+        likely_culprit: not waiting on a peer itself (a root or the odd rank) or the rank that skipped, as
+            ``stacks``; not a root idle in Flight Recorder or a victim where a desync explains the hang.
     """
 
     rank: int
@@ -146,7 +148,8 @@ class FrAnalysis:
             member entered the collective, a tie) or dumps are missing; OK when nothing is blocked;
             UNKNOWN without a usable dump.
         summary: one line.
-        suspects: roots (most waited-on first), then odd ranks, then cycle members.
+        suspects: likely culprits first, then the others; within each, roots (most waited-on
+            first), then odd ranks, then a cycle's skipper and its members.
         chains: one per root (at most :data:`MAX_CHAINS`), or one round a cycle.
         mismatches: the first mismatch of each group. groups: every group seen.
         ranks: the ranks with a dump. missing_dumps: member ranks with none.
