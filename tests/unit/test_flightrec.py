@@ -619,10 +619,13 @@ def test_groups_of_different_stages_are_not_compared_when_their_sizes_differ() -
 def test_a_unanimous_group_off_the_comparable_groups_majority_is_named() -> None:
     sizes = {r: 8192 for r in range(8)}
     sizes[3] = sizes[7] = 4096  # DP group [3, 7] agrees with itself, not with the other three
-    dumps, lay = _dp_job(sizes)
+    dumps, lay = _dp_job(sizes, state_of={0: "started"})  # the job is stuck: rank 0 still waits
     a = analyze_dumps(dumps, lay)
     odd = sorted(s.rank for s in a.suspects if s.kind == "mismatch")
     assert odd == [3, 7] and "unanimous" in a.suspects[0].reason
+    # nothing blocked: a DP group with a schedule of its own (healthy), not put to the wider vote
+    healthy = analyze_dumps(_dp_job(sizes)[0], lay)
+    assert healthy.status is Status.OK and not healthy.mismatches
 
 
 def test_a_cycle_where_no_member_moved_on_keeps_the_cycle_report() -> None:

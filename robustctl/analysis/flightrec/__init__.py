@@ -396,7 +396,8 @@ def analyze_dumps(
     cyc_suspects, cyc_chains = _cycle_results(cycles, graph, views, groups, placer)
     classes = comparable_groups(groups, topo)
     labels = {n: class_label(c, groups, topo) for n, c in classes.items()} if topo is not None else {}
-    mismatches = first_mismatches(views, groups, classes, labels)
+    stuck = any(v.blocked is not None for v in views.values())
+    mismatches = first_mismatches(views, groups, classes, labels, stuck)
     mismatch_suspects = _mismatch_suspects(mismatches, placer)
     p2p_recorded = any(e.is_p2p for d in chosen.values() for e in d.entries)
     desync = [s for s in [*mismatch_suspects, *cyc_suspects] if s.kind in ("mismatch", "skip")]

@@ -140,11 +140,15 @@ def first_mismatches(
     groups: Mapping[str, FrGroup],
     classes: Mapping[str, tuple[str, ...]] | None = None,
     labels: Mapping[str, str] | None = None,
+    stuck: bool = True,
 ) -> list[FrMismatch]:
     """The first mismatch of each group, over the sequence numbers two or more members recorded.
 
-    A group's own majority decides first; where it ties (a 2-rank group) or is unanimous, the members
-    of its comparable groups (``classes``) vote at the same sequence number (:func:`wide_vote`).
+    A group's own majority decides first; where it ties (a 2-rank group) or, in a stuck job, is
+    unanimous, the members of its comparable groups (``classes``) vote at the same sequence number
+    (:func:`wide_vote`). A unanimous group off the others' majority in a job where nothing is blocked
+    is a schedule of its own (a collective only one TP rank's DP group runs, e.g. for logging), not a
+    fault: it is not put to the wider vote then.
 
     Args:
         views: each rank's entries by group.
@@ -152,6 +156,8 @@ def first_mismatches(
         classes: group name → its comparable groups' names
             (:func:`~robustctl.analysis.flightrec.groups.comparable_groups`); ``None``: none.
         labels: group name → its class in words, for each group of ``classes``.
+        stuck: some rank has an operation pending (the job hung): unanimous groups are put to the
+            wider vote too.
 
     Returns:
         At most one mismatch per group, in ``groups`` order.
@@ -167,7 +173,7 @@ def first_mismatches(
             if len(seqs[seq]) < 2:
                 continue
             m = vote(g, seq, seqs[seq])
-            if m is None or not m.decided:
+            if (m is None and stuck) or (m is not None and not m.decided):
                 electorate = {r: e for name in peers for r, e in at[name].get(seq, {}).items()}
                 wide = wide_vote(g, seq, seqs[seq], electorate, labels.get(g.name, "")) if peers else None
                 m = wide or m
