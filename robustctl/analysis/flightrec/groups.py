@@ -130,6 +130,10 @@ def _name_key(name: str) -> tuple[int, int, str]:
     return (0, int(name), "") if name.isdigit() and len(name) < 12 else (1, 0, name)
 
 
+MAX_NAMES = 8
+"""Group names listed in a class's label; more are elided (a 1,024-way DP job has 64 TP groups per stage)."""
+
+
 # --- comparable groups ---------------------------------------------------------------------------
 
 
@@ -210,11 +214,8 @@ def class_label(names: Sequence[str], groups: Mapping[str, FrGroup], topo: Topol
     kind = _layout_kind(first, topo) or "?"
     stages = sorted({topo.coords(r).get("pp", 0) for r in first.ranks})
     where = f" of pipeline stage {stages[0]}" if len(stages) == 1 and topo.sizes["pp"] > 1 else ""
-    return f"the {len(names)} {kind} groups{where} ({', '.join(names[:MAX_NAMES])}{', …' if len(names) > MAX_NAMES else ''})"
-
-
-MAX_NAMES = 8
-"""Group names listed in a class's label; more are elided (a 1,024-way DP job has 64 TP groups per stage)."""
+    listed = ", ".join(names[:MAX_NAMES]) + (", …" if len(names) > MAX_NAMES else "")
+    return f"the {len(names)} {kind} groups{where} ({listed})"
 
 
 # --- per rank ------------------------------------------------------------------------------------
