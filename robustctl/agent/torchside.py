@@ -71,7 +71,11 @@ def enable_flight_recorder(entries: int) -> str | None:
         None, or a one-line warning when the default process group exists already (its ring was
         sized when it was created: call :func:`robustctl.agent.start` before ``init_process_group``).
     """
-    for var in FR_ENV_VARS:
+    version = _installed_torch_version()
+    # 2.6 and later read the new name and warn that the old one is deprecated: set only what this
+    # torch reads (both when its version cannot be told)
+    names = FR_ENV_VARS[:1] if version is not None and version >= (2, 6) else FR_ENV_VARS
+    for var in names:
         os.environ[var] = str(entries)
     if distributed_initialized():
         return (
@@ -79,6 +83,25 @@ def enable_flight_recorder(entries: int) -> str | None:
             "nothing; call robustctl.agent.start() before torch.distributed.init_process_group()"
         )
     return None
+
+
+def _installed_torch_version() -> tuple[int, int] | None:
+    """(major, minor) of the torch this process runs or would import, without importing it; None
+    when torch is not installed or its version cannot be read."""
+    torch = sys.modules.get("torch")
+    text = getattr(torch, "__version__", None) if torch is not None else None
+    if not isinstance(text, str):
+        try:
+            from importlib.metadata import version
+
+            text = version("torch")
+        except Exception:  # not installed, or metadata unreadable: unknown
+            return None
+    parts = text.split("+", 1)[0].split(".")
+    try:
+        return int(parts[0]), int(parts[1])
+    except (IndexError, ValueError):
+        return None
 
 
 def _c10d() -> Any:

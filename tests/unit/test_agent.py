@@ -281,6 +281,32 @@ def test_a_forked_child_leaves_its_parents_heartbeat_alone(tmp_path: Path) -> No
     agent.close()
 
 
+@pytest.mark.parametrize(
+    ("version", "names"),
+    [
+        ("2.13.0+cpu", {"TORCH_FR_BUFFER_SIZE"}),
+        ("2.5.1", {"TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE"}),
+        ("nonsense", {"TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE"}),
+    ],
+)
+def test_flight_recorder_is_sized_by_the_names_the_installed_torch_reads(
+    monkeypatch: pytest.MonkeyPatch, version: str, names: set[str]
+) -> None:
+    """2.6 and later warn that the old name is deprecated: only the new one is set for them."""
+    import importlib.metadata
+    import types
+
+    from robustctl.agent import torchside
+
+    for var in torchside.FR_ENV_VARS:
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setitem(sys.modules, "torch", types.SimpleNamespace(__version__=version))
+    monkeypatch.setattr(importlib.metadata, "version", lambda name: version)
+    monkeypatch.setattr(torchside, "distributed_initialized", lambda: False)
+    assert torchside.enable_flight_recorder(7) is None
+    assert {v for v in torchside.FR_ENV_VARS if os.environ.get(v) == "7"} == names
+
+
 def test_torch_is_left_alone_when_asked_and_the_features_that_need_it_say_so(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -289,7 +315,8 @@ def test_torch_is_left_alone_when_asked_and_the_features_that_need_it_say_so(
     for var in ("TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE"):
         monkeypatch.delenv(var, raising=False)
     agent, _ = make(tmp_path, flight_recorder=100, debug_server=True)
-    assert os.environ["TORCH_FR_BUFFER_SIZE"] == os.environ["TORCH_NCCL_TRACE_BUFFER_SIZE"] == "100"
+    assert os.environ["TORCH_FR_BUFFER_SIZE"] == "100"
+    assert "TORCH_NCCL_TRACE_BUFFER_SIZE" not in os.environ  # torch 2.13 reads the new name only
     assert agent.debug_socket is None and agent.notes == [
         "torch is not in use (not imported, or torch=False): no debug server"
     ]
