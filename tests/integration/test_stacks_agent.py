@@ -7,8 +7,8 @@ ranks' PATH: the debug server's ``pyspy_dump`` runs it inside the rank).
 
 - the CLI names a rank hung in compute with its evidence from the debug server, while a rank whose
   socket is gone is read by py-spy in the same run (mixed sources, the fallback reason reported);
-- with the controller's py-spy denied (a ``--py-spy`` that fails as py-spy does on EPERM), the agent
-  path still names the hung rank, and py-spy alone names nobody.
+- with the controller's py-spy denied by the kernel (the real py-spy run as ``nobody`` against the
+  root-owned ranks: EPERM), the agent path still names the hung rank, and py-spy alone names nobody.
 """
 
 from __future__ import annotations
@@ -16,6 +16,8 @@ from __future__ import annotations
 import io
 import json
 import os
+import shlex
+import shutil
 import stat
 import subprocess
 import sys
@@ -34,12 +36,23 @@ from robustctl.transport.pool import TransportPool
 
 from .jobrunner import MiniJob
 
-EPERM_PY_SPY = """#!/bin/sh
-# py-spy's answer when ptrace is denied (py-spy 0.4.x, uid mismatch or yama ptrace_scope): status 1
-if [ "$1" = "--version" ]; then echo "py-spy 0.4.3"; exit 0; fi
-echo "Permission Denied: Try running again with elevated permissions by going 'sudo env \\"PATH=\\$PATH\\" !!'" >&2
-exit 1
-"""
+UNPRIVILEGED = 65534
+"""The uid and gid py-spy runs as in the ptrace-denied test (``nobody``): the job's processes belong
+to root, so the kernel refuses py-spy's ptrace and /proc/PID/mem reads (EPERM), as on a host whose
+controller may not trace the training user's processes."""
+
+
+def _denied_py_spy(tmp_path: Path) -> Path:
+    """A py-spy that runs the real one as :data:`UNPRIVILEGED` (``setpriv``, util-linux): every
+    attach to a rank is denied by the kernel."""
+    real = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+    wrapper = tmp_path / "py-spy"
+    wrapper.write_text(
+        "#!/bin/sh\n"
+        f'exec setpriv --reuid={UNPRIVILEGED} --regid={UNPRIVILEGED} --clear-groups {shlex.quote(real)} "$@"\n'
+    )
+    wrapper.chmod(0o755)
+    return wrapper
 
 
 @pytest.fixture(scope="module")
@@ -122,9 +135,7 @@ def test_ptrace_denied_to_py_spy_the_agent_still_names_the_rank(
     hung: tuple[MiniJob, int], inv_job: Job, pool: TransportPool, tmp_path: Path
 ) -> None:
     _, rank = hung
-    fake = tmp_path / "py-spy"
-    fake.write_text(EPERM_PY_SPY)
-    fake.chmod(0o755)
+    fake = _denied_py_spy(tmp_path)
     denied = CollectSettings(py_spy=str(fake))
     live = stacks_hang(inv_job, pool, settings=denied, samples=1)
     assert rank in live.report.likely_culprits, live.report.summary
