@@ -22,7 +22,9 @@ client CPU per host); the cluster's own launcher reaches every node through slur
 * **A node that died since slurmctld last heard from it**: Slurm aborts the whole step when the
   launch fails on one node ("Task launch for StepId=… failed on node X", measured: ~11 s, then the
   other nodes stay ``completing`` ~11 s more). Those nodes are unreachable; the step is started once
-  more on the others, waiting (``--immediate``) until Slurm frees them, while the deadline allows.
+  more on the others, waiting (``--immediate``) until Slurm frees them, while the deadline allows. A
+  node that answered the aborted step with a command killed by a signal (Slurm killing its task)
+  is asked again with the others: that frame is no answer.
 
 Host names are Slurm node names. Every node-side command is bounded in time (``T`` seconds, then
 its process group is killed) and in output (:data:`NODE_MAX_BYTES`); the whole step's stdout is
@@ -348,6 +350,8 @@ class SrunTransport:
             frames, failed, why, took = self._step(todo, argv, stdin, left, python, retry=attempt > 0)
             for name in todo:
                 f = frames.get(name)
+                if f is not None and failed and attempt == 0 and f.exit_status < 0 and not f.timed_out:
+                    continue  # killed by a signal when Slurm aborted the step: asked again below
                 if f is not None:
                     out[name] = self._result(f, took)
                 elif name in failed:

@@ -202,10 +202,17 @@ nodes = [a.split("=", 1)[1] for a in args if a.startswith("--nodelist=")][0]
 import hostlist
 nodes = hostlist.expand_hostlist(nodes)
 dead = [n for n in nodes if n in os.environ.get("DEAD", "").split(",")]
+i = args.index("--quiet") + 1
 if dead:
+    # the nodes in KILLED answer first: their task's command killed by a signal as Slurm aborts the step
+    for k, n in enumerate(nodes):
+        if n in os.environ.get("KILLED", "").split(","):
+            cmd = args[i:i + 4] + [sys.executable, "-c", "import os; os.kill(os.getpid(), 9)"]
+            p = subprocess.run(cmd, env={{**os.environ, "SLURMD_NODENAME": n}}, capture_output=True, stdin=subprocess.DEVNULL)
+            for ln in p.stdout.decode().splitlines():
+                print(f"{{k}}: {{ln}}")
     sys.stderr.write(f"srun: error: Task launch for StepId=7.0 failed on node {{dead[0]}}: Communication connection failure\n")
     sys.exit(233)
-i = args.index("--quiet") + 1
 for k, n in enumerate(nodes):
     p = subprocess.run(args[i:], env={{**os.environ, "SLURMD_NODENAME": n}}, capture_output=True, stdin=subprocess.DEVNULL)
     for ln in p.stdout.decode().splitlines():
@@ -263,6 +270,23 @@ def test_launch_failure_marks_the_node_and_retries_the_others_once(
     assert (tmp_path / "calls.log").read_text().splitlines() == ["--nodelist=sn[1-3]", "--nodelist=sn[1-2]"]
     with pytest.raises(HostUnreachable, match="could not launch"):
         t.run(host("sn3"), ["true"], timeout_s=30)
+
+
+def test_a_node_whose_command_was_killed_by_the_aborted_step_is_asked_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Slurm kills the other nodes' tasks when it aborts a step whose launch failed on one node; a
+    frame of a command killed by a signal then is not that node's answer: it is asked again."""
+    monkeypatch.setenv("KILLED", "sn1")
+    t = fake_slurm(tmp_path, monkeypatch, dead="sn3")
+    res = t.run_batch(
+        [host("sn1"), host("sn2"), host("sn3")], [sys.executable, "-c", "print(1)"], timeout_s=30
+    )
+    assert (
+        isinstance(res["sn1"], CommandResult) and res["sn1"].exit_status == 0 and res["sn1"].stdout == b"1\n"
+    )
+    assert isinstance(res["sn3"], HostUnreachable)
+    assert (tmp_path / "calls.log").read_text().splitlines() == ["--nodelist=sn[1-3]", "--nodelist=sn[1-2]"]
 
 
 def test_node_side_timeout_is_a_command_timeout(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
